@@ -1,0 +1,55 @@
+"""The ``tfgshare`` command: a light dispatcher to each subcommand's module.
+
+Each subcommand lives in its own module and exposes ``main(argv) -> int``; it is
+imported only when run, so ``tfgshare status`` never pays for TensorFlow.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+# name -> (module:function, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("tfgshare.demo:main", "run a local coordinator, an agent and a mixed batch of jobs"),
+    "train": ("tfgshare.runner:main", "train one TF-Slim job standalone (slim flags)"),
+    "convert-images": ("slim_models.datasets.convert:main", "write a folder of class sub-folders as slim TFRecords"),
+    "simulate": ("tfgshare.sim.cli:main", "replay a trace under several policies and compare them"),
+    "coordinator": ("tfgshare.coordinator:main", "run the ZeroMQ coordinator"),
+    "agent": ("tfgshare.agent:main", "run a node agent"),
+    "submit": ("tfgshare.client_cli:submit", "submit a job (MODEL [slim flags]) or many (-f jobs.yaml)"),
+    "status": ("tfgshare.client_cli:status", "show jobs as a table, or one job"),
+    "watch": ("tfgshare.client_cli:watch", "live progress per job"),
+    "nodes": ("tfgshare.client_cli:nodes", "show nodes, GPUs and fragments"),
+    "logs": ("tfgshare.client_cli:logs", "show a job's log"),
+    "cancel": ("tfgshare.client_cli:cancel", "cancel a job"),
+    "suspend": ("tfgshare.client_cli:suspend", "suspend a job to its checkpoint"),
+    "resume": ("tfgshare.client_cli:resume", "resume a suspended job"),
+    "migrate": ("tfgshare.client_cli:migrate", "move a job to NODE:GPU"),
+}
+
+
+def _usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = ["usage: tfgshare COMMAND [ARGS...]", "", "commands:"]
+    lines += [f"  {name.ljust(width)}  {help_}" for name, (_, help_) in COMMANDS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the subcommand named by argv[0] with the rest of argv."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(_usage())
+        return 0 if argv else 2
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"tfgshare: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    module_name, func_name = COMMANDS[name][0].split(":")
+    func = getattr(importlib.import_module(module_name), func_name)
+    return int(func(rest) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

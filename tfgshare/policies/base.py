@@ -1,0 +1,150 @@
+"""The policy interface: what a scheduling policy sees and what it returns.
+
+A policy is a pure function of (now, cluster snapshot, jobs) returning actions.
+It does no I/O and keeps no clock; the simulator and the live coordinator both
+build these snapshots and carry out the actions. Everything here is plain,
+immutable data so that a policy cannot change the caller's state by accident.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence
+
+
+class JobState(str, enum.Enum):
+    """Life cycle of a job, shared by the simulator and the live cluster."""
+
+    QUEUED = "queued"          # admitted, never run
+    SAMPLING = "sampling"      # running its sampling phase on a fragment
+    SAMPLED = "sampled"        # sampling done, waiting for a placement
+    RUNNING = "running"        # training on its fragments
+    SUSPENDING = "suspending"  # asked to checkpoint and exit (live cluster only)
+    SUSPENDED = "suspended"    # checkpointed, holds no GPU, waiting to resume
+    FINISHED = "finished"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def done(self) -> bool:
+        return self in (JobState.FINISHED, JobState.FAILED, JobState.CANCELLED)
+
+    @property
+    def holds_gpu(self) -> bool:
+        return self in (JobState.SAMPLING, JobState.RUNNING, JobState.SUSPENDING)
+
+    @property
+    def waiting(self) -> bool:
+        return self in (JobState.QUEUED, JobState.SAMPLED, JobState.SUSPENDED)
+
+
+@dataclass(frozen=True)
+class GPU:
+    """One physical (or virtual) GPU."""
+
+    id: str           # "<node>:<index>", unique in the cluster
+    node: str
+    index: int
+    memory_mb: int
+
+
+@dataclass(frozen=True)
+class Fragment:
+    """A slice of one GPU held by one job: ``per_process_gpu_memory_fraction``."""
+
+    gpu: str          # GPU.id
+    fraction: float   # in (0, 1]
+
+
+@dataclass(frozen=True)
+class SampleRecord:
+    """What a job's sampling phase measured (see the runner's sampling record)."""
+
+    step_time_s: float           # mean step time on the fragment it sampled on
+    peak_memory_mb: float        # peak memory per GPU
+    gpu_util: float = 1.0        # single-tenant GPU utilisation in [0, 1]
+    co_tenants: int = 0          # other jobs on the GPU while it sampled
+
+
+@dataclass(frozen=True)
+class JobView:
+    """A policy's read-only view of one job."""
+
+    id: str
+    submit_time: float
+    num_gpus: int
+    state: JobState
+    model: str = ""
+    total_steps: int = 0
+    steps_done: int = 0
+    requested_fraction: float | None = None   # user-fixed fraction, else derived
+    sample: SampleRecord | None = None
+    predicted_remaining_s: float | None = None  # refreshed online while it runs
+    fragments: tuple[Fragment, ...] = ()        # where it runs now (holds_gpu)
+    attained_service_s: float = 0.0             # GPU-seconds received so far (LAS)
+    last_start: float | None = None             # time of the last start/resume
+    waited_s: float = 0.0                       # time not running since submit
+    last_wait_start: float | None = None        # when its current wait began
+    suspends: int = 0
+    priority: int = 0                           # larger = more urgent (user hint)
+
+
+@dataclass(frozen=True)
+class ClusterSnapshot:
+    """The cluster as the policy sees it: GPUs and the fragments in use."""
+
+    gpus: tuple[GPU, ...]
+    reserve_mb: float = 300.0    # per-process CUDA context reserve on each GPU
+    down_nodes: frozenset[str] = field(default_factory=frozenset)
+
+    def gpu(self, gpu_id: str) -> GPU:
+        for g in self.gpus:
+            if g.id == gpu_id:
+                return g
+        raise KeyError(gpu_id)
+
+
+# ---- actions -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Start:
+    """Start (or resume) a waiting job on these fragments, one per GPU.
+
+    ``sample_only`` runs just the sampling phase, after which the job returns
+    to the queue as SAMPLED with its record.
+    """
+
+    job: str
+    fragments: tuple[Fragment, ...]
+    sample_only: bool = False
+
+
+@dataclass(frozen=True)
+class Suspend:
+    """Checkpoint a running job and free its fragments."""
+
+    job: str
+
+
+@dataclass(frozen=True)
+class Migrate:
+    """Suspend a running job and resume it on other fragments."""
+
+    job: str
+    fragments: tuple[Fragment, ...]
+
+
+Action = Start | Suspend | Migrate
+
+
+class Policy(Protocol):
+    """A scheduling policy. ``decide`` must be deterministic and side-effect free."""
+
+    name: str
+
+    def decide(self, now: float, cluster: ClusterSnapshot,
+               jobs: Sequence[JobView]) -> list[Action]:
+        """Return the actions to take now, given the cluster and every live job."""
+        ...
