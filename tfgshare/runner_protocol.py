@@ -1,0 +1,67 @@
+"""The contract between a job runner process and whoever starts it (agent, tests).
+
+Kept free of TensorFlow so the agent can import it.
+
+A runner is started as ``python -m tfgshare.runner [slim flags] --train_dir DIR
+--events_file PATH``. It appends one JSON object per line to the events file
+(see ``EVENTS``), and ends with one of the exit codes below. SIGUSR1 or SIGTERM
+asks it to finish the current step, save a checkpoint and exit with
+``EXIT_SUSPENDED``. Started again on the same ``--train_dir`` it restores and
+continues at the next step, on any device.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterator
+
+EXIT_OK = 0               # reached --max_number_of_steps
+EXIT_BAD_INPUT = 2        # bad flags: unknown model, impossible size, missing dataset
+EXIT_CHECKPOINT_ERROR = 3  # corrupt or mismatched checkpoint in --train_dir
+EXIT_SUSPENDED = 75       # checkpointed on request (signal or --sample_only) and exited
+
+# event name -> fields it carries (besides "event" and "time")
+EVENTS: dict[str, tuple[str, ...]] = {
+    "started": ("global_step", "restored", "device", "memory_fraction"),
+    "sample": ("warmup_steps", "sampled_steps", "step_time_mean_s", "step_time_std_s",
+               "images_per_sec", "peak_memory_mb", "memory_source",
+               "predicted_remaining_s", "predicted_total_s"),
+    "progress": ("step", "loss", "step_time_s", "images_per_sec", "predicted_remaining_s"),
+    "checkpoint": ("step", "path", "seconds", "size_mb"),
+    "suspended": ("step",),
+    "finished": ("step", "loss"),
+    "error": ("message",),
+}
+
+
+def read_events(path: str | Path, offset: int = 0) -> tuple[list[dict], int]:
+    """Read complete event lines from ``path`` starting at byte ``offset``.
+
+    Returns the events and the offset after the last complete line, so a caller
+    can poll a file that is still being written. Lines that are not valid JSON
+    objects are skipped.
+    """
+    path = Path(path)
+    if not path.exists():
+        return [], offset
+    with path.open("rb") as f:
+        f.seek(offset)
+        data = f.read()
+    events: list[dict] = []
+    end = data.rfind(b"\n")
+    if end < 0:
+        return [], offset
+    for line in data[: end + 1].splitlines():
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(obj, dict) and "event" in obj:
+            events.append(obj)
+    return events, offset + end + 1
+
+
+def iter_events(path: str | Path) -> Iterator[dict]:
+    """All complete events in ``path``."""
+    yield from read_events(path)[0]
