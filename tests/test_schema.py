@@ -1,0 +1,107 @@
+"""The wire schema: every message survives a round trip; bad frames say why."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tfgshare import schema as s
+
+EXAMPLES = [
+    s.Register(node="n1", gpus=[s.GpuInfo(0, "virtual", 16384, True)],
+               jobs=[s.RunningJob("j1", 4242, 17, 2)], token="t"),
+    s.Heartbeat(node="n1", gpus=[s.GpuTelemetry(0, 0.5, 1200.0)],
+                jobs=[s.JobTelemetry("j1", 18, {0: 900.0, 1: 450.5})]),
+    s.JobEvent(node="n1", job="j1", attempt=2,
+               event={"event": "progress", "time": 1.5, "step": 3, "loss": 2.0}),
+    s.JobExit(node="n1", job="j1", attempt=2, exit_code=75, reason="suspended"),
+    s.StartJob(job="j1", attempt=3, spec=s.JobSpec("alexnet_v2", memory_fraction=0.25,
+                                                   extra=["--log_every_n_steps", "5"]),
+               fragments=[s.FragmentSpec(0, 0.25), s.FragmentSpec(1, 0.25)],
+               train_dir="/ckpt/j1", sample_only=True),
+    s.SuspendJob(job="j1", attempt=3),
+    s.CancelJob(job="j1", attempt=3),
+    s.AdoptJob(job="j1", attempt=4),
+    s.KillJob(job="j1"),
+    s.Submit(jobs=[s.JobSpec("inception_v3"), s.JobSpec("vgg_16", num_gpus=2)]),
+    s.Status(), s.Status(job="j1"), s.Nodes(), s.Logs(job="j1", tail=10),
+    s.CancelRequest(job="j1"), s.SuspendRequest(job="j1"), s.ResumeRequest(job="j1"),
+    s.MigrateRequest(job="j1", to="n1:1"), s.MetricsRequest(),
+    s.Ok(id="abc", fields={"job_ids": ["j1"]}), s.Error(id="abc", reason="no"),
+]
+
+
+@pytest.mark.parametrize("msg", EXAMPLES, ids=lambda m: m.TYPE)
+def test_round_trip(msg):
+    data = s.encode(msg)
+    obj = json.loads(data)
+    assert obj["v"] == s.VERSION and obj["type"] == msg.TYPE and obj["id"] == msg.id
+    assert s.decode(data) == msg
+
+
+def test_every_type_has_an_example_and_a_role():
+    assert {m.TYPE for m in EXAMPLES} == set(s.MESSAGES)
+    roles = s.AGENT_TYPES | s.COMMAND_TYPES | s.CLIENT_TYPES | s.REPLY_TYPES | {"register"}
+    assert roles == set(s.MESSAGES)
+
+
+def test_ok_fields_are_flat_and_int_keys_come_back():
+    obj = json.loads(s.encode(s.reply_ok("r1", job_ids=["a", "b"])))
+    assert obj == {"v": 1, "type": "ok", "id": "r1", "job_ids": ["a", "b"]}
+    hb = s.decode(s.encode(s.Heartbeat(node="n", jobs=[s.JobTelemetry("j", 1, {3: 7.0})])))
+    assert hb.jobs[0].gpu_memory_mb == {3: 7.0}
+
+
+def _frame(**fields) -> bytes:
+    return json.dumps({"v": 1, "id": "x", **fields}).encode()
+
+
+@pytest.mark.parametrize("data, words", [
+    (b"{not json", "malformed JSON"),
+    (b"\xff\xfe", "malformed JSON"),
+    (b"[1, 2]", "JSON object"),
+    (json.dumps({"type": "nodes"}).encode(), "missing version"),
+    (json.dumps({"v": 2, "type": "nodes"}).encode(), "unsupported version 2"),
+    (_frame(type="launch_missiles"), "unknown message type 'launch_missiles'"),
+    (_frame(), "'type'"),
+    (_frame(type="logs"), "missing field 'job'"),
+    (_frame(type="logs", job="a", colour="red"), "unknown field(s) colour"),
+    (_frame(type="logs", job=5), "logs.job: expected str, got int"),
+    (_frame(type="submit", jobs=[{"model_name": "vgg_16", "batch_size": "big"}]),
+     "submit.jobs[0].batch_size: expected int"),
+    (_frame(type="submit", jobs=[{"model_name": "vgg_16", "memory_fraction": 1.5}]),
+     "memory_fraction must be in (0, 1]"),
+    (_frame(type="submit", jobs=[{"model_name": "vgg_16", "memory_fraction": 0}]),
+     "memory_fraction must be in (0, 1]"),
+    (_frame(type="submit", jobs=[{"model_name": "vgg_16", "memory_fraction": "half"}]),
+     "'auto'"),
+    (_frame(type="submit", jobs=[{"model_name": "vgg_16", "num_gpus": 0}]),
+     "num_gpus must be >= 1"),
+    (_frame(type="heartbeat", node="n", jobs=[{"job": "j", "gpu_memory_mb": {"x": 1}}]),
+     "is not an integer"),
+    (_frame(type="job_exit", node="n", job="j", attempt=True, exit_code=0),
+     "attempt: expected int, got bool"),
+])
+def test_bad_frames_name_the_problem(data, words):
+    with pytest.raises(s.SchemaError) as err:
+        s.decode(data)
+    assert words in str(err.value)
+
+
+def test_oversized_frame_is_refused():
+    big = _frame(type="logs", job="x" * s.MAX_MESSAGE_BYTES)
+    with pytest.raises(s.SchemaError, match="exceeds"):
+        s.decode(big)
+
+
+def test_runner_args_carry_only_set_flags():
+    spec = s.JobSpec("resnet_v1_50", batch_size=8, max_number_of_steps=20,
+                     learning_rate=0.1, extra=["--foo", "1"])
+    args = spec.runner_args()
+    assert args[:2] == ["--model_name", "resnet_v1_50"]
+    assert args[args.index("--batch_size") + 1] == "8"
+    assert args[args.index("--learning_rate") + 1] == "0.1"
+    assert "--optimizer" not in args and args[-2:] == ["--foo", "1"]
+    assert spec.requested_fraction is None
+    assert s.JobSpec("vgg_16", memory_fraction=0.3).requested_fraction == 0.3
