@@ -1,0 +1,127 @@
+"""Fragment accounting, placement and validation on hand-built clusters."""
+
+import pytest
+
+from tfgshare.policies.base import Fragment, JobState, Migrate, Start, Suspend
+from tfgshare.policies.builders import make_cluster, make_job
+from tfgshare.policies.placement import (FreeMap, best_fit, exclusive_fraction, fraction_for,
+                                         free_fraction, gang_place, usage, validate)
+
+R = 300.0 / 16000  # one context reserve as a fraction of a 16 GB GPU
+
+
+def test_usage_counts_fractions_and_tenants_of_gpu_holders_only():
+    c = make_cluster(1, 2)
+    jobs = [make_job("a", on={"n0:0": 0.3}), make_job("b", on={"n0:0": 0.2}),
+            make_job("s", state=JobState.SUSPENDED)]
+    use = usage(c, jobs)
+    assert set(use) == {"n0:0"}
+    assert use["n0:0"].used == pytest.approx(0.5) and use["n0:0"].tenants == 2
+    # room for a third tenant: 1 - 0.5 - 3 reserves
+    assert free_fraction(c.gpus[0], use["n0:0"], 300) == pytest.approx(0.5 - 3 * R)
+    assert free_fraction(c.gpus[1], None, 300) == pytest.approx(exclusive_fraction(c.gpus[1], 300))
+
+
+def test_fraction_for_prefers_request_then_sample_then_default():
+    g = make_cluster(1, 1).gpus[0]
+    assert fraction_for(make_job("a", requested_fraction=0.25, memory_mb=8000), g) == 0.25
+    assert fraction_for(make_job("b", memory_mb=4000), g, headroom=0.1) == pytest.approx(0.275)
+    assert fraction_for(make_job("c"), g) == pytest.approx(1 - R)      # whole GPU
+    assert fraction_for(make_job("d"), g, default=0.5) == 0.5
+    assert fraction_for(make_job("e", memory_mb=40000), g) == pytest.approx(1 - R)  # clipped
+
+
+def test_best_fit_picks_the_tighter_fragment():
+    c = make_cluster(1, 3)
+    jobs = [make_job("big", on={"n0:0": 0.7}),    # leaves ~0.26 free
+            make_job("small", on={"n0:1": 0.4})]  # leaves ~0.56 free
+    assert best_fit(c, jobs, 0.2).gpu == "n0:0"
+    assert best_fit(c, jobs, 0.3).gpu == "n0:1"
+    assert best_fit(c, jobs, 0.9).gpu == "n0:2"
+    assert best_fit(c, jobs, 0.99) is None
+
+
+def test_best_fit_respects_the_cotenant_cap():
+    c = make_cluster(1, 2)
+    jobs = [make_job("a", on={"n0:0": 0.3}), make_job("b", on={"n0:0": 0.3})]
+    assert best_fit(c, jobs, 0.2).gpu == "n0:0"
+    assert best_fit(c, jobs, 0.2, max_tenants=2).gpu == "n0:1"
+
+
+def test_gang_prefers_one_node_and_the_tightest_node():
+    c = make_cluster(3, 4)
+    # n0 has 1 free GPU, n1 has 2, n2 has 4: a 2-GPU gang fits n1 exactly
+    jobs = [make_job("x", on={"n0:0": 0.9, "n0:1": 0.9, "n0:2": 0.9}),
+            make_job("y", on={"n1:0": 0.9, "n1:1": 0.9})]
+    frags = gang_place(c, jobs, 2, 0.9)
+    assert sorted(f.gpu for f in frags) == ["n1:2", "n1:3"]
+    frags = gang_place(c, jobs, 4, 0.9)
+    assert {f.gpu.split(":")[0] for f in frags} == {"n2"}
+
+
+def test_gang_spans_fewest_nodes_when_no_node_is_enough():
+    c = make_cluster(3, 4)
+    jobs = [make_job("x", on={"n0:0": 0.9, "n0:1": 0.9, "n0:2": 0.9}),  # n0: 1 free
+            make_job("y", on={"n1:0": 0.9})]                              # n1: 3 free
+    frags = gang_place(c, jobs, 6, 0.9)       # n2 (4) + 2 of n1 beats using n0
+    nodes = [f.gpu.split(":")[0] for f in frags]
+    assert len(set(f.gpu for f in frags)) == 6
+    assert sorted(set(nodes)) == ["n1", "n2"] and nodes.count("n2") == 4
+    assert gang_place(c, jobs, 9, 0.9) is None
+
+
+def test_free_map_take_and_release_update_room():
+    c = make_cluster(1, 1)
+    fm = FreeMap(c)
+    fm.take([("n0:0", 0.5)])
+    assert fm.free("n0:0") == pytest.approx(0.5 - 2 * R) and fm.tenants("n0:0") == 1
+    assert fm.best_fit(0.49) is None
+    fm.release([Fragment("n0:0", 0.5)])
+    assert fm.best_fit(0.9) == ("n0:0", 0.9)
+
+
+def test_down_nodes_are_not_used():
+    c = make_cluster(2, 1, down=("n0",))
+    assert best_fit(c, [], 0.5).gpu == "n1:0"
+
+
+def test_validate_accepts_a_plan_that_fits():
+    c = make_cluster(1, 2)
+    jobs = [make_job("r", on={"n0:0": 0.6}), make_job("q")]
+    acts = [Suspend("r"), Start("q", (Fragment("n0:0", 0.9),))]
+    assert validate(acts, c, jobs) == []
+
+
+def test_validate_catches_overcommit():
+    c = make_cluster(1, 1)
+    jobs = [make_job("r", on={"n0:0": 0.6}), make_job("q")]
+    errs = validate([Start("q", (Fragment("n0:0", 0.4),))], c, jobs)
+    assert len(errs) == 1 and "n0:0 overcommitted" in errs[0] and "q" in errs[0]
+
+
+def test_validate_catches_duplicates_and_bad_states():
+    c = make_cluster(1, 2)
+    jobs = [make_job("q", gpus=2), make_job("r", on={"n0:1": 0.3}),
+            make_job("s", state=JobState.SAMPLING, on={"n0:1": 0.1})]
+    f0 = Fragment("n0:0", 0.3)
+    errs = validate([Start("q", (f0, f0)), Start("q", (f0, f0)), Start("r", (f0,)),
+                     Suspend("s"), Migrate("zz", (f0,)), Start("q2", ())], c, jobs)
+    text = "\n".join(errs)
+    assert "two fragments on one GPU" in text
+    assert "more than one action" in text
+    assert "Start r: job is running, not waiting" in text
+    assert "busy (sampling)" in text
+    assert "unknown job 'zz'" in text
+    errs = validate([Start("q", (f0, Fragment("n9:0", 0.3)))], c, jobs)
+    assert any("unknown GPU 'n9:0'" in e for e in errs)
+    errs = validate([Start("q", (f0,))], c, jobs)
+    assert any("1 fragments for a 2-GPU job" in e for e in errs)
+
+
+def test_validate_checks_cotenant_cap_and_down_nodes():
+    c = make_cluster(2, 1, down=("n1",))
+    jobs = [make_job("a", on={"n0:0": 0.2}), make_job("b")]
+    errs = validate([Start("b", (Fragment("n0:0", 0.2),))], c, jobs, max_tenants=1)
+    assert any("2 tenants" in e for e in errs)
+    errs = validate([Start("b", (Fragment("n1:0", 0.2),))], c, jobs)
+    assert any("down node n1" in e for e in errs)

@@ -1,0 +1,47 @@
+"""FIFO with whole, exclusive GPUs: what Philly ran, the "traditional" baseline.
+
+Jobs start strictly in arrival order, each on ``num_gpus`` whole GPUs (one
+tenant per GPU, the fraction is the GPU less the context reserve), gang-placed
+on one node where possible. No preemption, no prediction. Head-of-line
+blocking is kept on purpose: if the oldest waiting job does not fit, nothing
+behind it starts (Philly's scheduler, Jeon et al., "Analysis of Large-Scale
+Multi-Tenant GPU Clusters for DNN Training Workloads", ATC'19). A job asking
+for more GPUs than the cluster has up is skipped rather than blocking forever.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Sequence
+
+from .base import Action, ClusterSnapshot, JobView, Start
+from .placement import FreeMap, exclusive_fraction, to_fragments
+from .queueing import waiting_jobs
+
+
+@dataclass
+class Fifo:
+    """First in, first out on exclusive GPUs, with head-of-line blocking."""
+
+    name: ClassVar[str] = "fifo"
+
+    def decide(self, now: float, cluster: ClusterSnapshot,
+               jobs: Sequence[JobView]) -> list[Action]:
+        """Start waiting jobs in arrival order until the oldest one does not fit."""
+        queue = waiting_jobs(jobs)
+        if not queue:
+            return []
+        free = FreeMap(cluster, jobs, max_tenants=1)
+        reserve = cluster.reserve_mb
+        need = lambda g: exclusive_fraction(g, reserve)  # noqa: E731
+        up = len(free.gpus)
+        actions: list[Action] = []
+        for job in queue:
+            if job.num_gpus > up:
+                continue
+            placed = free.gang_place(job.num_gpus, need)
+            if placed is None:
+                break
+            free.take(placed)
+            actions.append(Start(job.id, to_fragments(placed)))
+        return actions

@@ -1,0 +1,393 @@
+"""Fragment accounting and placement on GPUs, shared by every policy.
+
+The one rule: on each GPU, ``sum(fraction) + tenants * reserve_mb / memory_mb``
+must not pass 1 (each process also pays a CUDA context reserve). Policies plan
+placements on a :class:`FreeMap`; the coordinator and the simulator check a
+list of actions with :func:`validate`.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from dataclasses import dataclass
+from typing import Callable, Iterable, Sequence
+
+from .base import (Action, ClusterSnapshot, Fragment, GPU, JobState, JobView,
+                   Migrate, Start, Suspend)
+
+EPS = 1e-9                 # tolerance on the per-GPU sum
+MIN_FRACTION = 0.01        # smallest fragment we hand out (TF needs some room)
+
+# A job's fraction on a GPU. It may depend on the GPU only through memory_mb,
+# so that a FreeMap can evaluate it once per GPU size.
+Need = Callable[[GPU], float]
+
+
+@dataclass(slots=True)
+class GpuUse:
+    """What the jobs on one GPU hold: the sum of their fractions and their count."""
+
+    used: float = 0.0
+    tenants: int = 0
+
+
+def reserve_fraction(gpu: GPU, reserve_mb: float) -> float:
+    """The per-process context reserve as a fraction of this GPU."""
+    return reserve_mb / gpu.memory_mb
+
+
+def exclusive_fraction(gpu: GPU, reserve_mb: float) -> float:
+    """The fraction a sole tenant gets: the whole GPU less one reserve."""
+    return 1.0 - reserve_mb / gpu.memory_mb
+
+
+def free_fraction(gpu: GPU, use: GpuUse | None, reserve_mb: float) -> float:
+    """The largest fraction one more tenant could get on this GPU (may be <= 0)."""
+    if use is None:
+        return 1.0 - reserve_mb / gpu.memory_mb
+    return 1.0 - use.used - (use.tenants + 1) * reserve_mb / gpu.memory_mb
+
+
+def fits(gpu: GPU, use: GpuUse | None, fraction: float, reserve_mb: float) -> bool:
+    """Whether one more tenant with ``fraction`` keeps this GPU within its memory."""
+    return fraction <= free_fraction(gpu, use, reserve_mb) + EPS
+
+
+def usage(cluster: ClusterSnapshot, jobs: Iterable[JobView]) -> dict[str, GpuUse]:
+    """Per-GPU used fraction and tenant count, from the jobs that hold a GPU.
+
+    GPUs that nobody holds are absent from the result.
+    """
+    use: dict[str, GpuUse] = {}
+    for job in jobs:
+        if not job.state.holds_gpu:
+            continue
+        for frag in job.fragments:
+            u = use.get(frag.gpu)
+            if u is None:
+                u = use[frag.gpu] = GpuUse()
+            u.used += frag.fraction
+            u.tenants += 1
+    return use
+
+
+def fraction_for(job: JobView, gpu: GPU, headroom: float = 0.1,
+                 reserve_mb: float = 300.0, default: float | None = None) -> float:
+    """The fraction ``job`` should get on ``gpu``.
+
+    The user's requested fraction if set; else the sampled peak memory times
+    (1 + headroom) over the GPU's memory; else ``default``, and with no default
+    the conservative choice: the whole GPU less the reserve. The result is
+    clipped to [MIN_FRACTION, exclusive fraction].
+    """
+    top = exclusive_fraction(gpu, reserve_mb)
+    if job.requested_fraction is not None:
+        want = job.requested_fraction
+    elif job.sample is not None:
+        want = job.sample.peak_memory_mb * (1.0 + headroom) / gpu.memory_mb
+    elif default is not None:
+        want = default
+    else:
+        return top
+    return min(top, max(MIN_FRACTION, want))
+
+
+def as_need(need: float | Need) -> Need:
+    """A constant fraction or a function of the GPU, as a function of the GPU."""
+    if callable(need):
+        return need
+    value = float(need)
+    return lambda _gpu: value
+
+
+class FreeMap:
+    """Free capacity of every up GPU, kept sorted so placement is a bisection.
+
+    Built once per ``decide`` call; ``take`` and ``release`` update it as a
+    policy plans. GPUs at ``max_tenants`` or with no room are left out of the
+    search lists. GPUs are grouped by memory size; within a group they are
+    ordered by (free fraction, cluster order).
+    """
+
+    def __init__(self, cluster: ClusterSnapshot, jobs: Iterable[JobView] = (),
+                 max_tenants: int | None = None,
+                 use: dict[str, GpuUse] | None = None):
+        self.cluster = cluster
+        self.reserve_mb = cluster.reserve_mb
+        self.max_tenants = max_tenants
+        if use is None:
+            use = usage(cluster, jobs)
+        else:
+            use = {k: GpuUse(v.used, v.tenants) for k, v in use.items()}
+        self.use = use
+        down = cluster.down_nodes
+        self.gpus: dict[str, GPU] = {}
+        self.order: dict[str, int] = {}
+        self._free: dict[str, float] = {}
+        self._groups: dict[int, list[tuple[float, int, str]]] = {}
+        self._rep: dict[int, GPU] = {}
+        reserve = self.reserve_mb
+        for i, g in enumerate(cluster.gpus):
+            if down and g.node in down:
+                continue
+            gid = g.id
+            self.gpus[gid] = g
+            self.order[gid] = i
+            u = use.get(gid)
+            free = free_fraction(g, u, reserve)
+            self._free[gid] = free
+            keys = self._groups.get(g.memory_mb)
+            if keys is None:
+                keys = self._groups[g.memory_mb] = []
+                self._rep[g.memory_mb] = g
+            if self._open(u, free):
+                keys.append((free, i, gid))
+        for keys in self._groups.values():
+            keys.sort()
+
+    # ---- queries ---------------------------------------------------------
+
+    def _open(self, u: GpuUse | None, free: float) -> bool:
+        if free < MIN_FRACTION - EPS:
+            return False
+        return not (self.max_tenants is not None and u is not None
+                    and u.tenants >= self.max_tenants)
+
+    def free(self, gpu_id: str) -> float:
+        """The fraction one more tenant could get on this GPU now."""
+        return self._free[gpu_id]
+
+    def tenants(self, gpu_id: str) -> int:
+        """How many jobs hold a fragment of this GPU now."""
+        u = self.use.get(gpu_id)
+        return u.tenants if u else 0
+
+    def max_free(self) -> float:
+        """The largest fraction any open GPU could give one more tenant (0 if none)."""
+        best = 0.0
+        for keys in self._groups.values():
+            if keys:
+                best = max(best, keys[-1][0])
+        return best
+
+    def count_fitting(self, need: float | Need) -> int:
+        """How many open GPUs could take one more tenant of this size."""
+        need = as_need(need)
+        n = 0
+        for mem, keys in self._groups.items():
+            n += len(keys) - bisect_left(keys, (need(self._rep[mem]) - EPS,))
+        return n
+
+    def best_fit(self, need: float | Need,
+                 exclude: Iterable[str] = ()) -> tuple[str, float] | None:
+        """The GPU with the smallest free room that still fits, and the fraction.
+
+        Ties go to the earlier GPU in cluster order; between GPU sizes the
+        smaller free room in MB wins. None if nothing fits.
+        """
+        need = as_need(need)
+        exclude = exclude if isinstance(exclude, (set, frozenset, dict)) else set(exclude)
+        best = None
+        for mem, keys in self._groups.items():
+            f = need(self._rep[mem])
+            i = bisect_left(keys, (f - EPS,))
+            while i < len(keys) and keys[i][2] in exclude:
+                i += 1
+            if i == len(keys):
+                continue
+            free, order, gid = keys[i]
+            cand = (free * mem, order, gid, f)
+            if best is None or cand < best:
+                best = cand
+        return None if best is None else (best[2], best[3])
+
+    def gang_place(self, k: int, need: float | Need) -> list[tuple[str, float]] | None:
+        """``k`` distinct GPUs that each fit ``need``: one node if possible, else fewest nodes.
+
+        Among nodes that can hold the whole gang, the one with the fewest
+        fitting GPUs wins (best fit at node level); within a node, the tightest
+        GPUs. Returns (gpu id, fraction) pairs, or None.
+        """
+        if k <= 1:
+            one = self.best_fit(need)
+            return None if one is None else [one]
+        need = as_need(need)
+        if self.count_fitting(need) < k:
+            return None
+        by_node: dict[str, list[tuple[float, int, str, float]]] = {}
+        for mem, keys in self._groups.items():
+            f = need(self._rep[mem])
+            for free, order, gid in keys[bisect_left(keys, (f - EPS,)):]:
+                by_node.setdefault(self.gpus[gid].node, []).append((free * mem, order, gid, f))
+        for cands in by_node.values():
+            cands.sort()
+        first = {node: cands[0][1] for node, cands in by_node.items()}
+        whole = [n for n, c in by_node.items() if len(c) >= k]
+        if whole:
+            node = min(whole, key=lambda n: (len(by_node[n]), first[n]))
+            return [(c[2], c[3]) for c in by_node[node][:k]]
+        chosen: list[tuple[str, float]] = []
+        nodes = sorted(by_node, key=lambda n: (-len(by_node[n]), first[n]))
+        left = k
+        while left > 0:
+            # the smallest node that finishes the gang, else the biggest one left
+            done = [n for n in nodes if len(by_node[n]) >= left]
+            node = min(done, key=lambda n: (len(by_node[n]), first[n])) if done else nodes[0]
+            nodes.remove(node)
+            take = by_node[node][:left]
+            chosen += [(c[2], c[3]) for c in take]
+            left -= len(take)
+        return chosen
+
+    # ---- updates ---------------------------------------------------------
+
+    def _move(self, gid: str, d_used: float, d_tenants: int) -> None:
+        g = self.gpus[gid]
+        keys = self._groups[g.memory_mb]
+        key = (self._free[gid], self.order[gid], gid)
+        i = bisect_left(keys, key)
+        if i < len(keys) and keys[i] == key:
+            del keys[i]
+        u = self.use.get(gid)
+        if u is None:
+            u = self.use[gid] = GpuUse()
+        u.used += d_used
+        u.tenants += d_tenants
+        if u.tenants <= 0:
+            del self.use[gid]
+            u = None
+        free = free_fraction(g, u, self.reserve_mb)
+        self._free[gid] = free
+        if self._open(u, free):
+            insort(keys, (free, self.order[gid], gid))
+
+    def take(self, fragments: Iterable[Fragment | tuple[str, float]]) -> None:
+        """Record new tenants holding these fragments."""
+        for frag in fragments:
+            gid, f = (frag.gpu, frag.fraction) if isinstance(frag, Fragment) else frag
+            self._move(gid, f, 1)
+
+    def release(self, fragments: Iterable[Fragment | tuple[str, float]]) -> None:
+        """Record that the tenants holding these fragments left."""
+        for frag in fragments:
+            gid, f = (frag.gpu, frag.fraction) if isinstance(frag, Fragment) else frag
+            if gid in self.gpus:
+                self._move(gid, -f, -1)
+
+
+def to_fragments(placed: Sequence[tuple[str, float]]) -> tuple[Fragment, ...]:
+    """(gpu id, fraction) pairs as Fragments."""
+    return tuple(Fragment(gid, f) for gid, f in placed)
+
+
+def best_fit(cluster: ClusterSnapshot, jobs: Iterable[JobView], need: float | Need,
+             max_tenants: int | None = None) -> Fragment | None:
+    """The tightest fragment that fits ``need`` on the cluster as the jobs hold it."""
+    got = FreeMap(cluster, jobs, max_tenants).best_fit(need)
+    return None if got is None else Fragment(*got)
+
+
+def gang_place(cluster: ClusterSnapshot, jobs: Iterable[JobView], k: int,
+               need: float | Need, max_tenants: int | None = None) -> tuple[Fragment, ...] | None:
+    """``k`` fragments on distinct GPUs, one node if possible, else fewest nodes."""
+    got = FreeMap(cluster, jobs, max_tenants).gang_place(k, need)
+    return None if got is None else to_fragments(got)
+
+
+# ---- validation ----------------------------------------------------------
+
+
+def validate(actions: Sequence[Action], cluster: ClusterSnapshot,
+             jobs: Sequence[JobView], max_tenants: int | None = None) -> list[str]:
+    """Every way these actions break the rules, as readable messages (empty if none).
+
+    Checks each action against its job's state and size, and the GPUs as they
+    would be once all actions are done (suspends and migrations free their old
+    fragments first): no GPU past its memory, none on a down node, at most
+    ``max_tenants`` jobs per GPU when given.
+    """
+    errors: list[str] = []
+    by_id = {j.id: j for j in jobs}
+    gpus = {g.id: g for g in cluster.gpus}
+    use = usage(cluster, jobs)
+    seen: set[str] = set()
+    added: list[tuple[str, Fragment]] = []
+
+    def check_fragments(job: JobView, frags: tuple[Fragment, ...], what: str) -> None:
+        if len(frags) != job.num_gpus:
+            errors.append(f"{what} {job.id}: {len(frags)} fragments for a "
+                          f"{job.num_gpus}-GPU job")
+        ids = [f.gpu for f in frags]
+        if len(set(ids)) != len(ids):
+            errors.append(f"{what} {job.id}: two fragments on one GPU {ids}")
+        for f in frags:
+            g = gpus.get(f.gpu)
+            if g is None:
+                errors.append(f"{what} {job.id}: unknown GPU {f.gpu!r}")
+                continue
+            if g.node in cluster.down_nodes:
+                errors.append(f"{what} {job.id}: GPU {f.gpu} is on down node {g.node}")
+            if not 0.0 < f.fraction <= 1.0:
+                errors.append(f"{what} {job.id}: fraction {f.fraction} on {f.gpu} "
+                              "is outside (0, 1]")
+            added.append((job.id, f))
+
+    def release(job: JobView) -> None:
+        for f in job.fragments:
+            u = use.get(f.gpu)
+            if u is not None:
+                u.used -= f.fraction
+                u.tenants -= 1
+
+    for a in actions:
+        job = by_id.get(a.job)
+        kind = type(a).__name__
+        if job is None:
+            errors.append(f"{kind}: unknown job {a.job!r}")
+            continue
+        if a.job in seen:
+            errors.append(f"{kind} {a.job}: more than one action for this job")
+            continue
+        seen.add(a.job)
+        if job.state in (JobState.SAMPLING, JobState.SUSPENDING):
+            errors.append(f"{kind} {a.job}: job is busy ({job.state.value})")
+            continue
+        if isinstance(a, Start):
+            if not job.state.waiting:
+                errors.append(f"Start {a.job}: job is {job.state.value}, not waiting")
+                continue
+            check_fragments(job, a.fragments, "Start")
+        elif isinstance(a, Suspend):
+            if job.state is not JobState.RUNNING:
+                errors.append(f"Suspend {a.job}: job is {job.state.value}, not running")
+                continue
+            release(job)
+        elif isinstance(a, Migrate):
+            if job.state is not JobState.RUNNING:
+                errors.append(f"Migrate {a.job}: job is {job.state.value}, not running")
+                continue
+            release(job)
+            check_fragments(job, a.fragments, "Migrate")
+        else:
+            errors.append(f"unknown action {a!r}")
+
+    holders: dict[str, list[str]] = {}
+    for job_id, f in added:
+        if f.gpu not in gpus:
+            continue
+        u = use.setdefault(f.gpu, GpuUse())
+        u.used += f.fraction
+        u.tenants += 1
+        holders.setdefault(f.gpu, []).append(job_id)
+    for gid, u in use.items():
+        g = gpus.get(gid)
+        if g is None or u.tenants <= 0:
+            continue
+        total = u.used + u.tenants * reserve_fraction(g, cluster.reserve_mb)
+        if total > 1.0 + EPS:
+            errors.append(f"GPU {gid} overcommitted: fractions {u.used:.4f} + "
+                          f"{u.tenants} reserves = {total:.4f} > 1 "
+                          f"(new: {', '.join(holders.get(gid, [])) or 'none'})")
+        if max_tenants is not None and u.tenants > max_tenants and gid in holders:
+            errors.append(f"GPU {gid} has {u.tenants} tenants, more than {max_tenants}")
+    return errors

@@ -1,0 +1,42 @@
+"""Policies by name: the one place the simulator and the coordinator get them."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+
+from .base import Policy
+
+# name -> "module:class", imported only when asked for
+_POLICIES: dict[str, str] = {
+    "fifo": "tfgshare.policies.fifo:Fifo",
+}
+
+POLICY_NAMES: tuple[str, ...] = tuple(_POLICIES)
+
+
+def policy_class(name: str) -> type:
+    """The class implementing the policy called ``name``."""
+    if name not in _POLICIES:
+        raise ValueError(f"unknown policy {name!r}; valid policies: {', '.join(POLICY_NAMES)}")
+    module, cls = _POLICIES[name].split(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def policy_params(name: str) -> dict[str, object]:
+    """The tunable parameters of a policy and their defaults."""
+    return {f.name: f.default for f in dataclasses.fields(policy_class(name))}
+
+
+def get_policy(name: str, **params: object) -> Policy:
+    """A new policy called ``name`` with these parameters (others at their defaults).
+
+    Raises ValueError for an unknown name or parameter.
+    """
+    cls = policy_class(name)
+    known = {f.name for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(params) - known)
+    if unknown:
+        raise ValueError(f"policy {name!r} has no parameter(s) {', '.join(unknown)}; "
+                         f"valid: {', '.join(sorted(known)) or 'none'}")
+    return cls(**params)
