@@ -1,0 +1,240 @@
+"""Runner processes on one node: start them, tail their events, stop them.
+
+Each job attempt is its own ``python -m tfgshare.runner`` process in its own
+session, with ``CUDA_VISIBLE_DEVICES`` set to its GPUs (empty on virtual GPUs,
+so it trains on the CPU) and its fragment's ``--memory_fraction``. Its events go
+to an attempt-specific file under the work dir, its output to a log beside it.
+
+A runner dies with the process that started it (``PR_SET_PDEATHSIG``): when an
+agent is killed its runners go too, so no orphan can write to a ``train_dir``
+that a new attempt elsewhere restores from. Runners survive a coordinator
+restart (they belong to the agent, not the coordinator).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tfgshare import runner_protocol as rp
+
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass
+class RunnerProc:
+    """One running attempt of one job."""
+
+    job: str
+    attempt: int
+    gpu_indices: tuple[int, ...]
+    events_file: Path
+    log_file: Path
+    popen: subprocess.Popen
+    sample_only: bool = False
+    offset: int = 0
+    step: int = 0
+    stopping: str = ""            # "", "suspend", "cancel", "kill"
+    deadline: float | None = None  # when a stop request escalates to SIGKILL
+    note: str = ""                # why it was killed, for the exit report
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+
+@dataclass
+class EventOut:
+    """A runner event to forward."""
+
+    runner: RunnerProc
+    event: dict
+
+
+@dataclass
+class ExitOut:
+    """A runner that ended: its exit code (128+N for signal N) and why."""
+
+    runner: RunnerProc
+    exit_code: int
+    reason: str
+
+
+@dataclass
+class Supervisor:
+    """Starts and tracks the runner processes of one node."""
+
+    work_dir: Path
+    runner_cmd: list[str] = field(default_factory=lambda: [sys.executable, "-m", "tfgshare.runner"])
+    threads: int = 1               # CPU threads per runner (TF intra/inter-op)
+    suspend_timeout_s: float = 60.0
+    cancel_timeout_s: float = 5.0
+    runner_flags: list[str] = field(default_factory=list)   # added to every runner
+    runners: dict[str, RunnerProc] = field(default_factory=dict)
+
+    def start(self, job: str, attempt: int, args: list[str], train_dir: str | Path,
+              fragments: list[tuple[int, float]], virtual: bool,
+              sample_only: bool = False) -> RunnerProc:
+        """Start attempt ``attempt`` of ``job`` on ``fragments`` [(gpu_index, fraction)]."""
+        if job in self.runners:
+            raise ValueError(f"job {job} already has a runner here "
+                             f"(attempt {self.runners[job].attempt})")
+        if not fragments:
+            raise ValueError(f"job {job}: no fragments to run on")
+        for index, fraction in fragments:
+            if not 0.0 < fraction <= 1.0:
+                raise ValueError(f"job {job}: fraction {fraction} on GPU {index} "
+                                 "is not in (0, 1]")
+        job_dir = Path(self.work_dir) / job
+        job_dir.mkdir(parents=True, exist_ok=True)
+        events = job_dir / f"attempt-{attempt}.events.jsonl"
+        log = job_dir / f"attempt-{attempt}.log"
+        events.write_bytes(b"")
+        indices = tuple(i for i, _ in fragments)
+        fraction = min(f for _, f in fragments)
+        cmd = [*self.runner_cmd, *args,
+               "--train_dir", str(train_dir), "--events_file", str(events),
+               "--memory_fraction", f"{fraction:g}", "--num_gpus", str(len(fragments)),
+               "--job_id", job, *self.runner_flags]
+        if sample_only:
+            cmd.append("--sample_only")
+        env = dict(os.environ)
+        env.update({
+            "CUDA_VISIBLE_DEVICES": "" if virtual else ",".join(map(str, indices)),
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",   # CUDA numbering = NVML numbering
+            "TF_NUM_INTRAOP_THREADS": str(self.threads),
+            "TF_NUM_INTEROP_THREADS": str(self.threads),
+            "OMP_NUM_THREADS": str(self.threads),
+            "TF_CPP_MIN_LOG_LEVEL": env.get("TF_CPP_MIN_LOG_LEVEL", "2"),
+            "PYTHONUNBUFFERED": "1",
+        })
+        with open(log, "ab") as out:
+            popen = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out,
+                                     stderr=subprocess.STDOUT, env=env,
+                                     start_new_session=True,
+                                     preexec_fn=_die_with_parent(os.getpid()))
+        proc = RunnerProc(job, attempt, indices, events, log, popen, sample_only)
+        self.runners[job] = proc
+        return proc
+
+    def suspend(self, job: str) -> RunnerProc:
+        """Ask ``job``'s runner to checkpoint and exit (SIGUSR1), with a deadline."""
+        proc = self._get(job)
+        if not proc.stopping:
+            proc.stopping = "suspend"
+            proc.deadline = time.monotonic() + self.suspend_timeout_s
+            _signal(proc, signal.SIGUSR1)
+        return proc
+
+    def cancel(self, job: str) -> RunnerProc:
+        """Stop ``job``'s runner for good: SIGTERM, then SIGKILL after a short wait."""
+        proc = self._get(job)
+        if proc.stopping != "cancel":
+            proc.stopping = "cancel"
+            proc.deadline = time.monotonic() + self.cancel_timeout_s
+            _signal(proc, signal.SIGTERM)
+        return proc
+
+    def kill(self, job: str) -> RunnerProc:
+        """Kill ``job``'s runner at once (SIGKILL to its process group)."""
+        proc = self._get(job)
+        proc.stopping = "kill"
+        proc.note = proc.note or "killed on request"
+        _signal(proc, signal.SIGKILL, group=True)
+        return proc
+
+    def poll(self) -> list[EventOut | ExitOut]:
+        """New events of every runner, then the exits of those that ended."""
+        out: list[EventOut | ExitOut] = []
+        now = time.monotonic()
+        for job, proc in list(self.runners.items()):
+            code = proc.popen.poll()
+            out.extend(self._read_events(proc))
+            if code is None:
+                if proc.deadline is not None and now >= proc.deadline:
+                    waited = (self.suspend_timeout_s if proc.stopping == "suspend"
+                              else self.cancel_timeout_s)
+                    proc.note = f"{proc.stopping} not done after {waited:g}s: killed (SIGKILL)"
+                    proc.deadline = None
+                    _signal(proc, signal.SIGKILL, group=True)
+                continue
+            del self.runners[job]
+            out.append(ExitOut(proc, *_exit_code_and_reason(code, proc)))
+        return out
+
+    def stop_all(self, timeout_s: float = 30.0) -> list[EventOut | ExitOut]:
+        """Suspend every runner, wait up to ``timeout_s``, kill what is left."""
+        for job in list(self.runners):
+            self.suspend(job)
+        out: list[EventOut | ExitOut] = []
+        end = time.monotonic() + timeout_s
+        while self.runners and time.monotonic() < end:
+            out += self.poll()
+            time.sleep(0.05)
+        for job in list(self.runners):
+            self.runners[job].note = f"still running {timeout_s:g}s after the agent stopped: killed"
+            self.kill(job)
+        while self.runners:
+            out += self.poll()
+            time.sleep(0.02)
+        return out
+
+    def _get(self, job: str) -> RunnerProc:
+        try:
+            return self.runners[job]
+        except KeyError:
+            raise KeyError(f"no runner for job {job} on this node") from None
+
+    def _read_events(self, proc: RunnerProc) -> list[EventOut]:
+        events, proc.offset = rp.read_events(proc.events_file, proc.offset)
+        for ev in events:
+            for key in ("step", "global_step"):
+                if isinstance(ev.get(key), int):
+                    proc.step = ev[key]
+        return [EventOut(proc, ev) for ev in events]
+
+
+def _exit_code_and_reason(code: int, proc: RunnerProc) -> tuple[int, str]:
+    if code < 0:
+        sig = -code
+        name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
+        return 128 + sig, proc.note or f"killed by {name}"
+    if proc.stopping in ("cancel", "kill"):
+        return code, proc.note or f"cancelled (exit {code})"
+    reason = {rp.EXIT_OK: "finished",
+              rp.EXIT_SUSPENDED: "sampled" if proc.sample_only and not proc.stopping
+              else "suspended",
+              rp.EXIT_BAD_INPUT: "bad input",
+              rp.EXIT_CHECKPOINT_ERROR: "checkpoint error"}.get(code, f"crashed (exit {code})")
+    if code not in (rp.EXIT_OK, rp.EXIT_SUSPENDED):
+        reason += f"; see {proc.log_file}"
+    return code, reason
+
+
+def _signal(proc: RunnerProc, sig: int, group: bool = False) -> None:
+    try:
+        if group:
+            os.killpg(proc.pid, sig)   # the runner leads its own session/group
+        else:
+            os.kill(proc.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _die_with_parent(parent_pid: int):
+    """A preexec hook: the child gets SIGKILL when its parent dies (Linux)."""
+    def hook() -> None:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            return
+        if os.getppid() != parent_pid:     # the parent died before prctl
+            os._exit(1)
+    return hook
