@@ -1,0 +1,31 @@
+"""One job of a cluster trace, as the simulator and replay tools consume it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TraceJob:
+    """A trace job: when it arrived, how many GPUs it asked for, how long it ran.
+
+    ``submit_time`` is in seconds since the trace's first submission (after any
+    filters, re-based so that the first job is at 0). ``duration`` is the job's
+    run time in seconds on the original cluster. ``model``, ``batch_size`` and
+    ``total_steps`` are empty until a trace gives them or
+    :func:`philly.mapping.assign_models` fills them in.
+    """
+
+    id: str
+    submit_time: float
+    num_gpus: int
+    duration: float
+    vc: str = ""
+    model: str = ""
+    batch_size: int = 0
+    total_steps: int = 0
+
+    @property
+    def gpu_time(self) -> float:
+        """GPU-seconds the job used on the original cluster."""
+        return self.duration * self.num_gpus
