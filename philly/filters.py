@@ -7,6 +7,8 @@ on its arguments and, where random, on ``seed``.
 from __future__ import annotations
 
 import dataclasses
+import math
+import random
 from datetime import datetime
 from typing import Iterable
 
@@ -93,3 +95,86 @@ def _as_set(values, name: str, kind: type) -> set | None:
         return {kind(v) for v in values}
     except (TypeError, ValueError):
         raise ValueError(f"{name} must be a collection of {kind.__name__} values, got {values!r}") from None
+
+
+def offered_load(jobs: list[TraceJob], span: float | None = None) -> float:
+    """GPU-seconds asked for per second of arrivals (span defaults to first-to-last submit)."""
+    if not jobs:
+        return 0.0
+    if span is None:
+        span = max(j.submit_time for j in jobs) - min(j.submit_time for j in jobs)
+    if span <= 0:
+        raise ValueError("offered load needs jobs spread over a positive time span")
+    return sum(j.gpu_time for j in jobs) / span
+
+
+def subsample(jobs: list[TraceJob], fraction: float | None = None, num_jobs: int | None = None,
+              seed: int = 0) -> list[TraceJob]:
+    """A uniform random subset, each job keeping its submit time (a thinned arrival process).
+
+    Give exactly one of ``fraction`` (in [0, 1]) or ``num_jobs``. The result keeps
+    the input order; the same seed gives the same subset.
+    """
+    if (fraction is None) == (num_jobs is None):
+        raise ValueError("give exactly one of fraction or num_jobs")
+    if fraction is not None:
+        if not 0 <= fraction <= 1:
+            raise ValueError(f"fraction must be in [0, 1], got {fraction!r}")
+        num_jobs = round(fraction * len(jobs))
+    if not (isinstance(num_jobs, int) and 0 <= num_jobs):
+        raise ValueError(f"num_jobs must be an integer >= 0, got {num_jobs!r}")
+    if num_jobs > len(jobs):
+        raise ValueError(f"num_jobs {num_jobs} is more than the {len(jobs)} jobs given")
+    chosen = sorted(random.Random(seed).sample(range(len(jobs)), num_jobs))
+    return [jobs[i] for i in chosen]
+
+
+def scale_to_cluster(jobs: list[TraceJob], cluster_gpus: int, reference_gpus: int,
+                     seed: int = 0) -> list[TraceJob]:
+    """A random subset whose offered load per GPU on ``cluster_gpus`` matches the
+    original's on ``reference_gpus``; submit times are kept.
+
+    Jobs that need more GPUs than the cluster has are left out (they could never
+    start); the others are taken in a seeded random order until their GPU-time
+    comes closest to ``total * cluster_gpus / reference_gpus``. The result keeps
+    the input order.
+    """
+    for name, value in (("cluster_gpus", cluster_gpus), ("reference_gpus", reference_gpus)):
+        if not (isinstance(value, int) and value > 0):
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if cluster_gpus > reference_gpus:
+        raise ValueError(
+            f"cluster_gpus {cluster_gpus} exceeds reference_gpus {reference_gpus}: "
+            "scaling can only thin a trace, not add jobs")
+    target = sum(j.gpu_time for j in jobs) * cluster_gpus / reference_gpus
+    fits = [i for i, j in enumerate(jobs) if j.num_gpus <= cluster_gpus]
+    random.Random(seed).shuffle(fits)
+    chosen, total = [], 0.0
+    for i in fits:
+        size = jobs[i].gpu_time
+        if total + size >= target:
+            if (total + size) - target < target - total:
+                chosen.append(i)
+            break
+        chosen.append(i)
+        total += size
+    return [jobs[i] for i in sorted(chosen)]
+
+
+def compress_time(jobs: list[TraceJob], factor: float, durations: bool = False) -> list[TraceJob]:
+    """Jobs arriving ``factor`` times faster (inter-arrival times divided by it);
+    with ``durations=True`` run times shrink by the same factor.
+
+    The earliest submission keeps its time.
+    """
+    if not (isinstance(factor, (int, float)) and factor > 0 and math.isfinite(factor)):
+        raise ValueError(f"factor must be a positive number, got {factor!r}")
+    if not jobs:
+        return []
+    first = min(j.submit_time for j in jobs)
+    return [
+        dataclasses.replace(
+            j, submit_time=first + (j.submit_time - first) / factor,
+            duration=j.duration / factor if durations else j.duration)
+        for j in jobs
+    ]
