@@ -14,8 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Sequence
 
-from .base import Action, ClusterSnapshot, JobView, Start
-from .placement import FreeMap, exclusive_fraction, to_fragments
+from .base import Action, ClusterSnapshot, JobView
+from .exclusive import start_exclusive, whole_gpu
+from .placement import FreeMap
 from .queueing import waiting_jobs
 
 
@@ -32,16 +33,14 @@ class Fifo:
         if not queue:
             return []
         free = FreeMap(cluster, jobs, max_tenants=1)
-        reserve = cluster.reserve_mb
-        need = lambda g: exclusive_fraction(g, reserve)  # noqa: E731
+        need = whole_gpu(cluster)
         up = len(free.gpus)
         actions: list[Action] = []
         for job in queue:
             if job.num_gpus > up:
                 continue
-            placed = free.gang_place(job.num_gpus, need)
-            if placed is None:
+            start = start_exclusive(free, job, need)
+            if start is None:
                 break
-            free.take(placed)
-            actions.append(Start(job.id, to_fragments(placed)))
+            actions.append(start)
         return actions

@@ -124,6 +124,7 @@ class FreeMap:
         self.gpus: dict[str, GPU] = {}
         self.order: dict[str, int] = {}
         self._free: dict[str, float] = {}
+        self._closed: set[str] = set()
         self._groups: dict[int, list[tuple[float, int, str]]] = {}
         self._rep: dict[int, GPU] = {}
         reserve = self.reserve_mb
@@ -153,6 +154,13 @@ class FreeMap:
         return not (self.max_tenants is not None and u is not None
                     and u.tenants >= self.max_tenants)
 
+    def _drop(self, gid: str) -> None:
+        keys = self._groups[self.gpus[gid].memory_mb]
+        key = (self._free[gid], self.order[gid], gid)
+        i = bisect_left(keys, key)
+        if i < len(keys) and keys[i] == key:
+            del keys[i]
+
     def free(self, gpu_id: str) -> float:
         """The fraction one more tenant could get on this GPU now."""
         return self._free[gpu_id]
@@ -178,10 +186,11 @@ class FreeMap:
             n += len(keys) - bisect_left(keys, (need(self._rep[mem]) - EPS,))
         return n
 
-    def best_fit(self, need: float | Need,
-                 exclude: Iterable[str] = ()) -> tuple[str, float] | None:
+    def best_fit(self, need: float | Need, exclude: Iterable[str] = (),
+                 ok: Callable[[str], bool] | None = None) -> tuple[str, float] | None:
         """The GPU with the smallest free room that still fits, and the fraction.
 
+        Skips GPUs in ``exclude`` and those for which ``ok(gpu_id)`` is false.
         Ties go to the earlier GPU in cluster order; between GPU sizes the
         smaller free room in MB wins. None if nothing fits.
         """
@@ -191,7 +200,8 @@ class FreeMap:
         for mem, keys in self._groups.items():
             f = need(self._rep[mem])
             i = bisect_left(keys, (f - EPS,))
-            while i < len(keys) and keys[i][2] in exclude:
+            while i < len(keys) and (keys[i][2] in exclude
+                                     or (ok is not None and not ok(keys[i][2]))):
                 i += 1
             if i == len(keys):
                 continue
@@ -201,7 +211,28 @@ class FreeMap:
                 best = cand
         return None if best is None else (best[2], best[3])
 
-    def gang_place(self, k: int, need: float | Need) -> list[tuple[str, float]] | None:
+    def worst_fit(self, need: float | Need) -> tuple[str, float] | None:
+        """The GPU with the most free room (MB) if it fits ``need``, and the fraction.
+
+        Ties go to the earlier GPU in cluster order. None if nothing fits.
+        """
+        need = as_need(need)
+        best = None
+        for mem, keys in self._groups.items():
+            if not keys:
+                continue
+            f = need(self._rep[mem])
+            top = keys[-1][0]
+            if top < f - EPS:
+                continue
+            free, order, gid = keys[bisect_left(keys, (top - EPS,))]
+            cand = (-free * mem, order, gid, f)
+            if best is None or cand < best:
+                best = cand
+        return None if best is None else (best[2], best[3])
+
+    def gang_place(self, k: int, need: float | Need,
+                   ok: Callable[[str], bool] | None = None) -> list[tuple[str, float]] | None:
         """``k`` distinct GPUs that each fit ``need``: one node if possible, else fewest nodes.
 
         Among nodes that can hold the whole gang, the one with the fewest
@@ -209,7 +240,7 @@ class FreeMap:
         GPUs. Returns (gpu id, fraction) pairs, or None.
         """
         if k <= 1:
-            one = self.best_fit(need)
+            one = self.best_fit(need, ok=ok)
             return None if one is None else [one]
         need = as_need(need)
         if self.count_fitting(need) < k:
@@ -218,7 +249,11 @@ class FreeMap:
         for mem, keys in self._groups.items():
             f = need(self._rep[mem])
             for free, order, gid in keys[bisect_left(keys, (f - EPS,)):]:
+                if ok is not None and not ok(gid):
+                    continue
                 by_node.setdefault(self.gpus[gid].node, []).append((free * mem, order, gid, f))
+        if sum(map(len, by_node.values())) < k:
+            return None
         for cands in by_node.values():
             cands.sort()
         first = {node: cands[0][1] for node, cands in by_node.items()}
@@ -241,13 +276,16 @@ class FreeMap:
 
     # ---- updates ---------------------------------------------------------
 
+    def close(self, gpu_ids: Iterable[str]) -> None:
+        """Take these GPUs out of the search for the rest of this plan (a reservation)."""
+        for gid in gpu_ids:
+            if gid in self.gpus and gid not in self._closed:
+                self._drop(gid)
+                self._closed.add(gid)
+
     def _move(self, gid: str, d_used: float, d_tenants: int) -> None:
         g = self.gpus[gid]
-        keys = self._groups[g.memory_mb]
-        key = (self._free[gid], self.order[gid], gid)
-        i = bisect_left(keys, key)
-        if i < len(keys) and keys[i] == key:
-            del keys[i]
+        self._drop(gid)
         u = self.use.get(gid)
         if u is None:
             u = self.use[gid] = GpuUse()
@@ -258,8 +296,8 @@ class FreeMap:
             u = None
         free = free_fraction(g, u, self.reserve_mb)
         self._free[gid] = free
-        if self._open(u, free):
-            insort(keys, (free, self.order[gid], gid))
+        if gid not in self._closed and self._open(u, free):
+            insort(self._groups[g.memory_mb], (free, self.order[gid], gid))
 
     def take(self, fragments: Iterable[Fragment | tuple[str, float]]) -> None:
         """Record new tenants holding these fragments."""

@@ -10,6 +10,9 @@ from .base import Policy
 # name -> "module:class", imported only when asked for
 _POLICIES: dict[str, str] = {
     "fifo": "tfgshare.policies.fifo:Fifo",
+    "sjf": "tfgshare.policies.sjf:Sjf",
+    "tiresias": "tfgshare.policies.tiresias:Tiresias",
+    "gandiva": "tfgshare.policies.gandiva:Gandiva",
 }
 
 POLICY_NAMES: tuple[str, ...] = tuple(_POLICIES)

@@ -1,0 +1,73 @@
+"""Gandiva-style greedy packing: share GPUs by memory, no prediction, no preemption.
+
+After Xiao et al., "Gandiva: Introspective Cluster Scheduling for Deep
+Learning", OSDI'18, reduced to its packing part: jobs are taken in arrival
+order and each goes to the GPU with the most free memory that can hold it
+(so new jobs spread over empty GPUs first and pack onto shared ones when the
+cluster fills), up to ``max_tenants`` jobs per GPU. A job's memory is its
+sampled peak when known, else its requested fraction, else
+``default_fraction`` of a GPU; no sampling phase is run. Jobs that do not fit
+are skipped, with no anti-starvation, so large jobs can wait without bound.
+Multi-GPU jobs are gang-placed on one node where possible.
+
+``max_tenants`` 4 and ``default_fraction`` 0.5 are our choice: Gandiva packs
+a few jobs per GPU, and half a GPU lets two unknown jobs share one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Sequence
+
+from .base import Action, ClusterSnapshot, JobView, Start
+from .placement import FreeMap, fraction_for, to_fragments
+from .queueing import waiting_jobs
+
+
+@dataclass
+class Gandiva:
+    """Greedy memory packing onto the least loaded GPU, in arrival order."""
+
+    name: ClassVar[str] = "gandiva"
+    # most jobs sharing one GPU
+    max_tenants: int = 4
+    # fraction of a GPU assumed for a job with no sample and no request
+    default_fraction: float = 0.5
+    # safety margin over sampled peak memory
+    headroom: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.max_tenants < 1:
+            raise ValueError(f"gandiva max_tenants must be >= 1, got {self.max_tenants}")
+        if not 0 < self.default_fraction <= 1:
+            raise ValueError(f"gandiva default_fraction must be in (0, 1], "
+                             f"got {self.default_fraction}")
+
+    def decide(self, now: float, cluster: ClusterSnapshot,
+               jobs: Sequence[JobView]) -> list[Action]:
+        """Start every waiting job that fits, each on the least loaded GPU(s)."""
+        queue = waiting_jobs(jobs)
+        if not queue:
+            return []
+        free = FreeMap(cluster, jobs, max_tenants=self.max_tenants)
+        reserve = cluster.reserve_mb
+        actions: list[Action] = []
+        top = free.max_free()
+        for job in queue:
+            if top <= 0.0:
+                break
+
+            def need(g, job=job):
+                return fraction_for(job, g, self.headroom, reserve, self.default_fraction)
+
+            if job.num_gpus == 1:
+                one = free.worst_fit(need)
+                placed = None if one is None else [one]
+            else:
+                placed = free.gang_place(job.num_gpus, need)
+            if placed is None:
+                continue
+            free.take(placed)
+            top = free.max_free()
+            actions.append(Start(job.id, to_fragments(placed)))
+        return actions

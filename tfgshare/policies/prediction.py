@@ -1,0 +1,39 @@
+"""What a policy believes about a job's remaining run time and its wait so far."""
+
+from __future__ import annotations
+
+from .base import JobView
+
+
+def remaining_s(job: JobView) -> float | None:
+    """Predicted seconds left: the caller's refreshed figure, else from the sample, else None."""
+    if job.predicted_remaining_s is not None:
+        return job.predicted_remaining_s
+    if job.sample is not None:
+        return max(0, job.total_steps - job.steps_done) * job.sample.step_time_s
+    return None
+
+
+def current_wait_s(job: JobView, now: float) -> float:
+    """How long a waiting job has waited since it last stopped running (or since submit)."""
+    if not job.state.waiting:
+        return 0.0
+    since = job.last_wait_start if job.last_wait_start is not None else job.submit_time
+    return max(0.0, now - since)
+
+
+def total_wait_s(job: JobView, now: float) -> float:
+    """All the time the job has not run since submit, up to ``now``.
+
+    ``waited_s`` is read as the waiting already closed (before the current
+    wait began at ``last_wait_start``); the current wait is added to it. A job
+    that never ran and has no ``last_wait_start`` has waited since submit.
+    """
+    if job.state.waiting and job.last_wait_start is None and job.last_start is None:
+        return max(0.0, now - job.submit_time)
+    return job.waited_s + current_wait_s(job, now)
+
+
+def run_s(job: JobView) -> float:
+    """Seconds the job has run so far: attained GPU-seconds over its GPU count."""
+    return job.attained_service_s / max(1, job.num_gpus)
