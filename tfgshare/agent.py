@@ -1,0 +1,376 @@
+"""The node agent: offers a node's GPUs to the coordinator and runs its jobs there.
+
+``tfgshare agent --coordinator tcp://HOST:5555`` discovers the GPUs (NVML, or the
+``--virtual-gpus`` where there is no driver), registers, and then in one loop:
+carries out the coordinator's commands (start / suspend / cancel / adopt / kill),
+forwards each runner's events and exit, and sends heartbeats with telemetry.
+
+Checkpoints live in a shared directory: the coordinator names each job's
+``train_dir`` under its checkpoint root, the same path on every node, so a job
+resumed elsewhere restores from it. If the coordinator goes quiet or forgets
+the agent (a restart), the agent registers again and reports the runners it
+still has, so they are adopted; the exits it could not deliver are resent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import zmq
+
+from tfgshare import gpus as gpus_mod
+from tfgshare import schema
+from tfgshare.supervisor import EventOut, ExitOut, Supervisor
+
+log = logging.getLogger("tfgshare.agent")
+
+# runner events that change the coordinator's view; resent if not acknowledged
+_KEY_EVENTS = frozenset({"started", "sample", "checkpoint", "suspended", "finished", "error"})
+
+
+@dataclass
+class AgentConfig:
+    """How an agent reaches its coordinator and runs its jobs."""
+
+    coordinator: str
+    node: str
+    work_dir: Path
+    heartbeat_s: float | None = None     # None: what the coordinator asks for
+    token: str | None = None
+    threads: int = 1                     # CPU threads per runner
+    suspend_timeout_s: float = 60.0
+    register_retry_s: float = 1.0
+    lost_after_s: float | None = None    # silence before reconnecting; None: 4 heartbeats, >= 5s
+
+
+class Agent:
+    """One node's agent; ``run`` loops until stopped, ``step`` does one round."""
+
+    def __init__(self, cfg: AgentConfig, gpu_source, supervisor: Supervisor | None = None,
+                 context: zmq.Context | None = None) -> None:
+        self.cfg = cfg
+        self.gpus = gpu_source
+        self.sup = supervisor or Supervisor(
+            Path(cfg.work_dir), threads=cfg.threads, suspend_timeout_s=cfg.suspend_timeout_s,
+            runner_flags=["--intra_op_threads", str(cfg.threads),
+                          "--inter_op_threads", str(cfg.threads)])
+        self.ctx = context or zmq.Context.instance()
+        self.sock: zmq.Socket | None = None
+        self.registered = False
+        self.register_id: str | None = None
+        self.heartbeat_s = cfg.heartbeat_s or 2.0
+        self.checkpoint_root: str | None = None
+        self.unacked: dict[str, schema.Message] = {}   # id -> job_exit / key job_event
+        self.quiet: set[str] = set()                   # runners killed on request: no exit report
+        self.fatal: str | None = None
+        self._last_register = 0.0
+        self._last_heartbeat = 0.0
+        self._last_heard = time.monotonic()
+        self._connect()
+
+    # ---- the loop ----------------------------------------------------------
+
+    def run(self, should_stop=lambda: False) -> int:
+        """Serve until ``should_stop()`` or a fatal refusal; then suspend runners."""
+        try:
+            while not should_stop() and self.fatal is None:
+                self.step(timeout_ms=50)
+        finally:
+            self.shutdown()
+        if self.fatal:
+            log.error("%s", self.fatal)
+            return 1
+        return 0
+
+    def step(self, timeout_ms: int = 50) -> None:
+        """Handle incoming messages, runner output and timers once."""
+        now = time.monotonic()
+        if not self.registered and now - self._last_register >= self.cfg.register_retry_s:
+            self._register()
+        if self.sock.poll(timeout_ms, zmq.POLLIN):
+            while True:
+                try:
+                    frame = self.sock.recv(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                self._handle(frame)
+        self._forward_runners()
+        now = time.monotonic()
+        if self.registered and now - self._last_heartbeat >= self.heartbeat_s:
+            self._heartbeat()
+        lost_after = self.cfg.lost_after_s or max(5.0, 4 * self.heartbeat_s)
+        if self.registered and now - self._last_heard > lost_after:
+            log.warning("coordinator silent for %.0fs; reconnecting", now - self._last_heard)
+            self._connect()
+
+    def shutdown(self, timeout_s: float = 20.0) -> None:
+        """Suspend every runner to its checkpoint, report the exits, close the socket."""
+        if self.sup.runners:
+            log.info("stopping: suspending %d runner(s)", len(self.sup.runners))
+            self._forward(self.sup.stop_all(timeout_s))
+            end = time.monotonic() + 2.0    # give the coordinator a moment to hear the exits
+            while self.unacked and self.registered and time.monotonic() < end:
+                if self.sock.poll(50, zmq.POLLIN):
+                    self._handle(self.sock.recv())
+        if self.sock is not None:
+            self.sock.close(linger=200)
+            self.sock = None
+        self.gpus.close()
+
+    # ---- coordinator link --------------------------------------------------
+
+    def _connect(self) -> None:
+        if self.sock is not None:
+            self.sock.close(linger=0)
+        sock = self.ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.MAXMSGSIZE, schema.MAX_MESSAGE_BYTES)
+        sock.setsockopt(zmq.RECONNECT_IVL, 200)
+        sock.setsockopt(zmq.RECONNECT_IVL_MAX, 2000)
+        sock.connect(self.cfg.coordinator)
+        self.sock = sock
+        self.registered = False
+        self._last_register = 0.0
+        self._last_heard = time.monotonic()
+
+    def _send(self, msg: schema.Message) -> bool:
+        try:
+            self.sock.send(schema.encode(msg), zmq.NOBLOCK)
+            return True
+        except zmq.Again:        # queue full while the coordinator is away
+            return False
+
+    def _register(self) -> None:
+        jobs = [schema.RunningJob(job=p.job, pid=p.pid, step=p.step, attempt=p.attempt)
+                for p in self.sup.runners.values() if p.job not in self.quiet]
+        gpus = [schema.GpuInfo(index=g.index, name=g.name, memory_mb=g.memory_mb,
+                               virtual=g.virtual) for g in self.gpus.gpus]
+        msg = schema.Register(node=self.cfg.node, gpus=gpus, jobs=jobs, token=self.cfg.token)
+        self.register_id = msg.id
+        self._last_register = time.monotonic()
+        self._send(msg)
+
+    def _heartbeat(self) -> None:
+        self._last_heartbeat = time.monotonic()
+        runners = [p for p in self.sup.runners.values() if p.job not in self.quiet]
+        tel = self.gpus.read({p.pid: p.gpu_indices for p in runners})
+        msg = schema.Heartbeat(
+            node=self.cfg.node,
+            gpus=[schema.GpuTelemetry(index=r.index, util=r.util,
+                                      memory_used_mb=r.memory_used_mb) for r in tel.gpus],
+            jobs=[schema.JobTelemetry(job=p.job, step=p.step,
+                                      gpu_memory_mb=tel.process_memory_mb.get(p.pid, {}))
+                  for p in runners])
+        self._send(msg)
+
+    def _handle(self, frame: bytes) -> None:
+        self._last_heard = time.monotonic()
+        try:
+            msg = schema.decode(frame)
+        except schema.SchemaError as exc:
+            log.warning("dropped a bad message from the coordinator: %s", exc)
+            return
+        if isinstance(msg, (schema.Ok, schema.Error)):
+            self._on_reply(msg)
+            return
+        handler = {schema.StartJob: self._start, schema.SuspendJob: self._suspend,
+                   schema.CancelJob: self._cancel, schema.AdoptJob: self._adopt,
+                   schema.KillJob: self._kill}.get(type(msg))
+        if handler is None:
+            self._send(schema.reply_error(msg, f"an agent does not serve {msg.TYPE!r}"))
+            return
+        try:
+            reply = handler(msg) or schema.reply_ok(msg)
+        except (ValueError, KeyError, OSError) as exc:
+            reply = schema.reply_error(msg, str(exc).strip("'\""))
+        self._send(reply)
+
+    def _on_reply(self, msg: schema.Ok | schema.Error) -> None:
+        if msg.id == self.register_id:
+            if isinstance(msg, schema.Error):
+                if "token" in msg.reason.lower():
+                    self.fatal = f"coordinator refused registration: {msg.reason}"
+                else:
+                    log.warning("registration refused: %s (retrying)", msg.reason)
+                return
+            self._registered(msg.fields)
+            return
+        sent = self.unacked.pop(msg.id, None)
+        if isinstance(msg, schema.Error):
+            if "regist" in msg.reason.lower():       # the coordinator forgot us: re-join
+                if sent is not None:
+                    self.unacked[msg.id] = sent
+                if self.registered:
+                    log.info("coordinator does not know this node (%s); registering", msg.reason)
+                self.registered = False
+            elif sent is not None:
+                log.info("coordinator refused %s for %s: %s", sent.TYPE,
+                         getattr(sent, "job", "?"), msg.reason)
+
+    def _registered(self, fields: dict) -> None:
+        self.registered = True
+        self._last_heartbeat = 0.0
+        if self.cfg.heartbeat_s is None and isinstance(fields.get("heartbeat_s"), (int, float)):
+            self.heartbeat_s = max(0.05, float(fields["heartbeat_s"]))
+        self.checkpoint_root = fields.get("checkpoint_root")
+        if self.checkpoint_root and not os.access(
+                _existing_parent(self.checkpoint_root), os.W_OK):
+            log.warning("checkpoint root %s is not writable from this node: mount the "
+                        "shared checkpoint directory here", self.checkpoint_root)
+        log.info("registered as %s with %d GPU(s); heartbeat %.1fs", self.cfg.node,
+                 len(self.gpus.gpus), self.heartbeat_s)
+        for msg in list(self.unacked.values()):   # what the coordinator may have missed
+            self._send(msg)
+
+    # ---- commands ----------------------------------------------------------
+
+    def _start(self, msg: schema.StartJob):
+        current = self.sup.runners.get(msg.job)
+        if current is not None and current.attempt == msg.attempt:
+            return None                                   # a resent command: already running
+        if current is not None and current.stopping == "kill":
+            current.popen.wait(timeout=10)
+            self._forward(self.sup.poll())
+        by_index = {g.index: g for g in self.gpus.gpus}
+        for frag in msg.fragments:
+            if frag.gpu_index not in by_index:
+                raise ValueError(f"job {msg.job}: GPU {frag.gpu_index} is not on node "
+                                 f"{self.cfg.node} (it has {sorted(by_index)})")
+        virtual = any(by_index[f.gpu_index].virtual for f in msg.fragments)
+        Path(msg.train_dir).mkdir(parents=True, exist_ok=True)
+        proc = self.sup.start(msg.job, msg.attempt, msg.spec.runner_args(), msg.train_dir,
+                              [(f.gpu_index, f.fraction) for f in msg.fragments],
+                              virtual=virtual, sample_only=msg.sample_only)
+        self.quiet.discard(msg.job)
+        log.info("started %s attempt %d on GPU(s) %s (pid %d)", msg.job, msg.attempt,
+                 ",".join(str(i) for i in proc.gpu_indices), proc.pid)
+        return schema.reply_ok(msg, pid=proc.pid)
+
+    def _runner(self, job: str, attempt: int):
+        proc = self.sup.runners.get(job)
+        if proc is None or proc.job in self.quiet:
+            raise KeyError(f"no runner for job {job} on node {self.cfg.node}")
+        if proc.attempt != attempt:
+            raise ValueError(f"job {job} runs attempt {proc.attempt} here, not {attempt}")
+        return proc
+
+    def _suspend(self, msg: schema.SuspendJob):
+        self._runner(msg.job, msg.attempt)
+        self.sup.suspend(msg.job)
+
+    def _cancel(self, msg: schema.CancelJob):
+        self._runner(msg.job, msg.attempt)
+        self.sup.cancel(msg.job)
+
+    def _adopt(self, msg: schema.AdoptJob):
+        proc = self.sup.runners.get(msg.job)
+        if proc is None or proc.job in self.quiet:
+            raise KeyError(f"no runner for job {msg.job} on node {self.cfg.node}")
+        proc.attempt = msg.attempt
+
+    def _kill(self, msg: schema.KillJob):
+        if msg.job in self.sup.runners:
+            self.quiet.add(msg.job)
+            self.sup.kill(msg.job)
+
+    # ---- runner output -----------------------------------------------------
+
+    def _forward_runners(self) -> None:
+        self._forward(self.sup.poll())
+
+    def _forward(self, outs) -> None:
+        for out in outs:
+            job = out.runner.job
+            if job in self.quiet:
+                if isinstance(out, ExitOut):
+                    self.quiet.discard(job)
+                continue
+            if isinstance(out, EventOut):
+                msg = schema.JobEvent(node=self.cfg.node, job=job,
+                                      attempt=out.runner.attempt, event=out.event)
+                if out.event.get("event") in _KEY_EVENTS:
+                    self.unacked[msg.id] = msg
+            else:
+                msg = schema.JobExit(node=self.cfg.node, job=job, attempt=out.runner.attempt,
+                                     exit_code=out.exit_code, reason=out.reason)
+                self.unacked[msg.id] = msg
+                log.info("%s attempt %d exited %d: %s", job, out.runner.attempt,
+                         out.exit_code, out.reason)
+            if self.registered:
+                self._send(msg)
+
+
+def _existing_parent(path: str) -> str:
+    p = Path(path)
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return str(p)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``tfgshare agent`` command line."""
+    p = argparse.ArgumentParser(prog="tfgshare agent",
+                                description="Run a node agent: offer this node's GPUs "
+                                            "to a coordinator and run its jobs.")
+    p.add_argument("--coordinator", required=True, metavar="tcp://HOST:PORT",
+                   help="the coordinator's address")
+    p.add_argument("--node", default=socket.gethostname(),
+                   help="this node's name (default: the host name)")
+    p.add_argument("--virtual-gpus", metavar="SPEC",
+                   help="GPUs to offer when NVML finds none, e.g. 2x16GiB or 1x8GiB,1x24GiB "
+                        "(their jobs run on the CPU)")
+    p.add_argument("--force-virtual", action="store_true",
+                   help="offer the --virtual-gpus even where NVML finds real GPUs")
+    p.add_argument("--work-dir", type=Path,
+                   help="runner events and logs (default: a folder in the temp dir)")
+    p.add_argument("--heartbeat", type=float, metavar="S",
+                   help="seconds between heartbeats (default: the coordinator's choice)")
+    p.add_argument("--token", default=os.environ.get("TFGSHARE_TOKEN"),
+                   help="shared token the coordinator requires (env TFGSHARE_TOKEN)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="CPU threads per runner (default 1)")
+    p.add_argument("--suspend-timeout", type=float, default=60.0, metavar="S",
+                   help="seconds a runner has to checkpoint before it is killed")
+    p.add_argument("-v", "--verbose", action="store_true", help="log debug detail")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the agent until SIGTERM/SIGINT; then suspend its runners and exit."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format=f"%(asctime)s agent {args.node}: %(message)s", stream=sys.stderr)
+    if not args.coordinator.startswith(("tcp://", "ipc://")):
+        print(f"tfgshare agent: error: --coordinator {args.coordinator!r} must look like "
+              "tcp://HOST:PORT", file=sys.stderr)
+        return 2
+    if args.heartbeat is not None and args.heartbeat <= 0:
+        print("tfgshare agent: error: --heartbeat must be > 0", file=sys.stderr)
+        return 2
+    if args.threads < 1:
+        print("tfgshare agent: error: --threads must be >= 1", file=sys.stderr)
+        return 2
+    try:
+        source, note = gpus_mod.discover(args.virtual_gpus, args.force_virtual)
+    except (gpus_mod.GpuSpecError, RuntimeError) as exc:
+        print(f"tfgshare agent: error: {exc}", file=sys.stderr)
+        return 2
+    work_dir = args.work_dir or Path(tempfile.gettempdir()) / f"tfgshare-agent-{args.node}"
+    work_dir.mkdir(parents=True, exist_ok=True)
+    log.info("%s; work dir %s; coordinator %s", note, work_dir, args.coordinator)
+    cfg = AgentConfig(coordinator=args.coordinator, node=args.node, work_dir=work_dir,
+                      heartbeat_s=args.heartbeat, token=args.token, threads=args.threads,
+                      suspend_timeout_s=args.suspend_timeout)
+    stop: list[int] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, _frame: stop.append(signum))
+    return Agent(cfg, source).run(should_stop=lambda: bool(stop))
