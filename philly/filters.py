@@ -135,9 +135,10 @@ def scale_to_cluster(jobs: list[TraceJob], cluster_gpus: int, reference_gpus: in
     original's on ``reference_gpus``; submit times are kept.
 
     Jobs that need more GPUs than the cluster has are left out (they could never
-    start); the others are taken in a seeded random order until their GPU-time
-    comes closest to ``total * cluster_gpus / reference_gpus``. The result keeps
-    the input order.
+    start); the others are taken in a seeded random order while their GPU-time
+    stays within ``total * cluster_gpus / reference_gpus``, and the gap left when
+    the next job would overshoot is filled with the later jobs (same order) that
+    still fit. The result keeps the input order.
     """
     for name, value in (("cluster_gpus", cluster_gpus), ("reference_gpus", reference_gpus)):
         if not (isinstance(value, int) and value > 0):
@@ -147,17 +148,14 @@ def scale_to_cluster(jobs: list[TraceJob], cluster_gpus: int, reference_gpus: in
             f"cluster_gpus {cluster_gpus} exceeds reference_gpus {reference_gpus}: "
             "scaling can only thin a trace, not add jobs")
     target = sum(j.gpu_time for j in jobs) * cluster_gpus / reference_gpus
-    fits = [i for i, j in enumerate(jobs) if j.num_gpus <= cluster_gpus]
-    random.Random(seed).shuffle(fits)
+    order = [i for i, j in enumerate(jobs) if j.num_gpus <= cluster_gpus]
+    random.Random(seed).shuffle(order)
     chosen, total = [], 0.0
-    for i in fits:
+    for i in order:
         size = jobs[i].gpu_time
-        if total + size >= target:
-            if (total + size) - target < target - total:
-                chosen.append(i)
-            break
-        chosen.append(i)
-        total += size
+        if total + size <= target:
+            chosen.append(i)
+            total += size
     return [jobs[i] for i in sorted(chosen)]
 
 

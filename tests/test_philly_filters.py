@@ -92,13 +92,13 @@ def test_subsample_bad_arguments():
         subsample(jobs, num_jobs=11)
 
 
-@pytest.mark.parametrize("cluster_gpus", [64, 256, 1024])
+@pytest.mark.parametrize("cluster_gpus", [16, 256, 1024])
 def test_scale_to_cluster_keeps_load_per_gpu(trace, cluster_gpus):
     span = trace[-1].submit_time
     scaled = scale_to_cluster(trace, cluster_gpus, 2490, seed=5)
     assert all(j.num_gpus <= cluster_gpus for j in scaled)
     per_gpu = offered_load(scaled, span) / cluster_gpus
-    assert per_gpu == pytest.approx(offered_load(trace) / 2490, rel=0.05)
+    assert per_gpu == pytest.approx(offered_load(trace) / 2490, rel=0.01)
     assert scaled == scale_to_cluster(trace, cluster_gpus, 2490, seed=5)
     assert len(scaled) < len(trace)
 
