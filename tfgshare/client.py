@@ -1,0 +1,152 @@
+"""A small ZeroMQ client for the coordinator (used by the CLI, the demo and tests).
+
+Each request waits at most ``timeout_s`` for its reply: an unreachable
+coordinator raises ``Unreachable`` instead of hanging, and a refused request
+raises ``Refused`` with the coordinator's reason.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import zmq
+
+from tfgshare import schema as s
+
+DEFAULT_ADDRESS = "tcp://127.0.0.1:5555"
+
+
+def default_address() -> str:
+    """$TFGSHARE_COORDINATOR, else tcp://127.0.0.1:5555."""
+    return os.environ.get("TFGSHARE_COORDINATOR") or DEFAULT_ADDRESS
+
+
+class ClientError(Exception):
+    """A request did not succeed."""
+
+
+class Unreachable(ClientError):
+    """No reply from the coordinator in time."""
+
+
+class Refused(ClientError):
+    """The coordinator answered with an error; the text is its reason."""
+
+
+class Client:
+    """Requests to one coordinator over a DEALER socket."""
+
+    def __init__(self, address: str | None = None, timeout_s: float = 1.0) -> None:
+        self.address = address or default_address()
+        self.timeout_s = timeout_s
+        self._ctx = zmq.Context()
+        self._sock = self._ctx.socket(zmq.DEALER)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        try:
+            self._sock.connect(self.address)
+        except zmq.ZMQError as exc:
+            self.close()
+            raise ClientError(f"bad coordinator address {self.address!r}: {exc}") from None
+
+    def close(self) -> None:
+        """Close the socket."""
+        self._sock.close(0)
+        self._ctx.term()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def send_raw(self, data: bytes) -> None:
+        """Send one frame as is (tests use this for malformed frames)."""
+        self._sock.send(data)
+
+    def recv_raw(self, timeout_s: float | None = None) -> bytes | None:
+        """The next frame, or None after the timeout."""
+        if self._sock.poll((self.timeout_s if timeout_s is None else timeout_s) * 1000):
+            return self._sock.recv()
+        return None
+
+    def request(self, msg: s.Message, timeout_s: float | None = None) -> dict[str, Any]:
+        """Send ``msg`` and return the ``ok`` reply's fields; raise on error or timeout."""
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        self._sock.send(s.encode(msg))
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not self._sock.poll(left * 1000):
+                raise Unreachable(f"no answer from the coordinator at {self.address} within "
+                                  f"{timeout:g}s; is it running? (set --coordinator or "
+                                  "TFGSHARE_COORDINATOR)")
+            reply = s.decode(self._sock.recv())
+            if reply.id != msg.id:
+                continue   # a late reply to an earlier request
+            if isinstance(reply, s.Error):
+                raise Refused(reply.reason)
+            if not isinstance(reply, s.Ok):
+                raise ClientError(f"unexpected reply type {reply.TYPE!r}")
+            return reply.fields
+
+    # ---- the requests --------------------------------------------------------
+
+    def submit(self, specs: list[s.JobSpec]) -> list[str]:
+        """Queue jobs; return their ids."""
+        return self.request(s.Submit(jobs=list(specs)))["job_ids"]
+
+    def status(self, job: str | None = None) -> dict[str, Any]:
+        """Every job (``jobs``) or one (``job``)."""
+        return self.request(s.Status(job=job))
+
+    def jobs(self) -> list[dict[str, Any]]:
+        """Every job as the status command shows it."""
+        return self.status()["jobs"]
+
+    def job(self, job: str) -> dict[str, Any]:
+        """One job as the status command shows it."""
+        return self.status(job)["job"]
+
+    def nodes(self) -> list[dict[str, Any]]:
+        """Nodes, their GPUs and the fragments on them."""
+        return self.request(s.Nodes())["nodes"]
+
+    def logs(self, job: str, tail: int | None = None) -> list[str]:
+        """A job's log lines."""
+        return self.request(s.Logs(job=job, tail=tail))["lines"]
+
+    def cancel(self, job: str) -> dict[str, Any]:
+        """Cancel a job."""
+        return self.request(s.CancelRequest(job=job))
+
+    def suspend(self, job: str) -> dict[str, Any]:
+        """Suspend a job and hold it until resumed."""
+        return self.request(s.SuspendRequest(job=job))
+
+    def resume(self, job: str) -> dict[str, Any]:
+        """Release a held job."""
+        return self.request(s.ResumeRequest(job=job))
+
+    def migrate(self, job: str, to: str) -> dict[str, Any]:
+        """Move a job to GPU ``to`` ("NODE:GPU")."""
+        return self.request(s.MigrateRequest(job=job, to=to))
+
+    def metrics(self) -> dict[str, Any]:
+        """The run report (``report`` text, ``summary``, per-job ``jobs`` rows)."""
+        return self.request(s.MetricsRequest())
+
+    def wait_for(self, job: str, states: set[str] | str, timeout_s: float = 30.0,
+                 poll_s: float = 0.05) -> dict[str, Any]:
+        """Poll until ``job`` is in one of ``states``; return it, or raise TimeoutError."""
+        states = {states} if isinstance(states, str) else set(states)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            info = self.job(job)
+            if info["state"] in states:
+                return info
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"job {job} is {info['state']}, not {sorted(states)}, "
+                                   f"after {timeout_s:g}s")
+            time.sleep(poll_s)

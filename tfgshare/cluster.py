@@ -1,0 +1,245 @@
+"""The coordinator's in-memory view of the live cluster: nodes, GPUs, jobs.
+
+``LiveJob`` is one job as the coordinator tracks it (what is persisted plus
+volatile telemetry); ``Node`` is one agent's machine. ``Cluster`` holds both and
+builds the policy's ``ClusterSnapshot`` and ``JobView``s cheaply: the GPU list
+is rebuilt only when nodes change, and each job's view is cached until the job
+changes (call ``LiveJob.touch``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from tfgshare.policies.base import (GPU, ClusterSnapshot, Fragment, JobState, JobView,
+                                    SampleRecord)
+from tfgshare.schema import GpuInfo, JobSpec
+
+# LiveJob fields that are saved to the database (the rest is volatile)
+_VOLATILE = frozenset({"unknown", "gpu_memory_mb", "over_memory", "_view"})
+
+
+@dataclass(eq=False)
+class LiveJob:
+    """One job as the coordinator tracks it."""
+
+    id: str
+    seq: int
+    spec: JobSpec
+    submit_time: float
+    state: JobState = JobState.QUEUED
+    attempt: int = 0                  # bumped at every start; stale reports are ignored
+    node: str | None = None
+    fragments: tuple[Fragment, ...] = ()
+    sample_only: bool = False         # the current attempt only samples
+    steps_done: int = 0
+    sample: SampleRecord | None = None
+    predicted_remaining_s: float | None = None
+    predicted_total_s: float | None = None   # remaining time predicted at first sampling
+    run_at_prediction_s: float = 0.0  # run time already done when it was predicted
+    pinned: bool = False              # manually suspended: not scheduled until resumed
+    cancel_requested: bool = False
+    migrate_to: tuple[Fragment, ...] | None = None   # target of a migration in flight
+    move_started: float | None = None  # when the current suspend/migrate was asked
+    first_start: float | None = None
+    finish_time: float | None = None
+    last_start: float | None = None
+    run_time_s: float = 0.0           # wall seconds spent holding GPUs
+    attained_service_s: float = 0.0   # GPU-seconds
+    waited_s: float = 0.0
+    last_wait_start: float | None = None
+    suspends: int = 0
+    resumes: int = 0
+    migrations: int = 0
+    move_cost_s: float = 0.0
+    retries: int = 0
+    reason: str = ""                  # why it failed or was last requeued
+    # volatile
+    unknown: bool = False             # was running before a restart, not yet re-adopted
+    gpu_memory_mb: dict[int, float] = field(default_factory=dict)
+    over_memory: str = ""             # non-empty when its real memory passes its fragment
+    _view: JobView | None = field(default=None, repr=False)
+
+    def touch(self) -> None:
+        """Forget the cached view after a change."""
+        self._view = None
+
+    @property
+    def display_state(self) -> str:
+        """The state as users see it ("unknown" until re-adopted after a restart)."""
+        if self.unknown:
+            return "unknown"
+        if self.cancel_requested and self.state.holds_gpu:
+            return "cancelling"
+        if self.migrate_to is not None and self.state.holds_gpu:
+            return "migrating"
+        if self.pinned and self.state.waiting:
+            return f"{self.state.value} (held)"
+        return self.state.value
+
+    def view(self) -> JobView:
+        """The policy's view of this job (cached until ``touch``)."""
+        if self._view is None:
+            state = self.state
+            if state.holds_gpu and (self.cancel_requested or self.migrate_to is not None):
+                state = JobState.SUSPENDING   # busy: the policy must not act on it
+            spec = self.spec
+            self._view = JobView(
+                id=self.id, submit_time=self.submit_time, num_gpus=spec.num_gpus,
+                state=state, model=spec.model_name, total_steps=spec.max_number_of_steps,
+                steps_done=self.steps_done, requested_fraction=spec.requested_fraction,
+                sample=self.sample, predicted_remaining_s=self.predicted_remaining_s,
+                fragments=self.fragments, attained_service_s=self.attained_service_s,
+                last_start=self.last_start, waited_s=self.waited_s,
+                last_wait_start=self.last_wait_start, suspends=self.suspends,
+                priority=spec.priority)
+        return self._view
+
+    # ---- persistence --------------------------------------------------------
+
+    def to_record(self) -> dict[str, Any]:
+        """The persisted fields as JSON-ready data."""
+        out = {}
+        for f in dataclasses.fields(self):
+            if f.name in _VOLATILE:
+                continue
+            v = getattr(self, f.name)
+            if f.name == "spec":
+                v = dataclasses.asdict(v)
+            elif f.name == "state":
+                v = v.value
+            elif f.name in ("fragments", "migrate_to"):
+                v = None if v is None else [[x.gpu, x.fraction] for x in v]
+            elif f.name == "sample":
+                v = None if v is None else dataclasses.asdict(v)
+            out[f.name] = v
+        return out
+
+    @classmethod
+    def from_record(cls, rec: dict[str, Any]) -> "LiveJob":
+        """Rebuild a job from ``to_record`` output."""
+        rec = dict(rec)
+        rec["spec"] = JobSpec(**rec["spec"])
+        rec["state"] = JobState(rec["state"])
+        rec["fragments"] = tuple(Fragment(g, f) for g, f in rec.get("fragments") or ())
+        if rec.get("migrate_to") is not None:
+            rec["migrate_to"] = tuple(Fragment(g, f) for g, f in rec["migrate_to"])
+        if rec.get("sample") is not None:
+            rec["sample"] = SampleRecord(**rec["sample"])
+        known = {f.name for f in dataclasses.fields(cls)} - _VOLATILE
+        return cls(**{k: v for k, v in rec.items() if k in known})
+
+
+@dataclass(eq=False)
+class Node:
+    """One agent's machine and its GPUs."""
+
+    name: str
+    gpus: dict[int, GpuInfo]
+    identity: bytes | None = None     # ZMQ routing id of its agent, None while away
+    last_seen: float = 0.0
+    lost: bool = False
+    gpu_util: dict[int, float] = field(default_factory=dict)
+    gpu_memory_used_mb: dict[int, float] = field(default_factory=dict)
+
+    def gpu_id(self, index: int) -> str:
+        """The cluster-wide id of this node's GPU ``index``."""
+        return f"{self.name}:{index}"
+
+
+def split_gpu_id(gpu_id: str) -> tuple[str, int]:
+    """("node", index) from "node:index"; ValueError if malformed."""
+    node, sep, index = gpu_id.rpartition(":")
+    if not sep or not node or not index.isdigit():
+        raise ValueError(f"GPU must be NODE:INDEX, got {gpu_id!r}")
+    return node, int(index)
+
+
+class Cluster:
+    """Nodes and jobs, and the policy snapshot built from them."""
+
+    def __init__(self, reserve_mb: float = 300.0) -> None:
+        self.reserve_mb = reserve_mb
+        self.nodes: dict[str, Node] = {}
+        self.jobs: dict[str, LiveJob] = {}        # every job, in submit order
+        self.active: dict[str, LiveJob] = {}      # jobs not done
+        self._gpus: tuple[GPU, ...] | None = None
+
+    # ---- nodes -------------------------------------------------------------
+
+    def nodes_changed(self) -> None:
+        """Rebuild the GPU list at the next snapshot."""
+        self._gpus = None
+
+    def up_nodes(self) -> Iterator[Node]:
+        """Nodes whose agent is connected."""
+        return (n for n in self.nodes.values() if not n.lost and n.identity is not None)
+
+    def snapshot(self) -> ClusterSnapshot:
+        """The GPUs of every up node, as the policy sees them."""
+        if self._gpus is None:
+            self._gpus = tuple(
+                GPU(id=n.gpu_id(i), node=n.name, index=i, memory_mb=g.memory_mb)
+                for n in self.up_nodes() for i, g in sorted(n.gpus.items()))
+        return ClusterSnapshot(gpus=self._gpus, reserve_mb=self.reserve_mb)
+
+    def largest_node(self) -> int:
+        """The most GPUs any known node has (0 when no node has joined yet)."""
+        return max((len(n.gpus) for n in self.nodes.values()), default=0)
+
+    def gpu(self, gpu_id: str) -> GpuInfo | None:
+        """The GPU with this id on an up node, else None."""
+        try:
+            name, index = split_gpu_id(gpu_id)
+        except ValueError:
+            return None
+        node = self.nodes.get(name)
+        if node is None or node.lost or node.identity is None:
+            return None
+        return node.gpus.get(index)
+
+    # ---- jobs --------------------------------------------------------------
+
+    def add(self, job: LiveJob) -> None:
+        """Track a job."""
+        self.jobs[job.id] = job
+        if not job.state.done:
+            self.active[job.id] = job
+
+    def retire(self, job: LiveJob) -> None:
+        """Drop a finished, failed or cancelled job from the active set."""
+        self.active.pop(job.id, None)
+
+    def views(self) -> list[JobView]:
+        """Views of the jobs the policy decides on (not held, not unknown)."""
+        return [j.view() for j in self.active.values()
+                if not j.unknown and not (j.pinned and j.state.waiting)]
+
+    def holders(self) -> Iterator[LiveJob]:
+        """Jobs that hold GPU fragments now."""
+        return (j for j in self.active.values() if j.state.holds_gpu)
+
+    def gpu_use(self) -> dict[str, tuple[float, int]]:
+        """Per GPU id: (sum of fractions held, number of tenants)."""
+        use: dict[str, tuple[float, int]] = {}
+        for j in self.holders():
+            for f in j.fragments:
+                used, n = use.get(f.gpu, (0.0, 0))
+                use[f.gpu] = (used + f.fraction, n + 1)
+        return use
+
+    def fits(self, gpu_id: str, fraction: float, ignore: LiveJob | None = None) -> bool:
+        """Whether one more fragment of ``fraction`` fits on this up GPU now."""
+        info = self.gpu(gpu_id)
+        if info is None:
+            return False
+        used, n = 0.0, 0
+        for j in self.holders():
+            if j is ignore:
+                continue
+            for f in (*j.fragments, *(j.migrate_to or ())):
+                if f.gpu == gpu_id:
+                    used, n = used + f.fraction, n + 1
+        return used + fraction + (n + 1) * self.reserve_mb / info.memory_mb <= 1.0 + 1e-9

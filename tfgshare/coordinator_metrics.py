@@ -1,0 +1,173 @@
+"""The coordinator's metrics: Prometheus gauges, the usage timeline, the run report.
+
+The Prometheus registry is the coordinator's own (not the process-global one),
+served over HTTP when a port is given. The report is the one the simulator
+prints (``tfgshare.metrics``), built from the live jobs and the timeline.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from tfgshare.cluster import Cluster, LiveJob
+from tfgshare.metrics import JobRecord, Timeline, compute_report, format_duration, format_table
+from tfgshare.policies.base import JobState
+
+STATES = [s.value for s in JobState] + ["unknown"]
+
+
+class CoordinatorMetrics:
+    """Prometheus metrics and the utilisation timeline of one coordinator."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.jobs = Gauge("tfgshare_jobs", "Jobs by state", ["state"], registry=r)
+        self.gpus = Gauge("tfgshare_gpus", "GPUs on up nodes", registry=r)
+        self.nodes = Gauge("tfgshare_nodes_up", "Nodes with a connected agent", registry=r)
+        self.fragments = Gauge("tfgshare_fragments_allocated", "GPU fragments held", registry=r)
+        self.util_alloc = Gauge("tfgshare_utilisation_allocated",
+                                "Sum of held fractions / GPUs", registry=r)
+        self.util_eff = Gauge("tfgshare_utilisation_effective",
+                              "Useful compute / GPUs (each GPU capped at 1)", registry=r)
+        self.over = Gauge("tfgshare_jobs_over_fragment",
+                          "Jobs whose real GPU memory exceeds their fragment", registry=r)
+        self.pred_error = Gauge("tfgshare_prediction_error_mean",
+                                "Mean relative error of predicted vs actual run time",
+                                registry=r)
+        self.suspends = Counter("tfgshare_suspends", "Suspends asked", registry=r)
+        self.resumes = Counter("tfgshare_resumes", "Resumes started", registry=r)
+        self.migrations = Counter("tfgshare_migrations", "Migrations done", registry=r)
+        self.node_losses = Counter("tfgshare_node_losses", "Nodes declared lost", registry=r)
+        self.rounds = Histogram("tfgshare_scheduling_round_seconds",
+                                "Time of one scheduling round", registry=r,
+                                buckets=(.0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1))
+        self.timeline = Timeline()
+        self.port: int | None = None
+
+    def serve(self, port: int, addr: str = "127.0.0.1") -> int:
+        """Serve /metrics on ``port`` (0 picks a free one); return the port."""
+        server, _thread = start_http_server(port, addr=addr, registry=self.registry)
+        self.port = server.server_address[1]
+        return self.port
+
+    def usage(self, cluster: Cluster) -> tuple[float, float, int]:
+        """(allocated GPUs, effective GPUs, fragments) held now."""
+        per_gpu: dict[str, list[LiveJob]] = {}
+        allocated = 0.0
+        fragments = 0
+        for job in cluster.holders():
+            for f in job.fragments:
+                allocated += f.fraction
+                fragments += 1
+                per_gpu.setdefault(f.gpu, []).append(job)
+        effective = 0.0
+        for gpu_id, jobs in per_gpu.items():
+            node_name, _, index = gpu_id.rpartition(":")
+            node = cluster.nodes.get(node_name)
+            info = node.gpus.get(int(index)) if node else None
+            measured = node.gpu_util.get(int(index)) if node else None
+            if info is not None and not info.virtual and measured is not None:
+                effective += min(1.0, measured)
+            else:
+                busy = [j for j in jobs if j.state is not JobState.SUSPENDING]
+                effective += min(1.0, sum(j.sample.gpu_util if j.sample else 1.0
+                                          for j in busy))
+        return allocated, effective, fragments
+
+    def update(self, cluster: Cluster, now: float) -> tuple[float, float, int]:
+        """Refresh the gauges from the cluster; return (allocated, effective, queued)."""
+        counts = dict.fromkeys(STATES, 0)
+        over = 0
+        queued = 0
+        for job in cluster.jobs.values():
+            counts["unknown" if job.unknown else job.state.value] += 1
+            over += bool(job.over_memory)
+            queued += job.state.waiting
+        for state, n in counts.items():
+            self.jobs.labels(state).set(n)
+        ngpus = sum(len(n.gpus) for n in cluster.up_nodes())
+        allocated, effective, fragments = self.usage(cluster)
+        self.gpus.set(ngpus)
+        self.nodes.set(sum(1 for _ in cluster.up_nodes()))
+        self.fragments.set(fragments)
+        self.util_alloc.set(allocated / ngpus if ngpus else 0.0)
+        self.util_eff.set(effective / ngpus if ngpus else 0.0)
+        self.over.set(over)
+        err = prediction_error(cluster.jobs.values())
+        self.pred_error.set(math.nan if err is None else err)
+        return allocated, effective, queued
+
+
+def job_record(job: LiveJob, now: float) -> JobRecord:
+    """The shared metrics record of one live job."""
+    waited = job.waited_s
+    if job.last_wait_start is not None and not job.state.done:
+        waited += now - job.last_wait_start
+    actual = None
+    if job.predicted_total_s is not None and job.state is JobState.FINISHED:
+        actual = job.run_time_s - job.run_at_prediction_s
+    return JobRecord(
+        id=job.id, num_gpus=job.spec.num_gpus, submit=job.submit_time,
+        first_start=job.first_start,
+        finish=job.finish_time if job.state is JobState.FINISHED else None,
+        waited_s=waited, suspends=job.suspends, resumes=job.resumes,
+        migrations=job.migrations, move_cost_s=job.move_cost_s,
+        predicted_total_s=job.predicted_total_s, actual_total_s=actual)
+
+
+def prediction_error(jobs: Iterable[LiveJob]) -> float | None:
+    """Mean |predicted - actual| / actual over finished, predicted jobs."""
+    errs = []
+    for j in jobs:
+        if j.state is JobState.FINISHED and j.predicted_total_s is not None:
+            actual = j.run_time_s - j.run_at_prediction_s
+            if actual > 0:
+                errs.append(abs(j.predicted_total_s - actual) / actual)
+    return sum(errs) / len(errs) if errs else None
+
+
+def job_rows(cluster: Cluster, now: float) -> list[dict[str, Any]]:
+    """One row per job for the per-job table: wait, JCT, moves, predicted vs actual."""
+    rows = []
+    for job in cluster.jobs.values():
+        rec = job_record(job, now)
+        rows.append({
+            "job": job.id, "model": job.spec.model_name, "state": job.display_state,
+            "wait_s": rec.waited_s, "jct_s": rec.jct, "suspends": job.suspends,
+            "migrations": job.migrations, "predicted_s": job.predicted_total_s,
+            "actual_s": rec.actual_total_s})
+    return rows
+
+
+def format_job_rows(rows: list[dict[str, Any]]) -> str:
+    """The per-job table as plain text."""
+    header = ["job", "model", "state", "wait", "JCT", "susp", "mig", "predicted", "actual"]
+    lines = [header]
+    for r in rows:
+        lines.append([r["job"], r["model"], r["state"], format_duration(r["wait_s"]),
+                      format_duration(r["jct_s"]), str(r["suspends"]), str(r["migrations"]),
+                      format_duration(r["predicted_s"]), format_duration(r["actual_s"])])
+    widths = [max(len(row[i]) for row in lines) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in lines)
+
+
+def run_report(cluster: Cluster, metrics: CoordinatorMetrics, policy: str,
+               now: float) -> dict[str, Any]:
+    """The run report: summary numbers, the policy table and the per-job table."""
+    records = [job_record(j, now) for j in cluster.jobs.values()]
+    ngpus = max(1, sum(len(n.gpus) for n in cluster.nodes.values()))
+    end = now if any(not j.state.done for j in cluster.jobs.values()) else None
+    if records:
+        report = compute_report(records, metrics.timeline, ngpus, end=end)
+        table = format_table({policy: report})
+        summary = report.as_dict()
+    else:
+        table, summary = "no jobs yet", {}
+    rows = job_rows(cluster, now)
+    text = table + "\n\n" + format_job_rows(rows) if rows else table
+    return {"summary": summary, "report": text, "jobs": rows, "policy": policy,
+            "gpus": ngpus}

@@ -1,0 +1,119 @@
+"""The coordinator's durable state: jobs, nodes and job logs in SQLite (WAL).
+
+Writes go into one open transaction that the coordinator commits once per
+turn of its event loop, before it sends any reply or command of that turn: a
+submit, a transition or a log line is on disk before anyone hears of it, and a
+burst of messages costs one commit.
+
+The database runs in WAL mode with ``synchronous=NORMAL``. In WAL mode NORMAL
+never corrupts the file and loses nothing when the *process* dies (SIGKILL,
+crash): a committed transaction is in the WAL file in the OS page cache. Only a
+power cut or kernel crash may roll back the last commits, and that costs an
+fsync per commit to avoid, which would cap submits at the disk's fsync rate.
+The coordinator's failure model is a killed process, so NORMAL is the fair
+choice.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any, Iterable
+
+_TABLES = """
+CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, seq INTEGER NOT NULL, data TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS nodes (name TEXT PRIMARY KEY, data TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS log (job TEXT NOT NULL, time REAL NOT NULL, line TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS log_job ON log (job);
+CREATE TABLE IF NOT EXISTS timeline (time REAL, allocated REAL, effective REAL, queued REAL);
+"""
+
+
+class StateStore:
+    """Jobs, nodes, job logs and the utilisation timeline in one SQLite file."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.db = sqlite3.connect(str(self.path), isolation_level=None,
+                                      check_same_thread=False)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self.db.executescript(_TABLES)
+        except sqlite3.DatabaseError as exc:
+            raise ValueError(f"cannot use {self.path} as the state database: {exc}") from None
+        self._in_tx = False
+
+    def _tx(self) -> sqlite3.Connection:
+        if not self._in_tx:
+            self.db.execute("BEGIN")
+            self._in_tx = True
+        return self.db
+
+    def commit(self) -> None:
+        """Make every write since the last commit durable."""
+        if self._in_tx:
+            self.db.execute("COMMIT")
+            self._in_tx = False
+
+    def close(self) -> None:
+        """Commit and close."""
+        self.commit()
+        self.db.close()
+
+    # ---- jobs --------------------------------------------------------------
+
+    def insert_jobs(self, jobs: Iterable[tuple[str, int, dict[str, Any]]]) -> None:
+        """Add new jobs given as (id, seq, record)."""
+        self._tx().executemany("INSERT INTO jobs (id, seq, data) VALUES (?, ?, ?)",
+                               ((i, s, json.dumps(r)) for i, s, r in jobs))
+
+    def save_job(self, job_id: str, record: dict[str, Any]) -> None:
+        """Overwrite one job's record."""
+        self._tx().execute("UPDATE jobs SET data = ? WHERE id = ?", (json.dumps(record), job_id))
+
+    def load_jobs(self) -> list[dict[str, Any]]:
+        """Every job's record, in submit order."""
+        return [json.loads(d) for (d,) in self.db.execute("SELECT data FROM jobs ORDER BY seq")]
+
+    def max_seq(self) -> int:
+        """The largest job sequence number so far (0 if none)."""
+        return self.db.execute("SELECT COALESCE(MAX(seq), 0) FROM jobs").fetchone()[0]
+
+    # ---- nodes -------------------------------------------------------------
+
+    def save_node(self, name: str, record: dict[str, Any]) -> None:
+        """Remember a node and its GPUs."""
+        self._tx().execute("INSERT OR REPLACE INTO nodes (name, data) VALUES (?, ?)",
+                           (name, json.dumps(record)))
+
+    def load_nodes(self) -> dict[str, dict[str, Any]]:
+        """Every node ever registered: name -> record."""
+        return {n: json.loads(d) for n, d in self.db.execute("SELECT name, data FROM nodes")}
+
+    # ---- logs and timeline -------------------------------------------------
+
+    def append_logs(self, lines: Iterable[tuple[str, float, str]]) -> None:
+        """Add (job, time, line) log lines."""
+        self._tx().executemany("INSERT INTO log (job, time, line) VALUES (?, ?, ?)", lines)
+
+    def logs(self, job_id: str, tail: int | None = None) -> list[str]:
+        """A job's log lines, oldest first (the last ``tail`` when given)."""
+        if tail is None:
+            rows = self.db.execute("SELECT line FROM log WHERE job = ? ORDER BY rowid", (job_id,))
+            return [r for (r,) in rows]
+        rows = self.db.execute(
+            "SELECT line FROM log WHERE job = ? ORDER BY rowid DESC LIMIT ?", (job_id, tail))
+        return [r for (r,) in rows][::-1]
+
+    def add_timeline(self, time: float, allocated: float, effective: float,
+                     queued: float) -> None:
+        """Record the cluster usage from ``time`` on."""
+        self._tx().execute("INSERT INTO timeline VALUES (?, ?, ?, ?)",
+                           (time, allocated, effective, queued))
+
+    def load_timeline(self) -> list[tuple[float, float, float, float]]:
+        """Every timeline point, in time order."""
+        return list(self.db.execute("SELECT * FROM timeline ORDER BY time, rowid"))
