@@ -124,7 +124,7 @@ class FreeMap:
         self.gpus: dict[str, GPU] = {}
         self.order: dict[str, int] = {}
         self._free: dict[str, float] = {}
-        self._closed: set[str] = set()
+        self.closed: set[str] = set()   # GPUs reserved for the rest of this plan
         self._groups: dict[int, list[tuple[float, int, str]]] = {}
         self._rep: dict[int, GPU] = {}
         reserve = self.reserve_mb
@@ -279,9 +279,9 @@ class FreeMap:
     def close(self, gpu_ids: Iterable[str]) -> None:
         """Take these GPUs out of the search for the rest of this plan (a reservation)."""
         for gid in gpu_ids:
-            if gid in self.gpus and gid not in self._closed:
+            if gid in self.gpus and gid not in self.closed:
                 self._drop(gid)
-                self._closed.add(gid)
+                self.closed.add(gid)
 
     def _move(self, gid: str, d_used: float, d_tenants: int) -> None:
         g = self.gpus[gid]
@@ -296,7 +296,7 @@ class FreeMap:
             u = None
         free = free_fraction(g, u, self.reserve_mb)
         self._free[gid] = free
-        if gid not in self._closed and self._open(u, free):
+        if gid not in self.closed and self._open(u, free):
             insort(self._groups[g.memory_mb], (free, self.order[gid], gid))
 
     def take(self, fragments: Iterable[Fragment | tuple[str, float]]) -> None:

@@ -13,6 +13,7 @@ _POLICIES: dict[str, str] = {
     "sjf": "tfgshare.policies.sjf:Sjf",
     "tiresias": "tfgshare.policies.tiresias:Tiresias",
     "gandiva": "tfgshare.policies.gandiva:Gandiva",
+    "fgs": "tfgshare.policies.fgs:Fgs",
 }
 
 POLICY_NAMES: tuple[str, ...] = tuple(_POLICIES)

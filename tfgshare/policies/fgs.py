@@ -1,0 +1,419 @@
+"""fgs: the paper's fine-grained GPU sharing scheduler.
+
+After Chung, Tong and Chen, "A fine-grained GPU sharing and job scheduling for
+deep learning jobs on the cloud", J. Supercomputing 81(2), 2025, as read in
+docs (PAPER.md). Each decision, in order:
+
+1. **Promoted jobs** (waited past a bound, see ``starving``) go first, oldest
+   first. One that cannot be placed makes room: small running jobs (no more
+   GPUs than it, past ``min_run_s``) on the GPUs that free soonest are moved
+   elsewhere (migrate) or suspended. If those jobs are still inside their
+   ``min_run_s``, or bigger jobs must finish first, the GPUs are reserved:
+   nothing else starts on them this round.
+2. **Sampling**: a new job (no sample, no prediction) runs its sampling phase
+   (``sample_only``) on a best-fit ``sample_fraction`` fragment.
+3. **Shortest predicted remaining time first** for the other waiting jobs, each
+   on the smallest free fragment that fits (best fit) sized from its sampled
+   peak memory plus ``headroom``, with at most ``max_cotenants`` jobs on a GPU
+   and no tenant's predicted slowdown (``interference.slowdown``) past
+   ``slowdown_cap``. Multi-GPU jobs are gang-placed on one node if possible.
+4. **Consolidation** (``defrag``): when the first job that does not fit would
+   fit in the total free capacity, tenants of a nearly fitting GPU are
+   migrated to other GPUs' free room to clear a fragment for it.
+
+Running jobs are never preempted for a shorter job, only for promoted jobs
+and consolidation, and never within ``min_run_s`` of their last start.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar, Sequence
+
+from .base import (Action, ClusterSnapshot, Fragment, JobState, JobView, Migrate, Start,
+                   Suspend)
+from .interference import max_slowdown
+from .placement import EPS, FreeMap, fraction_for, reserve_fraction, to_fragments
+from .prediction import remaining_s, total_wait_s
+from .queueing import arrival_key
+
+
+@dataclass
+class Fgs:
+    """Sampling, shortest-remaining-first with aging, best-fit fragments, suspend/migrate."""
+
+    name: ClassVar[str] = "fgs"
+    # steps measured by the sampling phase after its warm-up; read by the caller.
+    # A few dozen steps give a stable mean step time at a cost of well under a
+    # minute for the four slim models.
+    sample_steps: int = 30
+    # fragment given to a job's sampling phase when it requests none: half a GPU
+    # holds any of the four slim models at their default batch sizes on 16 GB.
+    sample_fraction: float = 0.5
+    # safety margin over the sampled peak memory (allocator rounding, later
+    # peaks the first steps did not reach)
+    headroom: float = 0.10
+    # promote a waiting job once it has waited more than this times its
+    # predicted remaining time (bounds its slowdown near 1 + ratio)
+    max_wait_ratio: float = 2.0
+    # ... or more than this many seconds in all (bounds the wait of large jobs)
+    max_wait_s: float = 4 * 3600.0
+    # ... but never before this many seconds of waiting, so short jobs stay in
+    # shortest-first order instead of being promoted after seconds
+    promote_floor_s: float = 600.0
+    # most jobs sharing one GPU
+    max_cotenants: int = 4
+    # do not add a tenant if any tenant's predicted slowdown would pass this
+    slowdown_cap: float = 1.5
+    # per-extra-tenant overhead used by the slowdown model
+    interference_overhead: float = 0.05
+    # no suspend or migration within this many seconds of a start or resume:
+    # a move costs a checkpoint and a restore (tens of seconds), so 5 min keeps
+    # that cost near 10 % of a run segment at worst
+    min_run_s: float = 300.0
+    # migrate tenants to consolidate fragments for a job that does not fit
+    defrag: bool = True
+    # most suspends and migrations issued in one decision
+    max_moves: int = 8
+    # most promoted jobs that make room or hold a reservation in one decision
+    max_reservations: int = 2
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.sample_steps >= 1, "sample_steps must be >= 1"),
+            (0 < self.sample_fraction <= 1, "sample_fraction must be in (0, 1]"),
+            (self.headroom >= 0, "headroom must be >= 0"),
+            (self.max_wait_ratio > 0, "max_wait_ratio must be > 0"),
+            (self.max_wait_s > 0, "max_wait_s must be > 0"),
+            (self.promote_floor_s >= 0, "promote_floor_s must be >= 0"),
+            (self.max_cotenants >= 1, "max_cotenants must be >= 1"),
+            (self.slowdown_cap >= 1, "slowdown_cap must be >= 1"),
+            (self.interference_overhead >= 0, "interference_overhead must be >= 0"),
+            (self.min_run_s >= 0, "min_run_s must be >= 0"),
+            (self.max_moves >= 0, "max_moves must be >= 0"),
+            (self.max_reservations >= 0, "max_reservations must be >= 0"),
+        ]
+        bad = [msg for ok, msg in checks if not ok]
+        if bad:
+            raise ValueError("fgs: " + "; ".join(bad))
+
+    def starving(self, job: JobView, now: float) -> bool:
+        """Whether a waiting job has waited past its bound and is promoted."""
+        waited = total_wait_s(job, now)
+        if waited <= self.promote_floor_s:
+            return False
+        if waited > self.max_wait_s:
+            return True
+        left = remaining_s(job)
+        return left is not None and waited > self.max_wait_ratio * left
+
+    def decide(self, now: float, cluster: ClusterSnapshot,
+               jobs: Sequence[JobView]) -> list[Action]:
+        """Promoted jobs, then sampling, then shortest remaining first; make room as needed."""
+        to_sample, promoted, ordinary = [], [], []
+        for j in jobs:
+            if not j.state.waiting:
+                continue
+            if (j.state is JobState.QUEUED and j.sample is None
+                    and j.predicted_remaining_s is None):
+                to_sample.append(j)
+            elif self.starving(j, now):
+                promoted.append(j)
+            else:
+                left = remaining_s(j)
+                ordinary.append((math.inf if left is None else left, j.submit_time, j.id, j))
+        if not (to_sample or promoted or ordinary):
+            return []
+        r = _Round(self, now, cluster, jobs)
+        promoted.sort(key=arrival_key)
+        to_sample.sort(key=arrival_key)
+        ordinary.sort(key=lambda t: t[:3])
+        reservations = 0
+        for j in promoted:
+            if r.place(j):
+                continue
+            if reservations < self.max_reservations and j.num_gpus <= r.up:
+                reservations += 1
+                r.make_room(j)
+        for j in to_sample:
+            r.place(j, sample_only=True)
+        defrag_tried = not self.defrag
+        for t in ordinary:
+            j = t[3]
+            if r.place(j) or defrag_tried or j.num_gpus > r.up:
+                continue
+            defrag_tried = True
+            r.consolidate(j)
+        return r.actions
+
+
+class _Round:
+    """The state of one ``decide`` call: free room, tenants, and actions so far."""
+
+    def __init__(self, pol: Fgs, now: float, cluster: ClusterSnapshot,
+                 jobs: Sequence[JobView]):
+        self.pol = pol
+        self.now = now
+        self.cluster = cluster
+        self.reserve = cluster.reserve_mb
+        self.free = FreeMap(cluster, jobs, max_tenants=pol.max_cotenants)
+        self.up = len(self.free.gpus)
+        self.moves_left = pol.max_moves
+        self.actions: list[Action] = []
+        self.acted: set[str] = set()
+        # gpu id -> {job id: single-tenant utilisation} of every job holding it
+        self.utils: dict[str, dict[str, float]] = {}
+        # gpu id -> jobs holding it, and whether each could move now
+        self.holders: dict[str, list[JobView]] = {}
+        for j in jobs:
+            if j.state.holds_gpu:
+                u = util_of(j)
+                for f in j.fragments:
+                    self.utils.setdefault(f.gpu, {})[j.id] = u
+                    self.holders.setdefault(f.gpu, []).append(j)
+
+    # ---- fitting ---------------------------------------------------------
+
+    def need(self, job: JobView, sample_only: bool = False):
+        """The job's fraction as a function of the GPU."""
+        reserve, headroom = self.reserve, self.pol.headroom
+        if sample_only:
+            default = self.pol.sample_fraction
+            return lambda g: fraction_for(job, g, headroom, reserve, default)
+        return lambda g: fraction_for(job, g, headroom, reserve)
+
+    def calm(self, gid: str, util: float, without: frozenset[str] = frozenset()) -> bool:
+        """Whether one more tenant of this utilisation keeps every tenant under the cap."""
+        here = [u for jid, u in self.utils.get(gid, {}).items() if jid not in without]
+        if not here:
+            return True
+        here.append(util)
+        return max_slowdown(here, self.pol.interference_overhead) <= self.pol.slowdown_cap + EPS
+
+    def room(self, gid: str, f: float, util: float) -> bool:
+        """Whether ``gid`` could take one more tenant of fraction ``f`` and this utilisation."""
+        return (self.free.free(gid) >= f - EPS and gid not in self.free.closed
+                and self.free.tenants(gid) < self.pol.max_cotenants and self.calm(gid, util))
+
+    def _take(self, job_id: str, util: float, placed: list[tuple[str, float]]) -> None:
+        self.free.take(placed)
+        for gid, _ in placed:
+            self.utils.setdefault(gid, {})[job_id] = util
+
+    def _release(self, job: JobView) -> None:
+        self.free.release(job.fragments)
+        for f in job.fragments:
+            self.utils.get(f.gpu, {}).pop(job.id, None)
+
+    def place(self, job: JobView, sample_only: bool = False) -> bool:
+        """Start the job on best-fit fragments if it fits now."""
+        u = 1.0 if sample_only else util_of(job)
+        ok = None if sample_only else (lambda gid: self.calm(gid, u))
+        placed = self.free.gang_place(job.num_gpus, self.need(job, sample_only), ok)
+        if placed is None:
+            return False
+        self._take(job.id, u, placed)
+        self.actions.append(Start(job.id, to_fragments(placed), sample_only))
+        self.acted.add(job.id)
+        return True
+
+    # ---- making room for a promoted job -----------------------------------
+
+    def movable(self, holder: JobView, size: int) -> bool:
+        """Whether a running job may be moved now for a job of ``size`` GPUs."""
+        return (holder.state is JobState.RUNNING and holder.id not in self.acted
+                and holder.num_gpus <= size and self.settled(holder))
+
+    def settled(self, job: JobView) -> bool:
+        """Whether the job has run at least ``min_run_s`` since its last start."""
+        return job.last_start is None or self.now - job.last_start >= self.pol.min_run_s
+
+    def ready_in(self, holder: JobView, size: int) -> float:
+        """Seconds until this tenant's room could be had: 0 if it may move now."""
+        if self.movable(holder, size):
+            return 0.0
+        if holder.state is JobState.RUNNING and holder.num_gpus <= size \
+                and holder.id not in self.acted:
+            return self.pol.min_run_s - (self.now - holder.last_start)
+        if holder.state is not JobState.RUNNING:
+            return 1.0   # sampling or suspending: gone soon, but not movable
+        left = remaining_s(holder)
+        return math.inf if left is None else max(left, EPS)
+
+    def clear_cost(self, gid: str, job: JobView, f: float, util: float):
+        """(seconds until free, tenants to move, those tenants) to fit ``job`` on ``gid``."""
+        gpu = self.free.gpus[gid]
+        free = self.free.free(gid)
+        tenants = self.free.tenants(gid)
+        if free >= f - EPS and tenants < self.pol.max_cotenants and self.calm(gid, util):
+            return (0.0, 0, [])
+        cands = sorted(((self.ready_in(h, job.num_gpus), -_frac_on(h, gid), h.id, h)
+                        for h in self.holders.get(gid, ()) if h.id not in self.acted),
+                       key=lambda t: t[:3])
+        r = reserve_fraction(gpu, self.reserve)
+        gone: list[JobView] = []
+        wait = 0.0
+        for ready, neg_frac, _, h in cands:
+            if (free >= f - EPS and tenants < self.pol.max_cotenants
+                    and self.calm(gid, util, frozenset(x.id for x in gone))):
+                break
+            gone.append(h)
+            wait = max(wait, ready)
+            free += -neg_frac + r
+            tenants -= 1
+        else:
+            if not (free >= f - EPS and tenants < self.pol.max_cotenants):
+                return None
+        return (wait, len(gone), gone)
+
+    def make_room(self, job: JobView) -> None:
+        """Move small jobs off the GPUs that free soonest, or reserve those GPUs."""
+        need, util = self.need(job), util_of(job)
+        costs = []
+        for gid, gpu in self.free.gpus.items():
+            if gid in self.free.closed:
+                continue
+            c = self.clear_cost(gid, job, need(gpu), util)
+            if c is not None:
+                costs.append((c[0], c[1], self.free.order[gid], gid, c[2]))
+        chosen = _pick_gpus(costs, job.num_gpus, self.free.gpus)
+        if chosen is None:
+            return
+        victims = {v.id: v for c in chosen for v in c[4]}
+        if max(c[0] for c in chosen) > 0 or len(victims) > self.moves_left:
+            self.free.close(c[3] for c in chosen)
+            return
+        for v in victims.values():
+            self._release(v)
+        placed = [(c[3], need(self.free.gpus[c[3]])) for c in chosen]
+        self._take(job.id, util, placed)
+        moves = [self.relocate(v) for v in sorted(victims.values(), key=arrival_key)]
+        self.actions.extend(moves)
+        self.actions.append(Start(job.id, to_fragments(placed)))
+        self.acted.add(job.id)
+
+    def relocate(self, job: JobView) -> Action:
+        """Migrate a released job to room elsewhere, or suspend it if there is none."""
+        self.acted.add(job.id)
+        self.moves_left -= 1
+        util = util_of(job)
+        own = {f.gpu for f in job.fragments}
+        frac = job.fragments[0].fraction
+        placed = self.free.gang_place(
+            job.num_gpus, frac, lambda gid: gid not in own and self.calm(gid, util))
+        if placed is None:
+            return Suspend(job.id)
+        self._take(job.id, util, placed)
+        return Migrate(job.id, to_fragments(placed))
+
+    # ---- consolidation ----------------------------------------------------
+
+    def consolidate(self, job: JobView) -> None:
+        """Clear fragments for ``job`` by migrating single-GPU tenants into others' free room."""
+        need, util = self.need(job), util_of(job)
+        k = job.num_gpus
+        total = sum(max(0.0, self.free.free(g)) for g in self.free.gpus)
+        first = next(iter(self.free.gpus.values()))
+        if total < k * need(first) - EPS:
+            return
+        cands, ready = [], []
+        for gid, gpu in self.free.gpus.items():
+            if gid in self.free.closed:
+                continue
+            short = need(gpu) - self.free.free(gid)
+            if self.room(gid, need(gpu), util):
+                ready.append((-short, self.free.order[gid], gid))
+            elif any(self._may_consolidate(h) for h in self.holders.get(gid, ())):
+                cands.append((short, self.free.order[gid], gid))
+        ready.sort()
+        cands.sort()
+        chosen: list[str] = [gid for _, _, gid in ready[:k - 1]]
+        plan: list[tuple[JobView, list[tuple[str, float]]]] = []
+        for _, _, gid in cands:
+            if len(chosen) == k:
+                break
+            step = self._clear_by_migration(gid, need(self.free.gpus[gid]), util, chosen)
+            if step is not None and len(plan) + len(step) <= self.moves_left:
+                chosen.append(gid)
+                plan.extend(step)
+            elif step is not None:
+                self._undo(step)
+        placed = [(gid, need(self.free.gpus[gid])) for gid in chosen]
+        fits = len(chosen) == k and all(self.room(g, f, util) for g, f in placed)
+        if not fits:
+            self._undo(plan)
+            return
+        for v, dest in plan:
+            self.acted.add(v.id)
+            self.moves_left -= 1
+            self.actions.append(Migrate(v.id, to_fragments(dest)))
+        self._take(job.id, util, placed)
+        self.actions.append(Start(job.id, to_fragments(placed)))
+        self.acted.add(job.id)
+
+    def _clear_by_migration(self, gid: str, f: float, util: float, keep: list[str]):
+        """Tentatively move tenants of ``gid`` (smallest first) elsewhere until ``f`` fits."""
+        hs = sorted((h for h in self.holders.get(gid, ()) if self._may_consolidate(h)),
+                    key=lambda h: (h.fragments[0].fraction, h.id))
+        step: list[tuple[JobView, list[tuple[str, float]]]] = []
+        avoid = set(keep) | {gid}
+        for h in hs:
+            if self.room(gid, f, util):
+                break
+            hu = util_of(h)
+            self._release(h)
+            dest = self.free.best_fit(h.fragments[0].fraction, avoid,
+                                      lambda g, hu=hu: self.calm(g, hu))
+            if dest is None:
+                self._take(h.id, hu, [(x.gpu, x.fraction) for x in h.fragments])
+                self._undo(step)
+                return None
+            self._take(h.id, hu, [dest])
+            step.append((h, [dest]))
+        if self.room(gid, f, util):
+            return step
+        self._undo(step)
+        return None
+
+    def _may_consolidate(self, h: JobView) -> bool:
+        return h.num_gpus == 1 and self.movable(h, 1)
+
+    def _undo(self, step) -> None:
+        for h, dest in reversed(step):
+            self.free.release(dest)
+            for gid, _ in dest:
+                self.utils.get(gid, {}).pop(h.id, None)
+            self._take(h.id, util_of(h), [(x.gpu, x.fraction) for x in h.fragments])
+
+
+def util_of(job: JobView) -> float:
+    """A job's single-tenant GPU utilisation: sampled, else 1 (the safe guess)."""
+    return job.sample.gpu_util if job.sample is not None else 1.0
+
+
+def _frac_on(job: JobView, gid: str) -> float:
+    for f in job.fragments:
+        if f.gpu == gid:
+            return f.fraction
+    return 0.0
+
+
+def _pick_gpus(costs, k: int, gpus) -> list | None:
+    """The ``k`` GPUs cheapest to clear: one node if it can, else across nodes."""
+    if len(costs) < k:
+        return None
+    costs.sort(key=lambda c: c[:4])
+    if k == 1:
+        return costs[:1]
+    by_node: dict[str, list] = {}
+    for c in costs:
+        by_node.setdefault(gpus[c[3]].node, []).append(c)
+    best = None
+    for node, cs in by_node.items():
+        if len(cs) >= k:
+            pick = cs[:k]
+            score = (max(c[0] for c in pick), sum(c[1] for c in pick), pick[0][2])
+            if best is None or score < best[0]:
+                best = (score, pick)
+    return best[1] if best else costs[:k]
