@@ -13,6 +13,8 @@ continues at the next step, on any device.
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 from typing import Iterator
 
@@ -20,6 +22,32 @@ EXIT_OK = 0               # reached --max_number_of_steps
 EXIT_BAD_INPUT = 2        # bad flags: unknown model, impossible size, missing dataset
 EXIT_CHECKPOINT_ERROR = 3  # corrupt or mismatched checkpoint in --train_dir
 EXIT_SUSPENDED = 75       # checkpointed on request (signal or --sample_only) and exited
+
+# signals that ask a runner to finish its step, checkpoint and exit EXIT_SUSPENDED
+SUSPEND_SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
+
+
+class RunnerError(Exception):
+    """A run that cannot go on; ``exit_code`` is what the runner process exits with."""
+
+    exit_code = 1
+
+
+class BadInputError(RunnerError, ValueError):
+    """Flags the runner cannot train with: unknown model, impossible size, missing data."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class CheckpointError(RunnerError):
+    """A checkpoint in --train_dir that is corrupt or was written for another job."""
+
+    exit_code = EXIT_CHECKPOINT_ERROR
+
+
+def request_suspend(pid: int) -> None:
+    """Ask the runner process ``pid`` to checkpoint after its current step and exit."""
+    os.kill(pid, signal.SIGUSR1)
 
 # event name -> fields it carries (besides "event" and "time")
 EVENTS: dict[str, tuple[str, ...]] = {

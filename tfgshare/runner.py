@@ -1,0 +1,230 @@
+"""The job runner: trains one TF-Slim job, samples its speed, suspends and resumes it.
+
+Run as ``tfgshare train FLAGS`` or ``python -m tfgshare.runner FLAGS`` (flags as
+in TF-Slim's train_image_classifier.py, see ``runner_config``), or in-process
+with ``train(TrainConfig(...), on_event=..., stop_event=...)``. The contract
+with the agent (exit codes, signals, events) is in ``runner_protocol``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from tfgshare import runner_protocol as rp
+from tfgshare.runner_config import TrainConfig, parse_args
+from tfgshare.runner_events import EventSink
+from tfgshare.runner_timing import StepTimer, plan_sampling
+
+SAMPLE_FILE = "sample.json"
+
+
+@dataclass
+class TrainResult:
+    """How a training run ended."""
+
+    status: str                  # "finished" or "suspended"
+    exit_code: int               # rp.EXIT_OK or rp.EXIT_SUSPENDED
+    global_step: int
+    loss: float | None
+    restored_from: str | None
+    checkpoint: str | None       # the checkpoint written last
+    sample: dict | None          # the sample event, when this run sampled
+    devices: list[str] = field(default_factory=list)
+
+
+def _quiet_tensorflow() -> None:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+
+
+def peak_memory(devices: list[str]) -> tuple[float, str]:
+    """Peak memory in MB: the GPU allocator's peak with GPUs, else the process's peak RSS."""
+    import tensorflow as tf
+
+    gpus = sorted({d for d in devices if d.startswith("/gpu")})
+    if gpus:
+        try:
+            peaks = [tf.config.experimental.get_memory_info(d.replace("/gpu", "GPU"))["peak"]
+                     for d in gpus]
+            return max(peaks) / 2**20, "gpu_allocator_peak"
+        except (ValueError, RuntimeError):
+            pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "process_rss_peak"
+
+
+def _enable_determinism() -> None:
+    import tensorflow as tf
+
+    os.environ["TF_DETERMINISTIC_OPS"] = "1"
+    tf.config.experimental.enable_op_determinism()
+
+
+def train(config: TrainConfig, on_event: Callable[[dict], None] | None = None,
+          stop_event: threading.Event | None = None) -> TrainResult:
+    """Train ``config`` from its train_dir's latest checkpoint (or from scratch).
+
+    Stops after ``max_number_of_steps`` (status "finished"), or, once
+    ``stop_event`` is set or ``sample_only`` sampling is done, after the current
+    step with a checkpoint (status "suspended"). Raises BadInputError or
+    CheckpointError on bad flags or an unusable checkpoint.
+    """
+    config.check()
+    _quiet_tensorflow()
+    import tensorflow as tf
+
+    from tfgshare import runner_checkpoint as ckpt
+    from tfgshare import runner_graph
+
+    stop_event = stop_event or threading.Event()
+    sink = EventSink(config.events_file, on_event, config.job_id)
+    train_dir = Path(config.train_dir)
+    train_dir.mkdir(parents=True, exist_ok=True)
+    if config.deterministic:
+        _enable_determinism()
+
+    dataset = runner_graph.load_dataset(config)
+    image_size = config.image_size or _default_size(config.model_name)
+    latest = ckpt.latest_checkpoint(train_dir)
+    start_example = 0
+    if latest:
+        expected = runner_graph.job_spec(config, image_size, dataset.num_classes)
+        start_example = ckpt.inspect_checkpoint(latest, expected).input_position
+    built = runner_graph.build_training_graph(config, start_example, dataset)
+    proto = runner_graph.session_config(config)
+    saver = built.checkpoint
+    with tf.compat.v1.Session(graph=built.graph, config=proto) as session:
+        session.run(built.init_op)
+        if latest:
+            saver.restore(session, latest)
+        step = int(session.run(built.global_step))
+        sink.emit("started", global_step=step, restored=latest is not None,
+                  device=",".join(built.devices), memory_fraction=config.memory_fraction)
+        return _train_loop(config, built, session, saver, sink, stop_event, step, latest)
+
+
+def _default_size(model_name: str) -> int:
+    from slim_models import nets_factory
+
+    return nets_factory.default_image_size(model_name)
+
+
+def _train_loop(config, built, session, saver, sink, stop_event, step, latest) -> TrainResult:
+    """Run steps until done or asked to stop; checkpoint along the way and at the end."""
+    train_dir = Path(config.train_dir)
+    total = config.max_number_of_steps
+    timer = StepTimer(plan_sampling(total - step, config.warmup_steps, config.num_sample_steps,
+                                    config.max_sample_share), built.images_per_step)
+    fetches = built.train_tensor
+    key = built.graph.step_key
+    loss = None
+    sample = None
+    last_saved_step = step if latest else None
+    last_saved_path = latest
+    last_save_time = time.monotonic()
+    run_start = tick = time.perf_counter()
+
+    def save() -> None:
+        nonlocal last_saved_step, last_saved_path, last_save_time
+        saved = saver.save(session, step)
+        last_saved_step, last_saved_path, last_save_time = step, saved.path, time.monotonic()
+        sink.emit("checkpoint", step=step, path=saved.path, seconds=saved.seconds,
+                  size_mb=saved.size_mb)
+
+    while step < total and not stop_event.is_set():
+        loss = float(session.run(fetches, feed_dict={key: step}))
+        step += 1
+        now = time.perf_counter()
+        seconds, tick = now - tick, now
+        if timer.add(seconds):
+            sample = _sample_event(timer, built, total - step, now - run_start)
+            sink.emit("sample", **sample)
+            _write_json(train_dir / SAMPLE_FILE, {**sample, "step": step,
+                                                  "job_id": config.job_id})
+            if config.sample_only:
+                stop_event.set()
+        if step % config.log_every_n_steps == 0 or step == total:
+            remaining = timer.predicted_remaining_s(total - step)
+            sink.emit("progress", step=step, loss=loss, step_time_s=seconds,
+                      images_per_sec=built.images_per_step / seconds,
+                      predicted_remaining_s=remaining)
+            eta = "?" if remaining is None else f"{remaining:.0f}s"
+            print(f"step {step}/{total}  loss {loss:.4f}  {seconds:.3f} s/step  "
+                  f"{built.images_per_step / seconds:.1f} img/s  remaining {eta}", flush=True)
+        if step < total and _periodic_save_due(config, step, last_save_time):
+            save()
+            tick = time.perf_counter()   # the save is not part of the next step's time
+    if last_saved_step != step:
+        save()
+    if step >= total:
+        sink.emit("finished", step=step, loss=loss)
+        return TrainResult("finished", rp.EXIT_OK, step, loss, latest, last_saved_path,
+                           sample, built.devices)
+    sink.emit("suspended", step=step)
+    return TrainResult("suspended", rp.EXIT_SUSPENDED, step, loss, latest, last_saved_path,
+                       sample, built.devices)
+
+
+def _periodic_save_due(config: TrainConfig, step: int, last_save_time: float) -> bool:
+    if config.save_interval_steps and step % config.save_interval_steps == 0:
+        return True
+    return bool(config.save_interval_secs) and \
+        time.monotonic() - last_save_time >= config.save_interval_secs
+
+
+def _sample_event(timer: StepTimer, built, remaining_steps: int, elapsed_s: float) -> dict:
+    stats = timer.sample_stats()
+    peak_mb, source = peak_memory(built.devices)
+    remaining = remaining_steps * stats["step_time_mean_s"]
+    return {**stats, "peak_memory_mb": peak_mb, "memory_source": source,
+            "predicted_remaining_s": remaining, "predicted_total_s": elapsed_s + remaining}
+
+
+def _write_json(path: Path, obj: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(obj, indent=1) + "\n")
+    tmp.replace(path)
+
+
+def _install_stop_signals(stop_event: threading.Event) -> None:
+    def handler(signum, _frame):
+        stop_event.set()
+        print(f"signal {signal.Signals(signum).name}: suspending after the current step",
+              flush=True)
+
+    for sig in rp.SUSPEND_SIGNALS:
+        signal.signal(sig, handler)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Train one job from command-line flags; returns a runner_protocol exit code."""
+    config = parse_args(list(sys.argv[1:] if argv is None else argv))
+    stop_event = threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        _install_stop_signals(stop_event)
+    sink = EventSink(config.events_file, None, config.job_id)
+    try:
+        result = train(config, stop_event=stop_event)
+    except rp.BadInputError as exc:
+        return _fail(sink, f"bad input: {exc}", exc.exit_code)
+    except rp.CheckpointError as exc:
+        return _fail(sink, f"checkpoint error: {exc}", exc.exit_code)
+    return result.exit_code
+
+
+def _fail(sink: EventSink, message: str, code: int) -> int:
+    print(f"tfgshare train: {message}", file=sys.stderr, flush=True)
+    sink.emit("error", message=message)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,212 @@
+"""The training graph of one TF-Slim job, built as TF-Slim's train_image_classifier does.
+
+Input pipeline (dataset -> preprocessing -> batches), one model replica
+("tower", "clone" in TF-Slim) per GPU with its share of the batch, averaged
+gradients, the chosen optimizer and learning-rate schedule, batch-norm updates
+from the first tower, and the step counters a resumed job needs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+import tensorflow as tf
+
+from tfgshare.runner_checkpoint import POSITION_VARIABLE, SPEC_VARIABLE, JobCheckpoint
+from tfgshare.runner_config import TrainConfig
+from tfgshare.runner_protocol import BadInputError
+from tfgshare.runner_rng import KeyedRandomGraph
+
+AUX_LOSS_WEIGHT = 0.4  # TF-Slim's weight for inception's auxiliary logits
+
+
+@dataclass
+class TrainingGraph:
+    """Handles on a built training graph."""
+
+    graph: KeyedRandomGraph
+    train_tensor: tf.Tensor       # total loss, evaluated after the update ran
+    global_step: tf.Variable
+    learning_rate: tf.Tensor
+    variables: list               # every global variable (what a checkpoint holds)
+    init_op: tf.Operation
+    checkpoint: JobCheckpoint     # saves and restores ``variables``
+    devices: list[str]            # one per tower
+    images_per_step: int
+    image_size: int
+    num_classes: int
+    num_samples: int
+
+
+def tower_devices(num_towers: int) -> list[str]:
+    """One device per tower: the visible GPUs, or all on /cpu:0 without GPUs."""
+    gpus = tf.config.list_physical_devices("GPU")
+    if not gpus:
+        return ["/cpu:0"] * num_towers
+    if num_towers > len(gpus):
+        raise BadInputError(f"--num_gpus {num_towers} but only {len(gpus)} GPU(s) are visible "
+                            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r})")
+    return [f"/gpu:{i}" for i in range(num_towers)]
+
+
+def job_spec(config: TrainConfig, image_size: int, num_classes: int) -> dict:
+    """What a checkpoint records about the job that wrote it."""
+    return {"model_name": config.model_name, "num_classes": num_classes,
+            "image_size": image_size, "optimizer": config.optimizer,
+            "dataset_name": config.dataset_name, "batch_size": config.batch_size,
+            "num_gpus": config.num_gpus}
+
+
+def load_dataset(config: TrainConfig):
+    """The slim dataset object the config names (BadInputError when it cannot be had)."""
+    from slim_models.datasets import dataset_factory
+
+    try:
+        return dataset_factory.get_dataset(
+            config.dataset_name, config.dataset_split_name, config.dataset_dir,
+            image_size=config.image_size, num_classes=config.num_classes)
+    except (ValueError, FileNotFoundError, OSError, KeyError) as exc:
+        raise BadInputError(f"dataset {config.dataset_name!r}: {exc}") from None
+
+
+def _input_batches(config: TrainConfig, dataset, image_size: int, start_example: int,
+                   batch: int):
+    from slim_models.preprocessing import preprocessing_factory
+
+    preprocess = preprocessing_factory.get_preprocessing(config.model_name, is_training=True)
+    data = dataset.tf_dataset(start_example=start_example, seed=config.seed)
+    data = data.map(lambda image, label: (preprocess(image, image_size, image_size), label),
+                    num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    data = data.batch(batch, drop_remainder=True).prefetch(2)
+    images, labels = tf.compat.v1.data.make_one_shot_iterator(data).get_next()
+    images.set_shape([batch, image_size, image_size, images.shape[-1]])
+    return images, tf.reshape(labels, [batch])
+
+
+def _learning_rate(config: TrainConfig, global_step, num_samples: int):
+    lr = config.learning_rate
+    if config.learning_rate_decay_type == "fixed":
+        return tf.constant(lr, name="fixed_learning_rate")
+    decay_steps = max(1, int(num_samples * config.num_epochs_per_decay / config.batch_size))
+    if config.learning_rate_decay_type == "exponential":
+        return tf.compat.v1.train.exponential_decay(
+            lr, global_step, decay_steps, config.learning_rate_decay_factor,
+            staircase=True, name="exponential_decay_learning_rate")
+    return tf.compat.v1.train.polynomial_decay(
+        lr, global_step, decay_steps, config.end_learning_rate, power=1.0, cycle=False,
+        name="polynomial_decay_learning_rate")
+
+
+def _optimizer(config: TrainConfig, learning_rate):
+    train = tf.compat.v1.train
+    if config.optimizer == "sgd":
+        return train.GradientDescentOptimizer(learning_rate)
+    if config.optimizer == "momentum":
+        return train.MomentumOptimizer(learning_rate, momentum=config.momentum, name="Momentum")
+    if config.optimizer == "rmsprop":
+        return train.RMSPropOptimizer(learning_rate, decay=config.rmsprop_decay,
+                                      momentum=config.rmsprop_momentum,
+                                      epsilon=config.opt_epsilon)
+    return train.AdamOptimizer(learning_rate, beta1=config.adam_beta1,
+                               beta2=config.adam_beta2, epsilon=config.opt_epsilon)
+
+
+def _tower_loss(logits, end_points, labels, num_classes: int, label_smoothing: float):
+    onehot = tf.one_hot(labels, num_classes)
+    loss = tf.compat.v1.losses.softmax_cross_entropy(
+        onehot, logits, label_smoothing=label_smoothing, loss_collection=None)
+    if "AuxLogits" in end_points:
+        loss += AUX_LOSS_WEIGHT * tf.compat.v1.losses.softmax_cross_entropy(
+            onehot, end_points["AuxLogits"], label_smoothing=label_smoothing,
+            loss_collection=None)
+    return loss
+
+
+def _average_gradients(tower_grads: list[list]) -> list:
+    averaged = []
+    for pairs in zip(*tower_grads):
+        var = pairs[0][1]
+        grads = [g for g, _ in pairs if g is not None]
+        if not grads:
+            continue
+        averaged.append((grads[0] if len(grads) == 1 else tf.add_n(grads) / len(grads), var))
+    return averaged
+
+
+def build_training_graph(config: TrainConfig, start_example: int = 0,
+                         dataset=None) -> TrainingGraph:
+    """Build the full training graph of ``config``, reading input from ``start_example``."""
+    from slim_models import nets_factory
+    from slim_models.compat import ensure_tf_compat
+    import tf_slim as slim
+
+    ensure_tf_compat()
+    dataset = dataset or load_dataset(config)
+    num_classes = dataset.num_classes
+    image_size = config.image_size or nets_factory.default_image_size(config.model_name)
+    towers = config.num_gpus
+    devices = tower_devices(towers)
+    variables_device = "/cpu:0" if towers > 1 else devices[0]
+    graph = KeyedRandomGraph(config.seed)
+    with graph.as_default():
+        tf.compat.v1.set_random_seed(config.seed)
+        with tf.device("/cpu:0"):
+            global_step = tf.compat.v1.train.get_or_create_global_step()
+            position = tf.compat.v1.get_variable(
+                POSITION_VARIABLE, initializer=tf.constant(start_example, tf.int64),
+                trainable=False)
+            tf.compat.v1.get_variable(
+                SPEC_VARIABLE, trainable=False, initializer=tf.constant(
+                    json.dumps(job_spec(config, image_size, num_classes), sort_keys=True)))
+            images, labels = _input_batches(config, dataset, image_size, start_example,
+                                            config.batch_size * towers)
+            image_splits = tf.split(images, towers)
+            label_splits = tf.split(labels, towers)
+            learning_rate = _learning_rate(config, global_step, dataset.num_samples)
+            optimizer = _optimizer(config, learning_rate)
+
+        network_fn = nets_factory.get_network_fn(
+            config.model_name, num_classes, weight_decay=config.weight_decay, is_training=True)
+        tower_grads, losses = [], []
+        for i, device in enumerate(devices):
+            with tf.name_scope(f"clone_{i}"), tf.device(device), \
+                    tf.compat.v1.variable_scope(tf.compat.v1.get_variable_scope(), reuse=i > 0), \
+                    slim.arg_scope([slim.model_variable, slim.variable], device=variables_device):
+                logits, end_points = network_fn(image_splits[i])
+                loss = _tower_loss(logits, end_points, label_splits[i], num_classes,
+                                   config.label_smoothing)
+                total = loss / towers
+                if i == 0:
+                    regularization = tf.compat.v1.losses.get_regularization_losses()
+                    if regularization:
+                        total += tf.add_n(regularization, name="regularization_loss")
+                losses.append(total)
+                tower_grads.append(optimizer.compute_gradients(total))
+        with tf.device(variables_device):
+            total_loss = tf.add_n(losses, name="total_loss")
+            grads = _average_gradients(tower_grads)
+            if not grads:
+                raise BadInputError(f"model {config.model_name} has no trainable variables")
+            apply_op = optimizer.apply_gradients(grads, global_step=global_step)
+            update_ops = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS, "clone_0")
+            advance = position.assign_add(config.batch_size * towers)
+            with tf.control_dependencies([apply_op, advance, *update_ops]):
+                train_tensor = tf.identity(total_loss, name="train_op")
+        variables = tf.compat.v1.global_variables()
+        checkpoint = JobCheckpoint(config.train_dir, variables, config.max_to_keep)
+        init_op = tf.compat.v1.global_variables_initializer()
+    return TrainingGraph(graph, train_tensor, global_step, learning_rate, variables, init_op,
+                         checkpoint, devices, config.batch_size * towers, image_size,
+                         num_classes, dataset.num_samples)
+
+
+def session_config(config: TrainConfig) -> "tf.compat.v1.ConfigProto":
+    """The ConfigProto a job's session runs with: its GPU memory fraction and threads."""
+    proto = tf.compat.v1.ConfigProto(
+        allow_soft_placement=True,
+        intra_op_parallelism_threads=config.intra_op_threads,
+        inter_op_parallelism_threads=config.inter_op_threads)
+    proto.gpu_options.per_process_gpu_memory_fraction = config.memory_fraction
+    return proto

@@ -1,0 +1,89 @@
+"""Step-time sampling and completion-time prediction (no TensorFlow).
+
+A job first runs a warm-up, then a bounded number of sampled steps; their mean
+step time predicts the remaining time (remaining steps x step time). After the
+sample, the prediction follows an exponential moving average of step times.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class SamplePlan:
+    """How many steps to warm up and how many to measure."""
+
+    warmup: int
+    sampled: int
+
+
+def plan_sampling(remaining_steps: int, warmup_steps: int, num_sample_steps: int,
+                  max_share: float) -> SamplePlan:
+    """Warm-up and sample lengths, the two together within ``max_share`` of the job.
+
+    A job always gets at least one sampled step (when it has a step to run and
+    sampling is on), so a sample record exists even for tiny jobs.
+    """
+    if remaining_steps <= 0 or num_sample_steps <= 0:
+        return SamplePlan(0, 0)
+    budget = max(2, int(remaining_steps * max_share))
+    sampled = max(1, min(num_sample_steps, budget - min(warmup_steps, budget // 4)))
+    warmup = min(warmup_steps, max(0, budget - sampled))
+    if warmup + sampled > remaining_steps:
+        warmup = min(warmup, remaining_steps - 1) if remaining_steps > 1 else 0
+        sampled = max(1, remaining_steps - warmup)
+    return SamplePlan(warmup, sampled)
+
+
+@dataclass
+class StepTimer:
+    """Collects step durations: the sample, then a moving average for predictions."""
+
+    plan: SamplePlan
+    images_per_step: int
+    alpha: float = 0.1
+    steps_seen: int = 0
+    sample: list[float] = field(default_factory=list)
+    average_s: float | None = None
+
+    @property
+    def sample_done(self) -> bool:
+        """True once the sampled steps are all measured."""
+        return len(self.sample) >= self.plan.sampled > 0
+
+    def add(self, seconds: float) -> bool:
+        """Record one step's duration; True when this step completes the sample."""
+        self.steps_seen += 1
+        completes = False
+        if self.steps_seen > self.plan.warmup and not self.sample_done and self.plan.sampled:
+            self.sample.append(seconds)
+            completes = self.sample_done
+            if completes:
+                self.average_s = statistics.fmean(self.sample)
+        if not completes and self.steps_seen > self.plan.warmup:
+            if self.average_s is None:
+                self.average_s = seconds
+            else:
+                self.average_s += self.alpha * (seconds - self.average_s)
+        return completes
+
+    def predicted_remaining_s(self, remaining_steps: int) -> float | None:
+        """Remaining steps times the current step-time estimate (None before any)."""
+        if self.average_s is None:
+            return None
+        return max(0, remaining_steps) * self.average_s
+
+    def sample_stats(self) -> dict:
+        """Mean and spread of sampled step time, and images per second."""
+        mean = statistics.fmean(self.sample)
+        std = statistics.pstdev(self.sample) if len(self.sample) > 1 else 0.0
+        return {
+            "warmup_steps": self.plan.warmup,
+            "sampled_steps": len(self.sample),
+            "step_time_mean_s": mean,
+            "step_time_std_s": std,
+            "images_per_sec": self.images_per_step / mean if mean > 0 else math.inf,
+        }
