@@ -35,7 +35,7 @@ class Checks:
 
     def number(self, column: str, *, integer: bool = False, minimum: float = 0.0) -> pd.Series:
         """A numeric column; empty, non-finite, fractional (if integer) or small values are bad."""
-        values = pd.to_numeric(self.table[column].str.strip(), errors="coerce").astype(float)
+        values = pd.to_numeric(self.table[column], errors="coerce").astype(float)
         bad = ~np.isfinite(values) | (values < minimum)
         if integer:
             bad |= values != np.floor(values)
@@ -45,7 +45,7 @@ class Checks:
 
     def datetime(self, column: str) -> pd.Series:
         """A ``YYYY-MM-DD HH:MM:SS`` column as naive datetime64; unparseable values are bad."""
-        values = pd.to_datetime(self.table[column].str.strip(), errors="coerce", format="ISO8601")
+        values = pd.to_datetime(self.table[column], errors="coerce", format="ISO8601")
         if getattr(values.dt, "tz", None) is not None:
             values = values.dt.tz_localize(None)
         self._flags.append((values.isna(), column, "a date-time like 2017-10-09 07:01:55"))
@@ -53,7 +53,7 @@ class Checks:
 
     def seconds_or_datetime(self, column: str) -> pd.Series:
         """Seconds when most values are numbers, else date-times (see :meth:`datetime`)."""
-        numeric = pd.to_numeric(self.table[column].str.strip(), errors="coerce")
+        numeric = pd.to_numeric(self.table[column], errors="coerce")
         if len(numeric) and numeric.notna().mean() > 0.5:
             return self.number(column, minimum=-np.inf)
         return self.datetime(column)

@@ -24,7 +24,6 @@ and GPU count, never on the order or the other jobs of the list.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import math
 
@@ -50,25 +49,20 @@ def assign_models(jobs: list[TraceJob], profiles: Profiles, seed: int = 0) -> li
     reference GPU; models other than the paper's four are ignored.
     """
     table = _check_profiles(profiles)
-    return [_assign(job, table, seed) for job in jobs]
-
-
-def _assign(job: TraceJob, table: dict[str, list[tuple[int, float]]], seed: int) -> TraceJob:
-    u_model, u_batch = _uniforms(seed, job.id)
-    weights = _bucket(job.gpu_time / 3600.0)
     models = [m for m in PAPER_MODELS if m in table]
-    model = _pick(models, [weights[m] for m in models], u_model)
-    batches = table[model]
-    batch, step_time = batches[min(int(u_batch * len(batches)), len(batches) - 1)]
-    steps = max(1, round(job.duration / step_time))
-    return dataclasses.replace(job, model=model, batch_size=batch, total_steps=steps)
-
-
-def _bucket(gpu_hours: float) -> dict[str, float]:
-    for bound, weights in BUCKET_WEIGHTS:
-        if gpu_hours < bound:
-            return weights
-    return BUCKET_WEIGHTS[-1][1]
+    choices = [(bound, models, [weights[m] for m in models]) for bound, weights in BUCKET_WEIGHTS]
+    mapped = []
+    for job in jobs:
+        u_model, u_batch = _uniforms(seed, job.id)
+        gpu_hours = job.gpu_time / 3600.0
+        _, names, weights = next(c for c in choices if gpu_hours < c[0] or c is choices[-1])
+        model = _pick(names, weights, u_model)
+        batches = table[model]
+        batch, step_time = batches[min(int(u_batch * len(batches)), len(batches) - 1)]
+        steps = max(1, round(job.duration / step_time))
+        mapped.append(TraceJob(job.id, job.submit_time, job.num_gpus, job.duration, job.vc,
+                               model, batch, steps))
+    return mapped
 
 
 def _pick(items: list[str], weights: list[float], u: float) -> str:
