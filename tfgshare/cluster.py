@@ -18,7 +18,7 @@ from tfgshare.policies.base import (GPU, ClusterSnapshot, Fragment, JobState, Jo
 from tfgshare.schema import GpuInfo, JobSpec
 
 # LiveJob fields that are saved to the database (the rest is volatile)
-_VOLATILE = frozenset({"unknown", "gpu_memory_mb", "over_memory", "_view"})
+_VOLATILE = frozenset({"unknown", "gpu_memory_mb", "over_memory", "solo_util", "_view"})
 
 
 @dataclass(eq=False)
@@ -60,6 +60,7 @@ class LiveJob:
     unknown: bool = False             # was running before a restart, not yet re-adopted
     gpu_memory_mb: dict[int, float] = field(default_factory=dict)
     over_memory: str = ""             # non-empty when its real memory passes its fragment
+    solo_util: list[float] = field(default_factory=list)  # GPU util seen while sampling alone
     _view: JobView | None = field(default=None, repr=False)
 
     def touch(self) -> None:

@@ -325,6 +325,8 @@ class Coordinator:
                 job.steps_done = jt.step
                 job.touch()
             job.gpu_memory_mb = dict(jt.gpu_memory_mb)
+            if job.state is JobState.SAMPLING:
+                self._note_solo_util(job, node)
             over = []
             for f in job.fragments:
                 index = split_gpu_id(f.gpu)[1]
@@ -340,6 +342,17 @@ class Coordinator:
                           else "memory back within its fragment")
                 self._usage_changed = True
         return {}
+
+    def _note_solo_util(self, job: LiveJob, node: Node) -> None:
+        """Keep the GPU utilisation of a sampling job that has its GPUs to itself."""
+        mine = {f.gpu for f in job.fragments}
+        if any(j is not job and mine & {f.gpu for f in j.fragments}
+               for j in self.cluster.holders()):
+            return
+        for f in job.fragments:
+            util = node.gpu_util.get(split_gpu_id(f.gpu)[1])
+            if util is not None:
+                job.solo_util.append(util)
 
     def _agent_node(self, peer: bytes, name: str) -> Node:
         registered = self.peers[peer]
@@ -396,8 +409,12 @@ class Coordinator:
         co = sum(1 for j in self.cluster.holders()
                  if j is not job and mine & {f.gpu for f in j.fragments})
         util = ev.get("gpu_util")
+        if not isinstance(util, (int, float)) or isinstance(util, bool):
+            # measured by the agent while the job sampled alone, else the safe guess
+            seen = job.solo_util
+            util = sum(seen) / len(seen) if seen else 1.0
         job.sample = SampleRecord(step_time_s=step_time, peak_memory_mb=peak, co_tenants=co,
-                                  gpu_util=float(util) if isinstance(util, (int, float)) else 1.0)
+                                  gpu_util=min(1.0, max(0.0, float(util))))
         remaining = ev.get("predicted_remaining_s")
         if remaining is None:
             remaining = max(0, job.spec.max_number_of_steps - job.steps_done) * step_time
@@ -516,6 +533,8 @@ class Coordinator:
         job.node, job.fragments, job.sample_only = node.name, tuple(fragments), sample_only
         job.last_start = now
         job.pinned = False
+        if sample_only:
+            job.solo_util = []
         self._save(job)
         where = ", ".join(f"{f.gpu} f={f.fraction:.3f}" for f in fragments)
         what = "sample" if sample_only else ("resume" if job.steps_done else "start")

@@ -1,0 +1,123 @@
+"""Test helpers: a coordinator in a thread, and fake agents speaking the agent protocol.
+
+A ``FakeAgent`` is a DEALER socket in the test process: it registers, heartbeats
+on demand, receives commands and answers them, and reports runner events and
+exits as a real agent would, so coordinator tests are fast and deterministic.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import zmq
+
+from tfgshare import schema as s
+from tfgshare.coordinator import Coordinator, CoordinatorConfig
+
+
+class CoordinatorThread:
+    """A coordinator serving on a free loopback port in a background thread."""
+
+    def __init__(self, state: Path, policy=None, **config) -> None:
+        config.setdefault("bind", "tcp://127.0.0.1:*")
+        config.setdefault("tick", 0.05)
+        config.setdefault("node_timeout", 5.0)
+        self.coord = Coordinator(CoordinatorConfig(state=state, **config), policy=policy)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.coord.serve, args=(self.stop,), daemon=True)
+        self.thread.start()
+        assert self.coord.ready.wait(10), "coordinator did not start"
+        self.address = self.coord.endpoint
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(10)
+
+
+class FakeAgent:
+    """One node's agent, driven by the test."""
+
+    def __init__(self, address: str, node: str, gpus=((0, 16384),), token=None) -> None:
+        self.node = node
+        self.gpus = [s.GpuInfo(i, "virtual", mb, True) for i, mb in gpus]
+        self.token = token
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.connect(address)
+        self.commands: list[s.Message] = []
+        self.replies: dict[str, s.Message] = {}
+        self.attempts: dict[str, int] = {}      # job -> attempt it runs under
+        self.auto_ack = True                    # answer every command with ok
+
+    def close(self) -> None:
+        self.sock.close(0)
+        self.ctx.term()
+
+    def send(self, msg: s.Message) -> None:
+        self.sock.send(s.encode(msg))
+
+    def pump(self, timeout_s: float = 0.0) -> None:
+        """Receive what is waiting (up to ``timeout_s`` for the first frame)."""
+        wait = timeout_s
+        while self.sock.poll(wait * 1000):
+            msg = s.decode(self.sock.recv())
+            wait = 0.0
+            if isinstance(msg, (s.Ok, s.Error)):
+                self.replies[msg.id] = msg
+                continue
+            self.commands.append(msg)
+            if isinstance(msg, (s.StartJob, s.AdoptJob)):
+                self.attempts[msg.job] = msg.attempt
+            if self.auto_ack:
+                self.send(s.reply_ok(msg))
+
+    def request(self, msg: s.Message, timeout_s: float = 5.0) -> s.Message:
+        """Send and wait for the reply with the same id."""
+        self.send(msg)
+        deadline = time.monotonic() + timeout_s
+        while msg.id not in self.replies:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no reply to {msg.TYPE}")
+            self.pump(0.05)
+        return self.replies.pop(msg.id)
+
+    def register(self, jobs=()) -> s.Message:
+        return self.request(s.Register(node=self.node, gpus=self.gpus, jobs=list(jobs),
+                                       token=self.token))
+
+    def heartbeat(self, jobs=()) -> s.Message:
+        return self.request(s.Heartbeat(
+            node=self.node, gpus=[s.GpuTelemetry(g.index, 0.5, 100.0) for g in self.gpus],
+            jobs=list(jobs)))
+
+    def wait_command(self, kind: type, job: str | None = None, timeout_s: float = 5.0):
+        """The first received command of this type (for this job), waiting for it."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            for i, c in enumerate(self.commands):
+                if isinstance(c, kind) and (job is None or getattr(c, "job", None) == job):
+                    return self.commands.pop(i)
+            if time.monotonic() > deadline:
+                got = [type(c).__name__ for c in self.commands]
+                raise TimeoutError(f"{self.node}: no {kind.__name__} for {job} (have {got})")
+            self.pump(0.05)
+
+    def event(self, job: str, event: str, **fields) -> s.Message:
+        return self.request(s.JobEvent(node=self.node, job=job, attempt=self.attempts[job],
+                                       event={"event": event, "time": time.time(), **fields}))
+
+    def exit(self, job: str, code: int, reason: str = "") -> s.Message:
+        return self.request(s.JobExit(node=self.node, job=job, attempt=self.attempts[job],
+                                      exit_code=code, reason=reason))
+
+    def sample(self, job: str, step_time: float = 0.1, peak_mb: float = 2000.0,
+               **extra) -> None:
+        """Report a sampling record and the sample-only exit."""
+        self.event(job, "sample", warmup_steps=2, sampled_steps=5, step_time_mean_s=step_time,
+                   step_time_std_s=0.0, images_per_sec=10.0, peak_memory_mb=peak_mb,
+                   memory_source="fake", predicted_remaining_s=10 * step_time,
+                   predicted_total_s=12 * step_time, **extra)
+        self.exit(job, 75, "sampled")

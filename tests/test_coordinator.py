@@ -1,0 +1,328 @@
+"""The coordinator with fake agents: life cycle, sharing, manual moves, lost nodes."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from coordinator_fakes import CoordinatorThread, FakeAgent
+from tfgshare import schema as s
+from tfgshare.client import Client, Refused
+from tfgshare.policies.registry import POLICY_NAMES, get_policy
+
+SHARING_POLICY = "fgs" if "fgs" in POLICY_NAMES else "gandiva"
+
+
+@pytest.fixture
+def make(tmp_path):
+    """make(policy="fifo", **config) -> (coordinator thread, client); closed after the test."""
+    opened = []
+
+    def _make(policy="fifo", **config):
+        ct = CoordinatorThread(tmp_path / "state.db", policy=get_policy(policy), **config)
+        client = Client(ct.address, timeout_s=5.0)
+        opened.append((ct, client))
+        return ct, client
+
+    yield _make
+    for ct, client in opened:
+        client.close()
+        ct.close()
+
+
+@pytest.fixture
+def agents():
+    made = []
+
+    def _agent(address, node, gpus=((0, 16384),), **kw):
+        a = FakeAgent(address, node, gpus, **kw)
+        made.append(a)
+        return a
+
+    yield _agent
+    for a in made:
+        a.close()
+
+
+def spec(model="inception_v3", **kw) -> s.JobSpec:
+    kw.setdefault("max_number_of_steps", 100)
+    return s.JobSpec(model, **kw)
+
+
+def test_register_reply_tells_heartbeat_and_shared_checkpoint_root(make, agents, tmp_path):
+    ct, client = make(node_timeout=8.0)
+    reply = agents(ct.address, "n1").register()
+    assert isinstance(reply, s.Ok)
+    assert reply.fields["heartbeat_s"] == 2.0
+    assert reply.fields["checkpoint_root"] == str(tmp_path / "checkpoints")
+    (node,) = client.nodes()
+    assert node["name"] == "n1" and node["state"] == "up" and len(node["gpus"]) == 1
+
+
+def test_job_life_cycle_start_progress_finish_and_logs(make, agents, tmp_path):
+    ct, client = make()
+    agent = agents(ct.address, "n1")
+    agent.register()
+    (jid,) = client.submit([spec(max_number_of_steps=50)])
+    start = agent.wait_command(s.StartJob, jid)
+    assert start.attempt == 1 and not start.sample_only
+    assert start.train_dir == str(tmp_path / "checkpoints" / jid)
+    assert start.spec.model_name == "inception_v3" and start.fragments[0].gpu_index == 0
+    assert client.job(jid)["state"] == "running"
+
+    agent.event(jid, "started", global_step=0, restored=False, device="cpu",
+                memory_fraction=start.fragments[0].fraction)
+    agent.event(jid, "progress", step=20, loss=2.5, step_time_s=0.1, images_per_sec=320.0,
+                predicted_remaining_s=3.0)
+    info = client.job(jid)
+    assert info["steps_done"] == 20 and info["predicted_remaining_s"] == 3.0
+    assert info["fragments"] == [["n1:0", start.fragments[0].fraction]]
+
+    agent.event(jid, "finished", step=50, loss=1.0)
+    agent.exit(jid, 0)
+    info = client.job(jid)
+    assert info["state"] == "finished" and info["steps_done"] == 50
+    assert info["fragments"] == [] and info["finish_time"] is not None
+    lines = client.logs(jid)
+    assert "submitted inception_v3" in lines[0]
+    assert any("progress step=20" in ln for ln in lines)
+    assert "finished" in lines[-1]
+    assert client.logs(jid, tail=1) == lines[-1:]
+
+
+def test_sampling_record_makes_the_job_sampled(make, agents):
+    ct, client = make(policy="fifo")
+    agent = agents(ct.address, "n1")
+    agent.register()
+    (jid,) = client.submit([spec()])
+    agent.wait_command(s.StartJob, jid)
+    # a sampling run that ends as the runner's sample_only run would
+    ct.coord.cluster.jobs[jid].sample_only = True
+    agent.sample(jid, step_time=0.25, peak_mb=3000.0)
+    info = client.job(jid)
+    assert info["sample"]["step_time_s"] == 0.25
+    assert info["sample"]["peak_memory_mb"] == 3000.0
+    assert info["sample"]["co_tenants"] == 0
+    assert info["predicted_remaining_s"] == pytest.approx(2.5)
+    # fifo starts it again at once as a full run from the sampling checkpoint
+    restart = agent.wait_command(s.StartJob, jid)
+    assert restart.attempt == 2 and not restart.sample_only
+    assert "sampled" in "\n".join(client.logs(jid))
+
+
+def test_two_jobs_share_one_gpu(make, agents):
+    ct, client = make(policy=SHARING_POLICY)
+    agent = agents(ct.address, "n1", gpus=((0, 16384),))
+    agent.register()
+    ids = client.submit([spec(memory_fraction=0.4), spec("resnet_v1_50", memory_fraction=0.4)])
+    running: dict[str, s.StartJob] = {}
+    deadline = time.monotonic() + 10
+    while len(running) < 2 and time.monotonic() < deadline:
+        agent.pump(0.05)
+        for cmd in [c for c in agent.commands if isinstance(c, s.StartJob)]:
+            agent.commands.remove(cmd)
+            if cmd.sample_only:
+                agent.sample(cmd.job, peak_mb=4000.0, gpu_util=0.4)
+            else:
+                running[cmd.job] = cmd
+    assert set(running) == set(ids)
+    for cmd in running.values():
+        assert cmd.fragments[0].gpu_index == 0
+    jobs = {j["id"]: j for j in client.jobs()}
+    assert all(jobs[i]["state"] == "running" for i in ids)
+    fractions = [jobs[i]["fragments"][0][1] for i in ids]
+    assert all(0 < f < 1 for f in fractions) and sum(fractions) <= 1.0
+    (node,) = client.nodes()
+    assert {f["job"] for f in node["gpus"][0]["fragments"]} == set(ids)
+
+
+def test_impossible_submits_are_refused_with_a_reason(make, agents):
+    ct, client = make()
+    agents(ct.address, "n1", gpus=((0, 16384), (1, 16384))).register()
+    with pytest.raises(Refused, match="asks for 3 GPUs but the largest node has 2"):
+        client.submit([spec(num_gpus=3)])
+    with pytest.raises(Refused, match="nosuchnet"):
+        client.submit([spec("nosuchnet")])
+    with pytest.raises(Refused, match=r"memory_fraction must be in \(0, 1\]"):
+        client.request(s.Submit(jobs=[spec(memory_fraction=1.5)]))
+    with pytest.raises(Refused, match=r"memory_fraction must be in \(0, 1\]"):
+        client.request(s.Submit(jobs=[spec(memory_fraction=0.0)]))
+    with pytest.raises(Refused, match="job 2 .*nosuchnet"):
+        client.submit([spec(), spec("nosuchnet")])
+    with pytest.raises(Refused, match="at least one job"):
+        client.submit([])
+    assert client.jobs() == []   # a refused batch queues nothing
+    assert client.submit([spec(num_gpus=2)]) == ["j1"]
+
+
+def test_node_timeout_requeues_its_jobs_elsewhere(make, agents):
+    ct, client = make(node_timeout=0.5)
+    a1 = agents(ct.address, "n1")
+    a1.register()
+    (jid,) = client.submit([spec()])
+    a1.wait_command(s.StartJob, jid)
+    a2 = agents(ct.address, "n2")
+    a2.register()
+    a1.event(jid, "progress", step=7, loss=1.0, step_time_s=0.1, images_per_sec=1.0,
+             predicted_remaining_s=9.3)
+    # n1 goes silent; n2 keeps heartbeating
+    deadline = time.monotonic() + 5
+    moved = None
+    while moved is None and time.monotonic() < deadline:
+        a2.heartbeat()
+        a2.pump(0.1)
+        moved = next((c for c in a2.commands if isinstance(c, s.StartJob)), None)
+    assert moved is not None and moved.job == jid and moved.attempt == 2
+    assert moved.train_dir.endswith(jid)   # resumes from the same shared checkpoint dir
+    info = client.job(jid)
+    assert info["state"] == "running" and info["node"] == "n2" and info["steps_done"] == 7
+    assert any("node n1 lost" in ln for ln in client.logs(jid))
+    nodes = {n["name"]: n for n in client.nodes()}
+    assert nodes["n1"]["state"] == "lost"
+    # the lost agent's late reports are refused until it registers again
+    reply = a1.request(s.Heartbeat(node="n1"))
+    assert isinstance(reply, s.Error) and "registered" in reply.reason
+
+
+def test_stale_attempt_reports_are_ignored(make, agents):
+    ct, client = make()
+    agent = agents(ct.address, "n1")
+    agent.register()
+    (jid,) = client.submit([spec()])
+    agent.wait_command(s.StartJob, jid)
+    reply = agent.request(s.JobExit(node="n1", job=jid, attempt=99, exit_code=0))
+    assert isinstance(reply, s.Ok) and reply.fields["stale"] is True
+    assert client.job(jid)["state"] == "running"
+
+
+def test_manual_suspend_resume_and_migrate(make, agents):
+    ct, client = make(policy="fifo")
+    agent = agents(ct.address, "n1", gpus=((0, 16384), (1, 16384)))
+    agent.register()
+    (jid,) = client.submit([spec()])
+    start = agent.wait_command(s.StartJob, jid)
+    gpu_from = start.fragments[0].gpu_index
+
+    client.suspend(jid)
+    agent.wait_command(s.SuspendJob, jid)
+    assert client.job(jid)["state"] == "suspending"
+    agent.event(jid, "suspended", step=12)
+    agent.exit(jid, 75)
+    info = client.job(jid)
+    assert info["state"] == "suspended (held)" and info["suspends"] == 1
+    time.sleep(0.2)   # several policy ticks: a held job is not restarted
+    assert not any(isinstance(c, s.StartJob) for c in agent.commands)
+
+    client.resume(jid)
+    resumed = agent.wait_command(s.StartJob, jid)
+    assert resumed.attempt == 2 and client.job(jid)["resumes"] == 1
+
+    other = f"n1:{1 - resumed.fragments[0].gpu_index}"
+    client.migrate(jid, other)
+    agent.wait_command(s.SuspendJob, jid)
+    assert client.job(jid)["state"] == "migrating"
+    agent.exit(jid, 75)
+    moved = agent.wait_command(s.StartJob, jid)
+    assert f"n1:{moved.fragments[0].gpu_index}" == other and moved.attempt == 3
+    info = client.job(jid)
+    assert info["migrations"] == 1 and info["fragments"][0][0] == other
+    assert gpu_from in (0, 1)
+
+    with pytest.raises(Refused, match="no up GPU 'n9:0'"):
+        client.migrate(jid, "n9:0")
+    with pytest.raises(Refused, match="NODE:INDEX"):
+        client.migrate(jid, "garbage")
+    with pytest.raises(Refused, match="already runs on"):
+        client.migrate(jid, other)
+
+    client.cancel(jid)
+    agent.wait_command(s.CancelJob, jid)
+    agent.exit(jid, -9, "killed")
+    assert client.job(jid)["state"] == "cancelled"
+    with pytest.raises(Refused, match="already cancelled"):
+        client.cancel(jid)
+    with pytest.raises(Refused, match="no job 'j42'"):
+        client.job("j42")
+
+
+def test_migrate_refused_when_the_fragment_does_not_fit(make, agents):
+    ct, client = make(policy="fifo")
+    agent = agents(ct.address, "n1", gpus=((0, 16384), (1, 16384)))
+    agent.register()
+    a, b = client.submit([spec(), spec()])
+    agent.wait_command(s.StartJob, a)
+    gpu_b = agent.wait_command(s.StartJob, b).fragments[0].gpu_index
+    with pytest.raises(Refused, match="does not fit on n1:"):
+        client.migrate(a, f"n1:{gpu_b}")
+
+
+def test_crash_retries_then_fails_and_bad_input_fails_at_once(make, agents):
+    ct, client = make(max_retries=1)
+    agent = agents(ct.address, "n1")
+    agent.register()
+    jid, bad = client.submit([spec(), spec()])
+    agent.wait_command(s.StartJob, jid)
+    agent.exit(jid, 1, "segfault")
+    assert agent.wait_command(s.StartJob, jid).attempt == 2
+    agent.exit(jid, 1, "segfault")
+    info = client.job(jid)
+    assert info["state"] == "failed" and "giving up" in info["reason"]
+
+    agent.wait_command(s.StartJob, bad)
+    agent.event(bad, "error", message="dataset_dir /nope does not exist")
+    agent.exit(bad, 2)
+    info = client.job(bad)
+    assert info["state"] == "failed" and "dataset_dir /nope" in info["reason"]
+
+
+def test_agent_refusing_a_start_requeues_the_job(make, agents):
+    ct, client = make(max_retries=5)
+    agent = agents(ct.address, "n1")
+    agent.register()
+    agent.auto_ack = False
+    (jid,) = client.submit([spec()])
+    start = agent.wait_command(s.StartJob, jid)
+    agent.send(s.reply_error(start, "no such GPU"))
+    again = agent.wait_command(s.StartJob, jid)
+    assert again.attempt == 2
+    assert any("agent refused to start it: no such GPU" in ln for ln in client.logs(jid))
+
+
+def test_job_over_its_fragment_is_flagged_in_status_and_metrics(make, agents):
+    ct, client = make()
+    agent = agents(ct.address, "n1", gpus=((0, 1000),))
+    agent.register()
+    (jid,) = client.submit([spec(memory_fraction=0.5)])
+    agent.wait_command(s.StartJob, jid)
+    frac = client.job(jid)["fragments"][0][1]
+    agent.heartbeat(jobs=[s.JobTelemetry(jid, 3, {0: frac * 1000 + 50})])
+    info = client.job(jid)
+    assert "on n1:0" in info["over_memory"] and info["gpu_memory_mb"] == {"0": frac * 1000 + 50}
+    assert info["steps_done"] == 3
+    value = ct.coord.metrics.registry.get_sample_value("tfgshare_jobs_over_fragment")
+    deadline = time.monotonic() + 2
+    while value != 1.0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+        value = ct.coord.metrics.registry.get_sample_value("tfgshare_jobs_over_fragment")
+    assert value == 1.0
+    agent.heartbeat(jobs=[s.JobTelemetry(jid, 4, {0: 10.0})])
+    assert client.job(jid)["over_memory"] == ""
+
+
+def test_metrics_report_and_prometheus_endpoint(make, agents):
+    import urllib.request
+    ct, client = make(metrics_port=0)
+    agent = agents(ct.address, "n1")
+    agent.register()
+    (jid,) = client.submit([spec()])
+    agent.wait_command(s.StartJob, jid)
+    agent.exit(jid, 0)
+    report = client.metrics()
+    assert report["summary"]["finished"] == 1 and report["summary"]["jobs"] == 1
+    assert "fifo" in report["report"] and jid in report["report"]
+    assert report["jobs"][0]["job"] == jid
+    port = ct.coord.metrics.port
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    assert 'tfgshare_jobs{state="finished"} 1.0' in body
+    assert "tfgshare_utilisation_allocated" in body and "tfgshare_migrations_total" in body
