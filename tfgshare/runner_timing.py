@@ -24,17 +24,18 @@ def plan_sampling(remaining_steps: int, warmup_steps: int, num_sample_steps: int
                   max_share: float) -> SamplePlan:
     """Warm-up and sample lengths, the two together within ``max_share`` of the job.
 
-    A job always gets at least one sampled step (when it has a step to run and
-    sampling is on), so a sample record exists even for tiny jobs.
+    The first step (graph set-up) is never sampled when there is a second one;
+    a job with a step to run always gets at least one sampled step, so a sample
+    record exists even for tiny jobs.
     """
     if remaining_steps <= 0 or num_sample_steps <= 0:
         return SamplePlan(0, 0)
     budget = max(2, int(remaining_steps * max_share))
-    sampled = max(1, min(num_sample_steps, budget - min(warmup_steps, budget // 4)))
-    warmup = min(warmup_steps, max(0, budget - sampled))
+    warmup = min(warmup_steps, max(1, budget // 4))
+    sampled = max(1, min(num_sample_steps, budget - warmup))
     if warmup + sampled > remaining_steps:
-        warmup = min(warmup, remaining_steps - 1) if remaining_steps > 1 else 0
-        sampled = max(1, remaining_steps - warmup)
+        warmup = min(warmup, remaining_steps - 1)
+        sampled = remaining_steps - warmup
     return SamplePlan(warmup, sampled)
 
 
