@@ -27,11 +27,14 @@ class Checks:
         self.table = table
         self._flags: list[tuple[pd.Series, str, str]] = []  # (bad mask, column, what was expected)
 
-    def text(self, column: str, default: str = "") -> pd.Series:
-        """A string column, or ``default`` everywhere when the file lacks it."""
+    def text(self, column: str, default: str = "", required: bool = False) -> pd.Series:
+        """A string column (``default`` where the file lacks it); if required, empty values are bad."""
         if column not in self.table:
             return pd.Series(default, index=self.table.index, dtype=object)
-        return self.table[column].str.strip()
+        values = self.table[column].str.strip()
+        if required:
+            self._flags.append((values == "", column, "a non-empty name"))
+        return values
 
     def number(self, column: str, *, integer: bool = False, minimum: float = 0.0) -> pd.Series:
         """A numeric column; empty, non-finite, fractional (if integer) or small values are bad."""

@@ -13,9 +13,11 @@ first):
   ``job_id,user,vc,jobname,gpu_num,cpu_num,state,submit_time,duration``, where
   ``submit_time`` is a date-time or seconds.
 
-Jobs without GPUs are skipped and counted. Corrupt lines raise
-:class:`TraceFormatError` with ``strict=True``; by default a few are skipped and
-counted in the :class:`LoadReport`.
+Pollux rows carry no job id; their id is ``philly-<n>``, n the 0-based data row.
+Jobs that cannot be replayed (no GPUs; job-log entries without a finished
+attempt) are skipped and counted in the :class:`LoadReport` in either mode.
+Corrupt lines raise :class:`TraceFormatError` with ``strict=True``; by default a
+few (at most 10 % of the file, or 5 lines) are skipped and counted.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from __future__ import annotations
 import gzip
 import logging
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Callable
 
@@ -155,7 +157,7 @@ def _pollux(checks: Checks, table: pd.DataFrame) -> dict:
 
 def _tiresias(checks: Checks, table: pd.DataFrame) -> dict:
     columns = {
-        "id": checks.text("job_id"),
+        "id": checks.text("job_id", required=True),
         "submit": checks.number("submit_time", minimum=-np.inf),
         "num_gpus": checks.number("num_gpu", integer=True),
         "duration": checks.number("duration"),
@@ -168,7 +170,7 @@ def _tiresias(checks: Checks, table: pd.DataFrame) -> dict:
 
 def _helios(checks: Checks, table: pd.DataFrame) -> dict:
     return {
-        "id": checks.text("job_id"),
+        "id": checks.text("job_id", required=True),
         "submit": checks.seconds_or_datetime("submit_time"),
         "num_gpus": checks.number("gpu_num", integer=True),
         "duration": checks.number("duration"),
@@ -176,7 +178,7 @@ def _helios(checks: Checks, table: pd.DataFrame) -> dict:
     }
 
 
-def _to_jobs(frame: pd.DataFrame) -> tuple[list[TraceJob], object]:
+def _to_jobs(frame: pd.DataFrame) -> tuple[list[TraceJob], datetime | None]:
     """Sorted jobs with times in seconds since the first submission, and that time."""
     if frame.empty:
         return [], None

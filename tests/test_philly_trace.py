@@ -185,3 +185,11 @@ def test_philly_never_imports_tensorflow():
             "philly.load_trace(max_jobs=10)\n"
             "assert 'tensorflow' not in sys.modules, 'tensorflow was imported'\n")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_empty_job_id_is_corrupt(tmp_path):
+    path = tmp_path / "tiresias.csv"
+    path.write_text("job_id,num_gpu,submit_time,iterations,model_name,duration,interval\n"
+                    " ,4,100,5000,vgg19,3600,10\n")
+    with pytest.raises(TraceFormatError, match=r"tiresias\.csv, line 2: job_id '' is not a non-empty name"):
+        load_trace(path, strict=True)
