@@ -49,6 +49,7 @@ class AgentConfig:
     threads: int = 1                     # CPU threads per runner
     suspend_timeout_s: float = 60.0
     register_retry_s: float = 1.0
+    runner_cmd: list[str] | None = None  # None: python -m tfgshare.runner
     lost_after_s: float | None = None    # silence before reconnecting; None: 4 heartbeats, >= 5s
 
 
@@ -63,6 +64,8 @@ class Agent:
             Path(cfg.work_dir), threads=cfg.threads, suspend_timeout_s=cfg.suspend_timeout_s,
             runner_flags=["--intra_op_threads", str(cfg.threads),
                           "--inter_op_threads", str(cfg.threads)])
+        if cfg.runner_cmd:
+            self.sup.runner_cmd = list(cfg.runner_cmd)
         self.ctx = context or zmq.Context.instance()
         self.sock: zmq.Socket | None = None
         self.registered = False
@@ -340,6 +343,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="CPU threads per runner (default 1)")
     p.add_argument("--suspend-timeout", type=float, default=60.0, metavar="S",
                    help="seconds a runner has to checkpoint before it is killed")
+    p.add_argument("--runner", metavar="CMD",
+                   help="command that starts a job runner, split on spaces "
+                        "(default: this Python with -m tfgshare.runner)")
     p.add_argument("-v", "--verbose", action="store_true", help="log debug detail")
     return p
 
@@ -369,7 +375,8 @@ def main(argv: list[str] | None = None) -> int:
     log.info("%s; work dir %s; coordinator %s", note, work_dir, args.coordinator)
     cfg = AgentConfig(coordinator=args.coordinator, node=args.node, work_dir=work_dir,
                       heartbeat_s=args.heartbeat, token=args.token, threads=args.threads,
-                      suspend_timeout_s=args.suspend_timeout)
+                      suspend_timeout_s=args.suspend_timeout,
+                      runner_cmd=args.runner.split() if args.runner else None)
     stop: list[int] = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, _frame: stop.append(signum))
