@@ -19,6 +19,17 @@ MAX_CORRUPT_SHARE = 0.10  # above this (and above MAX_CORRUPT_FEW lines) the fil
 MAX_CORRUPT_FEW = 5
 
 
+def reject_if_mostly_corrupt(path: Path, report: LoadReport, total: int, unit: str) -> None:
+    """Raise unless the corrupt entries are a few in an otherwise good file."""
+    if not report.corrupt:
+        return
+    if report.corrupt == total or (
+            report.corrupt > MAX_CORRUPT_FEW and report.corrupt > MAX_CORRUPT_SHARE * total):
+        raise TraceFormatError(
+            f"{path}: {report.corrupt} of {total} {unit} are corrupt, too many to skip; "
+            f"first: {report.problems[0]}")
+
+
 class Checks:
     """Column conversions over one table, remembering which lines were bad."""
 
@@ -68,21 +79,15 @@ class Checks:
         for mask, _, _ in self._flags:
             bad |= mask
         count = int(bad.sum())
-        if not count:
-            return ~bad
         bad_lines = index[bad.to_numpy()]
-        if strict:
+        if count and strict:
             where, problem = self._problem(bad_lines[0])
             raise TraceFormatError(f"{where}: {problem}")
         for line in bad_lines[:MAX_PROBLEMS]:
             report.add_problem(*self._problem(line))
         report.corrupt += count - min(count, MAX_PROBLEMS)
-        rows = len(index) + report.corrupt - count  # ragged lines dropped earlier count too
-        if report.corrupt > MAX_CORRUPT_FEW and report.corrupt > MAX_CORRUPT_SHARE * max(rows, 1):
-            raise TraceFormatError(
-                f"{self.path}: {report.corrupt} of {rows} lines are corrupt, too many to skip; "
-                f"first: {report.problems[0]}"
-            )
+        # report.corrupt also holds the ragged lines dropped while reading the table
+        reject_if_mostly_corrupt(self.path, report, len(index) + report.corrupt - count, "lines")
         return ~bad
 
     def _problem(self, line: int) -> tuple[str, str]:

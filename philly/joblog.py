@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from philly.checks import MAX_CORRUPT_FEW, MAX_CORRUPT_SHARE
+from philly.checks import reject_if_mostly_corrupt
 from philly.report import LoadReport, TraceFormatError
 
 MISSING = (None, "", "None")
@@ -60,10 +60,7 @@ def read_job_log(path: Path, compression: str | None, strict: bool, report: Load
             report.skipped[job] += 1
         else:
             rows.append(job)
-    if report.corrupt > MAX_CORRUPT_FEW and report.corrupt > MAX_CORRUPT_SHARE * max(len(entries), 1):
-        raise TraceFormatError(
-            f"{path}: {report.corrupt} of {len(entries)} job entries are corrupt, too many to skip; "
-            f"first: {report.problems[0]}")
+    reject_if_mostly_corrupt(path, report, len(entries), "job entries")
     frame = pd.DataFrame(rows, columns=["id", "submit", "num_gpus", "duration", "vc"])
     frame["submit"] = pd.to_datetime(frame["submit"])
     return frame

@@ -193,3 +193,17 @@ def test_empty_job_id_is_corrupt(tmp_path):
                     " ,4,100,5000,vgg19,3600,10\n")
     with pytest.raises(TraceFormatError, match=r"tiresias\.csv, line 2: job_id '' is not a non-empty name"):
         load_trace(path, strict=True)
+
+
+def test_file_of_only_corrupt_lines_is_rejected(tmp_path):
+    path = tmp_path / "one.csv"
+    path.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-01 00:00:00,-5,1,0,vc1\n")
+    with pytest.raises(TraceFormatError, match=r"1 of 1 lines are corrupt.*line 2: duration '-5' is not a number >= 0"):
+        load_trace(path)
+
+
+def test_file_of_only_ragged_lines_is_rejected(tmp_path):
+    path = tmp_path / "ragged.csv"
+    path.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n1,2,3,4,5,6\n1,2,3,4,5,6,7\n")
+    with pytest.raises(TraceFormatError, match=r"2 of 2 lines are corrupt.*line 2: expected 5 fields, found 6"):
+        load_trace(path)
