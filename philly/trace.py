@@ -43,7 +43,6 @@ from tfgshare.paths import philly_dir
 log = logging.getLogger(__name__)
 
 DEFAULT_TRACE = "philly"
-COLUMNS = ("id", "submit", "num_gpus", "duration", "vc", "model", "batch_size", "total_steps")
 
 
 def default_trace_path() -> Path:
