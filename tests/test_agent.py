@@ -255,3 +255,11 @@ def test_agent_command_line_errors_are_clear(args, words):
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert words in done.stderr
+
+
+def test_agent_and_cluster_code_never_import_tensorflow():
+    code = ("import sys, tfgshare.agent, tfgshare.gpus, tfgshare.supervisor, "
+            "tfgshare.localcluster, tfgshare.demo; "
+            "assert 'tensorflow' not in sys.modules, 'tensorflow was imported'")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
