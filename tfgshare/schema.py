@@ -422,6 +422,11 @@ def from_dict(obj: Any) -> Message:
     return msg
 
 
+def job_spec(obj: Any, where: str = "job") -> JobSpec:
+    """Validate a mapping of JobSpec fields (from YAML, say) and build the spec."""
+    return _build(JobSpec, obj, where)
+
+
 def reply_ok(request: Message | str, **fields: Any) -> Ok:
     """An ``ok`` reply to ``request`` (a message or its id)."""
     rid = request if isinstance(request, str) else request.id

@@ -1,0 +1,456 @@
+"""The user's commands: submit, status, watch, nodes, logs, cancel, suspend, resume, migrate.
+
+Each is ``f(argv) -> exit code``: 0 on success, 1 when the coordinator is
+unreachable or refuses, 2 for bad arguments. Every request waits at most
+``--timeout`` seconds (1 by default).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from tfgshare import schema as s
+from tfgshare.client import Client, ClientError, Refused, Unreachable, default_address
+
+# slim flags that map onto JobSpec fields: flag -> (field, type)
+_SLIM_FLAGS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "--batch_size": ("batch_size", int),
+    "--max_number_of_steps": ("max_number_of_steps", int),
+    "--dataset_name": ("dataset_name", str),
+    "--dataset_dir": ("dataset_dir", str),
+    "--optimizer": ("optimizer", str),
+    "--learning_rate": ("learning_rate", float),
+    "--learning_rate_decay_type": ("learning_rate_decay_type", str),
+    "--weight_decay": ("weight_decay", float),
+    "--train_image_size": ("image_size", int),
+    "--image_size": ("image_size", int),
+    "--num_classes": ("num_classes", int),
+    "--num_gpus": ("num_gpus", int),
+    "--priority": ("priority", int),
+    "--name": ("name", str),
+}
+
+
+class UsageError(Exception):
+    """Bad command-line input; the text says what is wrong."""
+
+
+def _parser(prog: str, description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=f"tfgshare {prog}", description=description)
+    p.add_argument("--coordinator", default=default_address(),
+                   help="coordinator address (default $TFGSHARE_COORDINATOR or "
+                        "tcp://127.0.0.1:5555)")
+    p.add_argument("--timeout", type=float, default=1.0, help="seconds to wait for an answer")
+    return p
+
+
+def _run(prog: str, args: argparse.Namespace, body: Callable[[Client], int]) -> int:
+    try:
+        with Client(args.coordinator, timeout_s=args.timeout) as client:
+            return body(client)
+    except Unreachable as exc:
+        print(f"tfgshare {prog}: {exc}", file=sys.stderr)
+    except Refused as exc:
+        print(f"tfgshare {prog}: refused: {exc}", file=sys.stderr)
+    except ClientError as exc:
+        print(f"tfgshare {prog}: {exc}", file=sys.stderr)
+    return 1
+
+
+def _console():
+    from rich.console import Console
+    # piped output: wide lines rather than truncated columns
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+
+
+# ---- submit ---------------------------------------------------------------------
+
+
+def parse_submit(argv: list[str]) -> list[s.JobSpec]:
+    """The job specs of ``submit MODEL [flags]`` or ``submit -f jobs.yaml`` (no options)."""
+    if argv and argv[0] in ("-f", "--file"):
+        if len(argv) != 2:
+            raise UsageError("submit -f takes one file: submit -f jobs.yaml")
+        return specs_from_yaml(Path(argv[1]))
+    if not argv or argv[0].startswith("-"):
+        raise UsageError("submit needs a model name (submit MODEL [slim flags]) or -f FILE")
+    fields: dict[str, Any] = {"model_name": argv[0]}
+    extra: list[str] = []
+    rest = list(argv[1:])
+    while rest:
+        arg = rest.pop(0)
+        flag, eq, value = arg.partition("=")
+        if not flag.startswith("--"):
+            raise UsageError(f"unexpected argument {arg!r}; flags look like --batch_size 32")
+        takes_value = eq or (rest and not rest[0].startswith("--"))
+        if not eq and takes_value:
+            value = rest.pop(0)
+        if flag == "--memory_fraction":
+            if not takes_value:
+                raise UsageError("--memory_fraction needs a value: a number in (0, 1] or auto")
+            fields["memory_fraction"] = _fraction(value)
+        elif flag in _SLIM_FLAGS:
+            name, kind = _SLIM_FLAGS[flag]
+            if not takes_value:
+                raise UsageError(f"{flag} needs a value")
+            try:
+                fields[name] = kind(value)
+            except ValueError:
+                raise UsageError(f"{flag} must be {kind.__name__}, got {value!r}") from None
+        else:   # another runner flag: passed through as is
+            extra += [flag, value] if takes_value else [flag]
+    fields["extra"] = extra
+    try:
+        spec = s.job_spec(fields, "submit")
+    except s.SchemaError as exc:
+        raise UsageError(str(exc)) from None
+    return [spec]
+
+
+def _fraction(value: str) -> float | str:
+    if value == "auto":
+        return value
+    try:
+        f = float(value)
+    except ValueError:
+        raise UsageError(f"--memory_fraction must be a number in (0, 1] or auto, "
+                         f"got {value!r}") from None
+    if not 0.0 < f <= 1.0 or math.isnan(f):
+        raise UsageError(f"--memory_fraction must be in (0, 1], got {value}")
+    return f
+
+
+def specs_from_yaml(path: Path) -> list[s.JobSpec]:
+    """Job specs from a YAML file: a list of mappings of JobSpec fields (or {jobs: [...]})."""
+    import yaml
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise UsageError(f"{path} is not valid YAML: {exc}") from None
+    if isinstance(data, dict) and "jobs" in data:
+        data = data["jobs"]
+    if not isinstance(data, list) or not data:
+        raise UsageError(f"{path} must hold a non-empty list of jobs")
+    specs = []
+    for i, item in enumerate(data, 1):
+        if isinstance(item, dict) and "model" in item and "model_name" not in item:
+            item = {("model_name" if k == "model" else k): v for k, v in item.items()}
+        try:
+            specs.append(s.job_spec(item, f"{path.name} job {i}"))
+        except s.SchemaError as exc:
+            raise UsageError(str(exc)) from None
+    return specs
+
+
+def _check_models(specs: list[s.JobSpec]) -> None:
+    from slim_models.nets_factory import check_model
+    for i, spec in enumerate(specs, 1):
+        try:
+            check_model(spec.model_name, spec.image_size)
+        except ValueError as exc:
+            label = f"job {i} ({spec.model_name})" if len(specs) > 1 else spec.model_name
+            raise UsageError(f"{label}: {exc}") from None
+
+
+def submit(argv: list[str]) -> int:
+    """Submit one job (MODEL [slim flags]) or many (-f jobs.yaml); print their ids."""
+    p = _parser("submit", "Submit TF-Slim training jobs.")
+    p.usage = ("tfgshare submit [--coordinator ADDR] MODEL [--batch_size B] "
+               "[--max_number_of_steps N] [--num_gpus N] [--memory_fraction F|auto] "
+               "[other slim flags]\n       tfgshare submit [--coordinator ADDR] -f jobs.yaml")
+    own, rest = _split_own_flags(argv)
+    args = p.parse_args(own)
+    try:
+        specs = parse_submit(rest)
+        _check_models(specs)
+    except UsageError as exc:
+        print(f"tfgshare submit: {exc}", file=sys.stderr)
+        return 2
+
+    def body(client: Client) -> int:
+        ids = client.submit(specs)
+        for jid, spec in zip(ids, specs):
+            print(f"{jid}\t{spec.model_name}")
+        return 0
+    return _run("submit", args, body)
+
+
+def _split_own_flags(argv: list[str]) -> tuple[list[str], list[str]]:
+    """Split --coordinator/--timeout (ours) from the job's flags."""
+    own, rest = [], []
+    it = iter(argv)
+    for arg in it:
+        name = arg.partition("=")[0]
+        if name in ("--coordinator", "--timeout", "-h", "--help"):
+            own.append(arg)
+            if "=" not in arg and name not in ("-h", "--help"):
+                own.append(next(it, ""))
+        else:
+            rest.append(arg)
+    return own, rest
+
+
+# ---- status -----------------------------------------------------------------------
+
+
+def _dur(seconds: float | None) -> str:
+    from tfgshare.metrics import format_duration
+    return format_duration(seconds)
+
+
+def _where(job: dict[str, Any]) -> str:
+    return ", ".join(f"{g} ({f:.2f})" for g, f in job["fragments"]) or "-"
+
+
+def jobs_table(jobs: list[dict[str, Any]]):
+    """The status table (a rich Table)."""
+    from rich.table import Table
+    t = Table(show_edge=False, pad_edge=False)
+    for col in ("JOB", "MODEL", "STATE", "WHERE", "STEPS", "LEFT", "WAITED", "MOVES", "NOTE"):
+        t.add_column(col, no_wrap=col in ("JOB", "STATE"))
+    for j in jobs:
+        steps = f"{j['steps_done']}/{j['total_steps']}"
+        moves = f"{j['suspends']}s {j['migrations']}m"
+        note = j["over_memory"] and f"[red]OVER FRAGMENT: {j['over_memory']}[/red]"
+        if not note and j["state"] in ("failed", "suspended", "unknown"):
+            note = j["reason"]
+        t.add_row(j["id"], j["model"], j["state"], _where(j), steps,
+                  _dur(j["predicted_remaining_s"]), _dur(j["waited_s"]), moves, note or "")
+    return t
+
+
+def status(argv: list[str]) -> int:
+    """Show every job as a table, one job in detail, or the metrics report."""
+    p = _parser("status", "Show jobs.")
+    p.add_argument("job", nargs="?", help="one job's id")
+    p.add_argument("--report", action="store_true", help="the run's metrics report")
+    p.add_argument("--json", action="store_true", help="print the raw answer as JSON")
+    args = p.parse_args(argv)
+
+    def body(client: Client) -> int:
+        if args.report:
+            rep = client.metrics()
+            print(json.dumps(rep, indent=1) if args.json else rep["report"])
+            return 0
+        if args.job:
+            job = client.job(args.job)
+            if args.json:
+                print(json.dumps(job, indent=1))
+            else:
+                _print_job(job)
+            return 0
+        jobs = client.jobs()
+        if args.json:
+            print(json.dumps(jobs, indent=1))
+        elif not jobs:
+            print("no jobs")
+        else:
+            _console().print(jobs_table(jobs))
+        return 0
+    return _run("status", args, body)
+
+
+def _print_job(job: dict[str, Any]) -> None:
+    sample = job["sample"]
+    rows = [
+        ("job", job["id"] + (f" ({job['name']})" if job["name"] else "")),
+        ("model", job["model"]), ("state", job["state"]),
+        ("where", _where(job)), ("gpus", str(job["num_gpus"])),
+        ("memory fraction", str(job["memory_fraction"])),
+        ("steps", f"{job['steps_done']}/{job['total_steps']}"),
+        ("predicted left", _dur(job["predicted_remaining_s"])),
+        ("waited", _dur(job["waited_s"])), ("ran", _dur(job["run_time_s"])),
+        ("moves", f"{job['suspends']} suspends, {job['resumes']} resumes, "
+                  f"{job['migrations']} migrations"),
+        ("attempt", str(job["attempt"])),
+        ("sample", "-" if sample is None else
+         f"{sample['step_time_s']:.3f} s/step, peak {sample['peak_memory_mb']:.0f} MiB, "
+         f"util {sample['gpu_util']:.2f}, {sample['co_tenants']} co-tenants"),
+        ("gpu memory", ", ".join(f"GPU {i}: {mb:.0f} MiB" for i, mb in
+                                 job["gpu_memory_mb"].items()) or "-"),
+    ]
+    if job["over_memory"]:
+        rows.append(("OVER FRAGMENT", job["over_memory"]))
+    if job["reason"]:
+        rows.append(("reason", job["reason"]))
+    width = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        print(f"{k.ljust(width)}  {v}")
+
+
+# ---- watch -------------------------------------------------------------------------
+
+
+def progress_view(jobs: list[dict[str, Any]]):
+    """Per-job progress bars (a rich Table)."""
+    from rich.progress_bar import ProgressBar
+    from rich.table import Table
+    t = Table(show_edge=False, pad_edge=False, box=None)
+    for col in ("JOB", "MODEL", "STATE", "PROGRESS", "STEPS", "LEFT", "WHERE"):
+        t.add_column(col, no_wrap=True)
+    for j in jobs:
+        total = max(1, j["total_steps"])
+        bar = ProgressBar(total=total, completed=min(total, j["steps_done"]), width=30)
+        t.add_row(j["id"], j["model"], j["state"], bar, f"{j['steps_done']}/{j['total_steps']}",
+                  _dur(j["predicted_remaining_s"]), _where(j))
+    return t
+
+
+_DONE = ("finished", "failed", "cancelled")
+
+
+def watch(argv: list[str]) -> int:
+    """Live progress bars per job, until every job is done (or Ctrl-C)."""
+    p = _parser("watch", "Live progress per job.")
+    p.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes")
+    p.add_argument("--once", action="store_true", help="draw once and exit")
+    p.add_argument("--all", action="store_true", help="show done jobs too")
+    args = p.parse_args(argv)
+    if args.interval <= 0:
+        p.error("--interval must be > 0")
+
+    def shown(jobs):
+        return jobs if args.all else [j for j in jobs if j["state"] not in _DONE] or jobs
+
+    def body(client: Client) -> int:
+        jobs = client.jobs()
+        console = _console()
+        if args.once:
+            console.print(progress_view(shown(jobs)) if jobs else "no jobs")
+            return 0
+        from rich.live import Live
+        try:
+            with Live(progress_view(shown(jobs)), console=console,
+                      refresh_per_second=4) as live:
+                while not jobs or any(j["state"] not in _DONE for j in jobs):
+                    time.sleep(args.interval)
+                    jobs = client.jobs()
+                    live.update(progress_view(shown(jobs)))
+        except KeyboardInterrupt:
+            pass
+        return 0
+    return _run("watch", args, body)
+
+
+# ---- nodes --------------------------------------------------------------------------
+
+
+_COLOURS = ("cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan",
+            "bright_magenta")
+
+
+def gpu_bar(gpu: dict[str, Any], reserve_mb: float, width: int = 40):
+    """One GPU's fragments as a bar: one coloured block per job, reserve, free."""
+    from rich.text import Text
+    bar = Text()
+    used = 0
+    for k, frag in enumerate(gpu["fragments"]):
+        n = max(1, round(frag["fraction"] * width))
+        label = frag["job"][: n]
+        bar.append(label.ljust(n, "█"), style=f"black on {_COLOURS[k % len(_COLOURS)]}")
+        used += n
+    reserve = round(len(gpu["fragments"]) * reserve_mb / gpu["memory_mb"] * width)
+    bar.append("▒" * min(reserve, max(0, width - used)), style="dim")
+    bar.append("·" * max(0, width - used - reserve), style="dim")
+    return bar
+
+
+def nodes(argv: list[str]) -> int:
+    """Show nodes, their GPUs and the fragments on them, drawn as bars."""
+    p = _parser("nodes", "Show nodes, GPUs and fragments.")
+    p.add_argument("--json", action="store_true", help="print the raw answer as JSON")
+    args = p.parse_args(argv)
+
+    def body(client: Client) -> int:
+        answer = client.request(s.Nodes())
+        if args.json:
+            print(json.dumps(answer, indent=1))
+            return 0
+        console = _console()
+        if not answer["nodes"]:
+            console.print("no nodes")
+        for node in answer["nodes"]:
+            console.print(f"[bold]{node['name']}[/bold]  {node['state']}")
+            for g in node["gpus"]:
+                held = sum(f["fraction"] for f in g["fragments"])
+                util = "-" if g["util"] is None else f"{100 * g['util']:.0f}%"
+                head = f"  {g['id']:<10} {g['name'][:18]:<18} {g['memory_mb']:>6} MiB "
+                line = _text(head).append_text(gpu_bar(g, answer["reserve_mb"]))
+                line.append(f" {100 * held:5.1f}% held, util {util}")
+                console.print(line)
+                for f in g["fragments"]:
+                    console.print(f"      {f['job']:<8} {f['fraction']:.3f}  {f['state']:<10} "
+                                  f"{f['model']}")
+        return 0
+    return _run("nodes", args, body)
+
+
+def _text(value: str):
+    from rich.text import Text
+    return Text(value)
+
+
+# ---- logs and job commands --------------------------------------------------------
+
+
+def logs(argv: list[str]) -> int:
+    """Print a job's log."""
+    p = _parser("logs", "Show a job's log.")
+    p.add_argument("job")
+    p.add_argument("--tail", type=int, default=None, help="only the last N lines")
+    args = p.parse_args(argv)
+
+    def body(client: Client) -> int:
+        for line in client.logs(args.job, args.tail):
+            print(line)
+        return 0
+    return _run("logs", args, body)
+
+
+def _job_command(name: str, description: str, call: Callable[[Client, argparse.Namespace], dict],
+                 argv: list[str], extra: Callable[[argparse.ArgumentParser], None] | None = None
+                 ) -> int:
+    p = _parser(name, description)
+    p.add_argument("job")
+    if extra:
+        extra(p)
+    args = p.parse_args(argv)
+
+    def body(client: Client) -> int:
+        answer = call(client, args)
+        note = f" ({answer['note']})" if answer.get("note") else ""
+        print(f"{args.job}: {answer.get('state', 'ok')}{note}")
+        return 0
+    return _run(name, args, body)
+
+
+def cancel(argv: list[str]) -> int:
+    """Cancel a job."""
+    return _job_command("cancel", "Cancel a job.", lambda c, a: c.cancel(a.job), argv)
+
+
+def suspend(argv: list[str]) -> int:
+    """Suspend a job to its checkpoint and hold it until resumed."""
+    return _job_command("suspend", "Suspend a job and hold it.",
+                        lambda c, a: c.suspend(a.job), argv)
+
+
+def resume(argv: list[str]) -> int:
+    """Let a held job be scheduled again."""
+    return _job_command("resume", "Resume a held job.", lambda c, a: c.resume(a.job), argv)
+
+
+def migrate(argv: list[str]) -> int:
+    """Move a job to NODE:GPU."""
+    def extra(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--to", required=True, metavar="NODE:GPU", help="target GPU")
+    return _job_command("migrate", "Move a job to another GPU.",
+                        lambda c, a: c.migrate(a.job, a.to), argv, extra)
