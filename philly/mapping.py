@@ -50,19 +50,24 @@ def assign_models(jobs: list[TraceJob], profiles: Profiles, seed: int = 0) -> li
     """
     table = _check_profiles(profiles)
     models = [m for m in PAPER_MODELS if m in table]
-    choices = [(bound, models, [weights[m] for m in models]) for bound, weights in BUCKET_WEIGHTS]
+    buckets = [(bound, [weights[m] for m in models]) for bound, weights in BUCKET_WEIGHTS]
     mapped = []
     for job in jobs:
         u_model, u_batch = _uniforms(seed, job.id)
-        gpu_hours = job.gpu_time / 3600.0
-        _, names, weights = next(c for c in choices if gpu_hours < c[0] or c is choices[-1])
-        model = _pick(names, weights, u_model)
+        model = _pick(models, _bucket_weights(buckets, job.gpu_time / 3600.0), u_model)
         batches = table[model]
         batch, step_time = batches[min(int(u_batch * len(batches)), len(batches) - 1)]
         steps = max(1, round(job.duration / step_time))
         mapped.append(TraceJob(job.id, job.submit_time, job.num_gpus, job.duration, job.vc,
                                model, batch, steps))
     return mapped
+
+
+def _bucket_weights(buckets: list[tuple[float, list[float]]], gpu_hours: float) -> list[float]:
+    for bound, weights in buckets:
+        if gpu_hours < bound:
+            return weights
+    return buckets[-1][1]
 
 
 def _pick(items: list[str], weights: list[float], u: float) -> str:
