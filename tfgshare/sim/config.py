@@ -1,0 +1,47 @@
+"""The simulator's knobs: costs, sampling, measurement noise and decision timing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .colocation import Colocation
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Parameters of one simulation (defaults are documented estimates).
+
+    Checkpoint save and restore each take ``checkpoint_mb / storage_mb_s``
+    seconds; every (re)start pays the model's ``startup_s`` first. The sampling
+    phase runs ``warmup_steps + sample_steps`` real training steps, bounded to
+    ``sample_share`` of the job's steps (at least one), then saves a checkpoint.
+    """
+
+    seed: int = 0
+    storage_mb_s: float = 250.0          # checkpoint bandwidth to shared storage
+    colocation: Colocation = field(default_factory=Colocation)
+    cross_node_slowdown: float = 0.10    # step-time penalty when a job spans nodes
+    warmup_steps: int = 10
+    sample_steps: int = 40               # a policy's own sample_steps wins
+    sample_share: float = 0.05
+    step_noise: float = 0.05             # relative s.d. of a sampled step time
+    memory_noise: float = 0.03           # measured peak exceeds the true one by up to ~this
+    tick_s: float | None = 60.0          # call the policy at least this often while jobs wait
+    refresh_s: float = 60.0              # running jobs report progress this often ...
+    refresh_share: float = 0.10          # ... or this share of their predicted remaining time
+    check: bool = False                  # validate every action list and invariant (slow)
+
+    def __post_init__(self) -> None:
+        for name in ("storage_mb_s", "refresh_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
+        if self.tick_s is not None and not self.tick_s > 0:
+            raise ValueError(f"tick_s must be positive or None, got {self.tick_s!r}")
+        if not 0 < self.sample_share <= 1:
+            raise ValueError(f"sample_share must be in (0, 1], got {self.sample_share!r}")
+        for name in ("warmup_steps", "sample_steps"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+        for name in ("cross_node_slowdown", "step_noise", "memory_noise", "refresh_share"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")

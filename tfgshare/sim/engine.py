@@ -1,0 +1,569 @@
+"""The discrete-event simulator: replays jobs on a cluster under one policy.
+
+Time jumps from event to event (arrivals, runs reaching their target step,
+start-up stalls ending, and a periodic tick while jobs wait). All events at one
+timestamp are handled together, then the policy is asked once for actions,
+given only the live jobs. A job's training progresses at
+``1 / step_time`` steps per second where ``step_time`` is its profile's step
+time x the co-location slowdown on its most loaded GPU / that GPU's speed (x a
+penalty if its GPUs span nodes). How actions are carried out:
+
+* ``Start`` on a QUEUED job pays the model's start-up time; on a SAMPLED or
+  SUSPENDED job also a checkpoint restore. ``sample_only`` runs the sampling
+  phase (real steps that count), saves a checkpoint and returns the job as
+  SAMPLED with a noisy ``SampleRecord`` measured under its co-tenancy.
+* ``Suspend`` keeps every step done, frees the fragments at once, and the
+  checkpoint save keeps those GPUs busy for ``save`` seconds: whoever starts
+  there next waits for it, and so does the job's own resume.
+* ``Migrate`` is a suspend plus a start on the new fragments.
+* A fragment smaller than the job's true memory fails the start (TF runs out of
+  memory): the job stays waiting, now with its true peak memory in its sample.
+
+Deterministic for a seed: the only randomness is the measurement noise.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+import time
+from array import array
+from dataclasses import dataclass
+from typing import Callable, Iterable, Sequence
+
+from tfgshare.metrics import JobRecord, Report, Timeline, compute_report
+from tfgshare.policies.base import (ClusterSnapshot, Fragment, JobState, JobView, Migrate,
+                                    Policy, SampleRecord, Start, Suspend)
+
+from .cluster import SimCluster
+from .config import SimConfig
+from .profiles import ModelProfile, Profiles
+
+END, READY = 0, 1          # event kinds: a run reaches its target; a start-up stall ends
+EPS = 1e-9
+
+
+class SimulationError(RuntimeError):
+    """The policy asked for something impossible, or the run cannot progress."""
+
+
+@dataclass(slots=True, eq=False)
+class SimJob:
+    """The simulator's state of one job (policies see a JobView of it)."""
+
+    id: str
+    submit: float
+    num_gpus: int
+    model: str
+    total_steps: int
+    prof: ModelProfile
+    state: JobState = JobState.QUEUED
+    steps: float = 0.0            # training steps done (never decreases)
+    target: float = 0.0           # step at which the current run ends
+    tail_s: float = 0.0           # work after reaching target (the sampling checkpoint)
+    rate: float = 0.0             # steps per second once the stall is over
+    t_prog: float = 0.0           # time ``steps`` was last brought up to date
+    stall_until: float = 0.0      # no progress before this (start-up, restore, waiting on a save)
+    end_at: float = 0.0           # when the current run's END event is due
+    fragments: tuple[Fragment, ...] = ()
+    slow: float = 1.0             # current co-location slowdown (max over its GPUs)
+    contrib: float = 0.0          # useful utilisation per GPU it holds now
+    sample: SampleRecord | None = None
+    measured_step_s: float | None = None
+    ready_at: float = 0.0         # its last checkpoint save completes
+    has_checkpoint: bool = False
+    held_since: float = 0.0
+    held_s: float = 0.0           # wall time holding GPUs
+    first_start: float | None = None
+    last_start: float | None = None
+    waited_s: float = 0.0
+    wait_since: float | None = None
+    suspends: int = 0
+    resumes: int = 0
+    migrations: int = 0
+    oom_starts: int = 0
+    move_cost_s: float = 0.0
+    predicted_s: float | None = None   # remaining time predicted right after sampling
+    held_at_prediction: float = 0.0
+    version: int = 0              # bumps whenever its scheduled END becomes stale
+    view: JobView | None = None
+    view_version: int = 0
+
+
+@dataclass
+class SimResult:
+    """The outcome of one simulation."""
+
+    policy: str
+    report: Report
+    records: list[JobRecord]
+    timeline: Timeline
+    decide_s: array               # wall seconds of each policy call
+    wall_s: float
+    rounds: int
+    oom_starts: int = 0
+
+
+class Simulator:
+    """One run of a policy over jobs on a cluster (see the module doc)."""
+
+    def __init__(self, cluster: SimCluster, jobs: Iterable, profiles: Profiles, policy: Policy,
+                 config: SimConfig | None = None,
+                 progress: Callable[[int, int], None] | None = None):
+        self.cluster = cluster
+        self.policy = policy
+        self.config = config or SimConfig()
+        self.progress = progress
+        self.colo = self.config.colocation
+        self.snapshot = ClusterSnapshot(cluster.gpus, cluster.reserve_mb)
+        self.gpu_mem = {g.id: g.memory_mb for g in cluster.gpus}
+        self.gpu_node = {g.id: g.node for g in cluster.gpus}
+        self.reserve_frac = {g.id: cluster.reserve_mb / g.memory_mb for g in cluster.gpus}
+        self.speed = {g.id: cluster.speed.get(g.id, 1.0) for g in cluster.gpus}
+        self.tenants: dict[str, list[SimJob]] = {}
+        self.util_sum: dict[str, float] = {}
+        self.eff: dict[str, float] = {}
+        self.busy_until: dict[str, float] = {}
+        self.jobs = self._admit_all(jobs, profiles)
+        self.rng = random.Random(self.config.seed)
+        self.tick_s = getattr(policy, "tick_s", self.config.tick_s)
+        self.acts_when_idle = bool(getattr(policy, "acts_when_idle", False))
+        self.sample_steps = int(getattr(policy, "sample_steps", self.config.sample_steps))
+
+    # ---- set-up ------------------------------------------------------------
+
+    def _admit_all(self, jobs: Iterable, profiles: Profiles) -> list[SimJob]:
+        out = []
+        seen = set()
+        for j in jobs:
+            jid = str(j.id)
+            if jid in seen:
+                raise ValueError(f"job id {jid!r} appears twice")
+            seen.add(jid)
+            if not j.model:
+                raise ValueError(f"job {jid} has no model; assign models first "
+                                 "(philly.mapping.assign_models)")
+            try:
+                prof = profiles.get(j.model, j.batch_size)
+            except KeyError as err:
+                raise ValueError(f"job {jid}: {err.args[0]}") from None
+            if int(j.num_gpus) < 1 or int(j.total_steps) < 1:
+                raise ValueError(f"job {jid}: num_gpus and total_steps must be >= 1, "
+                                 f"got {j.num_gpus} and {j.total_steps}")
+            if int(j.num_gpus) > self.cluster.num_gpus:
+                raise ValueError(f"job {jid} needs {j.num_gpus} GPUs but cluster "
+                                 f"{self.cluster.name} has {self.cluster.num_gpus}")
+            if not math.isfinite(j.submit_time) or j.submit_time < 0:
+                raise ValueError(f"job {jid}: submit time {j.submit_time!r} must be >= 0")
+            out.append(SimJob(jid, float(j.submit_time), int(j.num_gpus), j.model,
+                              int(j.total_steps), prof))
+        out.sort(key=lambda s: s.submit)
+        return out
+
+    # ---- the loop ----------------------------------------------------------
+
+    def run(self) -> SimResult:
+        """Replay every job to its end; returns the report and raw data."""
+        wall0 = time.perf_counter()
+        jobs, n = self.jobs, len(self.jobs)
+        self.live: dict[str, SimJob] = {}
+        self.heap: list = []
+        self.refresh: list = []
+        self.seq = 0
+        self.n_waiting = 0
+        self.n_holding = 0
+        self.alloc = 0.0
+        self.eff_total = 0.0
+        self.records: list[JobRecord] = []
+        self.timeline = Timeline()
+        self.decide_s = array("d")
+        self.oom_starts = 0
+        self.now = 0.0
+        rounds = 0
+        i = 0
+        next_tick = math.inf
+        heap = self.heap
+        while True:
+            t_arr = jobs[i].submit if i < n else math.inf
+            t_ev = heap[0][0] if heap else math.inf
+            t_tick = next_tick if self.n_waiting else math.inf
+            t = min(t_arr, t_ev, t_tick)
+            if t == math.inf:
+                break
+            self.now = t
+            changed = t >= t_tick
+            while i < n and jobs[i].submit <= t:
+                self._arrive(jobs[i])
+                i += 1
+                changed = True
+            while heap and heap[0][0] <= t:
+                _, _, kind, job, tag = heapq.heappop(heap)
+                if kind == END:
+                    if tag == job.version:
+                        self._run_ended(job)
+                        changed = True
+                elif job.fragments and tag == job.stall_until:
+                    self._set_contrib([job])
+            if changed and (self.n_waiting or self.acts_when_idle):
+                rounds += 1
+                acted = self._decide()
+                if self.tick_s:
+                    next_tick = t + self.tick_s
+                if not acted and self.n_holding == 0 and i == n and self.n_waiting:
+                    stuck = [j.id for j in self.live.values() if j.state.waiting][:5]
+                    raise SimulationError(
+                        f"policy {self.policy.name!r} starts none of {self.n_waiting} waiting "
+                        f"job(s) (e.g. {', '.join(stuck)}) on an idle cluster with no arrivals "
+                        "left; the run cannot finish")
+            self.timeline.add(t, self.alloc, self.eff_total, self.n_waiting)
+        report = compute_report(self.records, self.timeline, self.cluster.num_gpus)
+        return SimResult(self.policy.name, report, self.records, self.timeline, self.decide_s,
+                         time.perf_counter() - wall0, rounds, self.oom_starts)
+
+    def _push(self, t: float, kind: int, job: SimJob) -> None:
+        # END events are valid while the job's version is unchanged; READY
+        # events while its stall still ends at that time
+        self.seq += 1
+        tag = job.version if kind == END else job.stall_until
+        heapq.heappush(self.heap, (t, self.seq, kind, job, tag))
+
+    # ---- events ------------------------------------------------------------
+
+    def _arrive(self, job: SimJob) -> None:
+        job.wait_since = job.submit
+        self.live[job.id] = job
+        self.n_waiting += 1
+
+    def _run_ended(self, job: SimJob) -> None:
+        now = self.now
+        job.steps = job.target
+        job.t_prog = now
+        self._release(job)
+        if job.steps >= job.total_steps:
+            job.state = JobState.FINISHED
+            del self.live[job.id]
+            actual = job.held_s - job.held_at_prediction if job.predicted_s is not None else None
+            self.records.append(JobRecord(
+                job.id, job.num_gpus, job.submit, job.first_start, now, job.waited_s,
+                job.suspends, job.resumes, job.migrations, job.move_cost_s,
+                job.predicted_s, actual))
+            job.view = None
+            if self.progress is not None:
+                self.progress(len(self.records), len(self.jobs))
+            return
+        # the sampling phase is over: measure, predict, wait for a placement
+        cfg = self.config
+        step = job.prof.step_time_s * job.slow / self._speed_of(job) * self._span_factor(job)
+        measured = step * max(0.5, 1.0 + self.rng.gauss(0.0, cfg.step_noise))
+        peak = job.prof.memory_mb * (1.0 + abs(self.rng.gauss(0.0, cfg.memory_noise)))
+        co = max(len(self.tenants.get(f.gpu, ())) for f in job.fragments) if job.fragments else 0
+        job.sample = SampleRecord(measured, peak, job.prof.gpu_util, co)
+        job.measured_step_s = measured
+        job.predicted_s = (job.total_steps - job.steps) * measured
+        job.held_at_prediction = job.held_s
+        job.has_checkpoint = True
+        job.ready_at = now
+        job.fragments = ()
+        self._to_waiting(job, JobState.SAMPLED)
+
+    def _to_waiting(self, job: SimJob, state: JobState) -> None:
+        job.state = state
+        job.wait_since = self.now
+        job.view = None
+        self.n_waiting += 1
+
+    # ---- GPU occupancy -----------------------------------------------------
+
+    def _speed_of(self, job: SimJob) -> float:
+        return min(self.speed[f.gpu] for f in job.fragments) if job.fragments else 1.0
+
+    def _span_factor(self, job: SimJob) -> float:
+        if len(job.fragments) > 1:
+            nodes = {self.gpu_node[f.gpu] for f in job.fragments}
+            if len(nodes) > 1:
+                return 1.0 + self.config.cross_node_slowdown
+        return 1.0
+
+    def _settle(self, job: SimJob) -> None:
+        """Bring ``job.steps`` up to now at its current rate."""
+        now = self.now
+        start = job.t_prog if job.t_prog > job.stall_until else job.stall_until
+        if now > start and job.rate > 0:
+            job.steps = min(job.target, job.steps + (now - start) * job.rate)
+        job.t_prog = now
+
+    def _place(self, job: SimJob, fragments: tuple[Fragment, ...]) -> None:
+        job.fragments = fragments
+        util = job.prof.gpu_util
+        for f in fragments:
+            g = f.gpu
+            self.tenants.setdefault(g, []).append(job)
+            self.util_sum[g] = self.util_sum.get(g, 0.0) + util
+            self.alloc += f.fraction + self.reserve_frac[g]
+        job.held_since = self.now
+        self.n_holding += 1
+        self._rerate_gpus([f.gpu for f in fragments])
+
+    def _release(self, job: SimJob) -> None:
+        gpus = [f.gpu for f in job.fragments]
+        util = job.prof.gpu_util
+        for f in job.fragments:
+            g = f.gpu
+            ts = self.tenants[g]
+            ts.remove(job)
+            self.alloc -= f.fraction + self.reserve_frac[g]
+            if ts:
+                self.util_sum[g] -= util
+            else:
+                del self.tenants[g]
+                del self.util_sum[g]
+        job.held_s += self.now - job.held_since
+        job.version += 1
+        job.rate = 0.0
+        job.contrib = 0.0
+        self.n_holding -= 1
+        if not self.tenants:
+            self.alloc = 0.0   # no drift from float sums when the cluster empties
+        self._rerate_gpus(gpus)
+
+    def _rerate_gpus(self, gpus: Sequence[str]) -> None:
+        """Recompute the speed of every job on these GPUs and reschedule its end."""
+        affected: dict[str, SimJob] = {}
+        for g in gpus:
+            for j in self.tenants.get(g, ()):
+                affected[j.id] = j
+        for j in affected.values():
+            self._rerate(j)
+        self._set_contrib(affected.values(), extra_gpus=gpus)
+
+    def _rerate(self, job: SimJob) -> None:
+        self._settle(job)
+        worst = 1.0
+        for f in job.fragments:
+            g = f.gpu
+            s = self.colo.slowdown(len(self.tenants[g]), self.util_sum[g]) / self.speed[g]
+            if s > worst:
+                worst = s
+        job.slow = worst
+        job.rate = 1.0 / (job.prof.step_time_s * worst * self._span_factor(job))
+        job.version += 1
+        job.view = None
+        if job.steps >= job.target and job.end_at > self.now:
+            end = job.end_at   # only the closing checkpoint is left: its time is unchanged
+        else:
+            begin = self.now if self.now > job.stall_until else job.stall_until
+            end = begin + (job.target - job.steps) / job.rate + job.tail_s
+        job.end_at = end
+        self._push(end, END, job)
+
+    def _set_contrib(self, jobs: Iterable[SimJob], extra_gpus: Sequence[str] = ()) -> None:
+        """Update the useful utilisation of these jobs and of the GPUs they touch."""
+        touched = set(extra_gpus)
+        for j in jobs:
+            if j.fragments and self.now >= j.stall_until:
+                j.contrib = j.prof.gpu_util / (j.slow * self._span_factor(j))
+            else:
+                j.contrib = 0.0
+            touched.update(f.gpu for f in j.fragments)
+        for g in touched:
+            new = min(1.0, sum(j.contrib for j in self.tenants.get(g, ())))
+            self.eff_total += new - self.eff.get(g, 0.0)
+            if new:
+                self.eff[g] = new
+            else:
+                self.eff.pop(g, None)
+        if not self.eff:
+            self.eff_total = 0.0
+
+    # ---- the policy --------------------------------------------------------
+
+    def _view(self, job: SimJob) -> JobView:
+        """Build (and cache) the policy's view of a job, progress brought up to now."""
+        holds = job.state.holds_gpu
+        if holds:
+            self._settle(job)
+            step = job.prof.step_time_s * job.slow * self._span_factor(job)
+            job.measured_step_s = step
+            left = max(0.0, job.total_steps - job.steps) * step
+            left += max(0.0, job.stall_until - self.now)
+            attained = (job.held_s + self.now - job.held_since) * job.num_gpus
+        else:
+            step = job.measured_step_s
+            left = None if step is None else (job.total_steps - job.steps) * step
+            attained = job.held_s * job.num_gpus
+        view = JobView(
+            id=job.id, submit_time=job.submit, num_gpus=job.num_gpus, state=job.state,
+            model=job.model, total_steps=job.total_steps, steps_done=int(job.steps + EPS),
+            sample=job.sample, predicted_remaining_s=left, fragments=job.fragments,
+            attained_service_s=attained, last_start=job.last_start, waited_s=job.waited_s,
+            last_wait_start=job.wait_since, suspends=job.suspends)
+        job.view = view
+        if holds:
+            job.view_version += 1
+            cfg = self.config
+            due = self.now + max(cfg.refresh_s, cfg.refresh_share * (left or 0.0))
+            self.seq += 1
+            heapq.heappush(self.refresh, (due, self.seq, job, job.view_version))
+        return view
+
+    def _decide(self) -> bool:
+        now = self.now
+        refresh = self.refresh
+        while refresh and refresh[0][0] <= now:
+            _, _, job, version = heapq.heappop(refresh)
+            if version == job.view_version and job.state.holds_gpu:
+                job.view = None
+        views = [j.view or self._view(j) for j in self.live.values()]
+        t0 = time.perf_counter()
+        actions = self.policy.decide(now, self.snapshot, views)
+        self.decide_s.append(time.perf_counter() - t0)
+        if not actions:
+            return False
+        if self.config.check:
+            from tfgshare.policies.placement import validate
+            errors = validate(actions, self.snapshot, views)
+            if errors:
+                raise SimulationError(f"policy {self.policy.name!r} at t={now:.1f}: "
+                                      + "; ".join(errors))
+        self._apply(actions)
+        if self.config.check:
+            self._check_invariants()
+        return True
+
+    def _job_for(self, action) -> SimJob:
+        job = self.live.get(action.job)
+        if job is None:
+            raise SimulationError(f"policy {self.policy.name!r} returned "
+                                  f"{type(action).__name__} for unknown or finished job "
+                                  f"{action.job!r}")
+        return job
+
+    def _apply(self, actions) -> None:
+        # suspends and migrations free their fragments before anything is placed
+        for a in actions:
+            if isinstance(a, (Suspend, Migrate)):
+                job = self._job_for(a)
+                if job.state is not JobState.RUNNING:
+                    raise SimulationError(f"{type(a).__name__} {job.id}: job is "
+                                          f"{job.state.value}, not running")
+                self._checkpoint_out(job)
+                if isinstance(a, Suspend):
+                    job.suspends += 1
+                    job.fragments = ()
+                    self._to_waiting(job, JobState.SUSPENDED)
+        for a in actions:
+            if isinstance(a, Start):
+                job = self._job_for(a)
+                if not job.state.waiting:
+                    raise SimulationError(f"Start {job.id}: job is {job.state.value}, "
+                                          "not waiting")
+                self._start(job, a.fragments, a.sample_only)
+            elif isinstance(a, Migrate):
+                job = self.live[a.job]
+                job.migrations += 1
+                job.fragments = ()
+                self._start(job, a.fragments, False, migrating=True)
+            elif not isinstance(a, Suspend):
+                raise SimulationError(f"policy {self.policy.name!r} returned an unknown "
+                                      f"action {a!r}")
+
+    def _checkpoint_out(self, job: SimJob) -> None:
+        """Save a running job's checkpoint and free its GPUs (they stay busy while saving)."""
+        self._settle(job)
+        save = job.prof.checkpoint_mb / self.config.storage_mb_s
+        done = self.now + save
+        for f in job.fragments:
+            if self.busy_until.get(f.gpu, 0.0) < done:
+                self.busy_until[f.gpu] = done
+        self._release(job)
+        job.ready_at = done
+        job.has_checkpoint = True
+        job.move_cost_s += save
+        job.view = None
+
+    def _start(self, job: SimJob, fragments: tuple[Fragment, ...], sample_only: bool,
+               migrating: bool = False) -> None:
+        now = self.now
+        if len(fragments) != job.num_gpus or len({f.gpu for f in fragments}) != job.num_gpus:
+            raise SimulationError(f"Start {job.id}: needs {job.num_gpus} fragments on distinct "
+                                  f"GPUs, got {[f.gpu for f in fragments]}")
+        for f in fragments:
+            if f.gpu not in self.gpu_mem:
+                raise SimulationError(f"Start {job.id}: unknown GPU {f.gpu!r}")
+        prof = job.prof
+        restore = prof.checkpoint_mb / self.config.storage_mb_s if job.has_checkpoint else 0.0
+        if not migrating:
+            if job.state is JobState.SUSPENDED:
+                job.resumes += 1
+                job.move_cost_s += prof.startup_s + restore
+            job.waited_s += now - job.wait_since
+            job.wait_since = None
+            self.n_waiting -= 1
+        else:
+            job.move_cost_s += prof.startup_s + restore
+        if any(f.fraction * self.gpu_mem[f.gpu] < prof.memory_mb - EPS for f in fragments):
+            # TensorFlow runs out of memory at start-up; the job learns its true peak
+            self.oom_starts += 1
+            job.oom_starts += 1
+            s = job.sample
+            job.sample = SampleRecord(s.step_time_s if s else prof.step_time_s, prof.memory_mb,
+                                      prof.gpu_util, s.co_tenants if s else 0)
+            state = job.state if not migrating else JobState.SUSPENDED
+            self._to_waiting(job, state if state.waiting else JobState.SUSPENDED)
+            return
+        wait_save = max([job.ready_at - now] + [self.busy_until.get(f.gpu, 0.0) - now
+                                                for f in fragments])
+        job.stall_until = now + max(0.0, wait_save) + prof.startup_s + restore
+        job.t_prog = now
+        if sample_only:
+            cfg = self.config
+            length = min(cfg.warmup_steps + self.sample_steps,
+                         max(1, math.ceil(cfg.sample_share * job.total_steps)))
+            job.target = min(float(job.total_steps), job.steps + length)
+            job.tail_s = (prof.checkpoint_mb / cfg.storage_mb_s
+                          if job.target < job.total_steps else 0.0)
+            job.state = JobState.SAMPLING
+        else:
+            job.target = float(job.total_steps)
+            job.tail_s = 0.0
+            job.state = JobState.RUNNING
+        if job.first_start is None:
+            job.first_start = now
+        job.last_start = now
+        job.view = None
+        self._place(job, fragments)
+        if job.stall_until > now:
+            self._push(job.stall_until, READY, job)
+
+    # ---- checks (config.check) --------------------------------------------
+
+    def _check_invariants(self) -> None:
+        """Fractions per GPU within 1, each job in one place, occupancy consistent."""
+        seen: dict[str, list[str]] = {}
+        for g, ts in self.tenants.items():
+            total = 0.0
+            for j in ts:
+                fr = [f.fraction for f in j.fragments if f.gpu == g]
+                if len(fr) != 1:
+                    raise SimulationError(f"job {j.id} holds {len(fr)} fragments on GPU {g}")
+                total += fr[0] + self.reserve_frac[g]
+                seen.setdefault(j.id, []).append(g)
+            if total > 1.0 + 1e-6:
+                raise SimulationError(f"GPU {g} overcommitted at t={self.now}: {total:.4f} > 1")
+        for j in self.live.values():
+            holds = j.state.holds_gpu
+            if holds != bool(j.fragments) or sorted(seen.get(j.id, [])) != sorted(
+                    f.gpu for f in j.fragments):
+                raise SimulationError(f"job {j.id} ({j.state.value}) occupancy mismatch: "
+                                      f"fragments {j.fragments}, on GPUs {seen.get(j.id)}")
+        if self.n_holding != len({jid for jid in seen}):
+            raise SimulationError(f"{self.n_holding} jobs counted as holding GPUs, "
+                                  f"{len(seen)} found")
+
+
+def simulate(cluster: SimCluster, jobs: Iterable, profiles: Profiles, policy: Policy,
+             config: SimConfig | None = None,
+             progress: Callable[[int, int], None] | None = None) -> SimResult:
+    """Run ``policy`` over ``jobs`` on ``cluster`` and return the result."""
+    return Simulator(cluster, jobs, profiles, policy, config, progress).run()

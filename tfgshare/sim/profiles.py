@@ -1,0 +1,109 @@
+"""Model profiles: per TF-Slim model and batch size, what a training job costs."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import yaml
+
+BYTES_PER_PARAM = 4  # float32 variables
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    """One (model, batch size): its cost on the reference GPU, alone."""
+
+    model: str
+    batch_size: int
+    step_time_s: float     # seconds per step, single tenant, reference GPU
+    memory_mb: float       # peak GPU memory of the process
+    gpu_util: float        # single-tenant GPU utilisation in (0, 1]
+    checkpoint_mb: float   # size of a tf.train.Checkpoint (weights + optimizer slots)
+    startup_s: float       # process start + graph build before the first step
+
+
+@dataclass(frozen=True)
+class Profiles:
+    """All profiles of a profile file, by (model, batch size)."""
+
+    reference_gpu: str
+    by_key: dict[tuple[str, int], ModelProfile]
+
+    def get(self, model: str, batch_size: int) -> ModelProfile:
+        """The profile of ``model`` at ``batch_size``; a clear error if absent."""
+        try:
+            return self.by_key[(model, int(batch_size))]
+        except KeyError:
+            sizes = sorted(b for m, b in self.by_key if m == model)
+            if not sizes:
+                raise KeyError(f"no profile for model {model!r}; profiled models: "
+                               f"{', '.join(self.models())}") from None
+            raise KeyError(f"no profile for {model!r} at batch size {batch_size}; "
+                           f"profiled sizes: {sizes}") from None
+
+    def models(self) -> list[str]:
+        """Profiled model names, in file order."""
+        return list(dict.fromkeys(m for m, _ in self.by_key))
+
+    def step_times(self) -> dict[str, dict[int, float]]:
+        """``{model: {batch_size: step_time_s}}``, the form ``philly.mapping`` takes."""
+        out: dict[str, dict[int, float]] = {}
+        for (m, b), p in self.by_key.items():
+            out.setdefault(m, {})[b] = p.step_time_s
+        return out
+
+
+def default_profiles_path() -> Path:
+    """The profile file shipped with tfgshare."""
+    return Path(str(resources.files("tfgshare") / "data" / "model_profiles.yaml"))
+
+
+def _positive(value, where: str, upper: float | None = None) -> float:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}: {value!r} is not a number") from None
+    if not (x > 0 and math.isfinite(x)) or (upper is not None and x > upper):
+        bound = f" and at most {upper}" if upper is not None else ""
+        raise ValueError(f"{where}: {value!r} must be positive{bound}")
+    return x
+
+
+def load_profiles(path: str | Path | None = None) -> Profiles:
+    """Read a profile file (default: the shipped one) into ``Profiles``."""
+    path = Path(path) if path is not None else default_profiles_path()
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise FileNotFoundError(f"model profile file not found: {path}") from None
+    except yaml.YAMLError as err:
+        raise ValueError(f"{path}: not valid YAML ({err})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("models"), dict) or not data["models"]:
+        raise ValueError(f"{path}: expected a mapping with a non-empty 'models' mapping")
+    by_key: dict[tuple[str, int], ModelProfile] = {}
+    for model, spec in data["models"].items():
+        where = f"{path}: models.{model}"
+        if not isinstance(spec, dict) or not isinstance(spec.get("batches"), dict):
+            raise ValueError(f"{where}: needs 'params', 'startup_s' and a 'batches' mapping")
+        params = _positive(spec.get("params"), f"{where}.params")
+        slots = spec.get("optimizer_slots", 1)
+        if not isinstance(slots, int) or slots < 0:
+            raise ValueError(f"{where}.optimizer_slots: {slots!r} must be an integer >= 0")
+        checkpoint_mb = params * BYTES_PER_PARAM * (1 + slots) / 2**20
+        startup = _positive(spec.get("startup_s"), f"{where}.startup_s")
+        for batch, row in spec["batches"].items():
+            bw = f"{where}.batches.{batch}"
+            if not isinstance(batch, int) or batch <= 0:
+                raise ValueError(f"{bw}: batch size must be a positive integer")
+            if not isinstance(row, dict):
+                raise ValueError(f"{bw}: needs step_time_s, memory_mb and gpu_util")
+            by_key[(str(model), batch)] = ModelProfile(
+                model=str(model), batch_size=batch,
+                step_time_s=_positive(row.get("step_time_s"), f"{bw}.step_time_s"),
+                memory_mb=_positive(row.get("memory_mb"), f"{bw}.memory_mb"),
+                gpu_util=_positive(row.get("gpu_util"), f"{bw}.gpu_util", upper=1.0),
+                checkpoint_mb=checkpoint_mb, startup_s=startup)
+    return Profiles(str(data.get("reference_gpu", "")), by_key)
