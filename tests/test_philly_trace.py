@@ -207,3 +207,17 @@ def test_file_of_only_ragged_lines_is_rejected(tmp_path):
     path.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n1,2,3,4,5,6\n1,2,3,4,5,6,7\n")
     with pytest.raises(TraceFormatError, match=r"2 of 2 lines are corrupt.*line 2: expected 5 fields, found 6"):
         load_trace(path)
+
+
+@pytest.mark.parametrize("prefix, newline", [("\ufeff", "\r\n"), ("\n\n", "\n")])
+def test_bom_crlf_and_leading_blank_lines(tmp_path, prefix, newline):
+    rows = ["timestamp,duration,num_gpus,gpu_time,cluster", *_pollux_lines(3), "bad,1,1,1,vc1"]
+    path = tmp_path / "odd.csv"
+    path.write_bytes((prefix + newline.join(rows) + newline).encode())
+    report = LoadReport()
+    assert len(load_trace(path, report=report)) == 3
+    assert report.corrupt == 1 and f"line {4 + prefix.count(chr(10)) + 1}: timestamp 'bad'" in report.problems[0]
+    path.write_bytes((prefix + newline.join(rows[:-1] + ["x,1,1,1,vc1,extra"]) + newline).encode())
+    report = LoadReport()
+    assert len(load_trace(path, report=report)) == 3
+    assert f"line {4 + prefix.count(chr(10)) + 1}: expected 5 fields" in report.problems[0]
