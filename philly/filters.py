@@ -32,6 +32,8 @@ def select(jobs: list[TraceJob], *, start: Time | None = None, end: Time | None 
     """
     lo = _seconds(start, origin, "start")
     hi = _seconds(end, origin, "end")
+    if lo is not None and hi is not None and lo > hi:
+        raise ValueError(f"start {start!r} is after end {end!r}")
     vc_set = _as_set(vcs, "vcs", str)
     gpu_set = _as_set(gpus, "gpus", int)
     for name, value in (("min_gpus", min_gpus), ("max_gpus", max_gpus),

@@ -72,7 +72,9 @@ def load_trace(source: str | Path = DEFAULT_TRACE, *, strict: bool = False,
     report.filtered_out = len(jobs) - len(kept)
     report.loaded = len(kept)
     report.origin = origin + timedelta(seconds=shift) if origin is not None else None
-    if report.corrupt or report.skipped:
+    if report.corrupt:
+        log.warning("%s", report.summary())
+    elif report.skipped:
         log.info("%s", report.summary())
     return kept
 

@@ -49,6 +49,8 @@ def test_select_dates_need_an_origin():
         select(jobs, start=datetime(2017, 10, 1))
     with pytest.raises(ValueError, match="neither seconds nor an ISO date-time"):
         select(jobs, end="tomorrow", origin=origin)
+    with pytest.raises(ValueError, match="start 600 is after end 60"):
+        select(jobs, start=600, end=60)
     with pytest.raises(ValueError, match="max_jobs must be a number >= 0"):
         select(jobs, max_jobs=-1)
 
