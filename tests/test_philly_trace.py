@@ -221,3 +221,13 @@ def test_bom_crlf_and_leading_blank_lines(tmp_path, prefix, newline):
     report = LoadReport()
     assert len(load_trace(path, report=report)) == 3
     assert f"line {4 + prefix.count(chr(10)) + 1}: expected 5 fields" in report.problems[0]
+
+
+def test_lenient_load_warns_with_counts(tmp_path, caplog):
+    lines = _pollux_lines(20)
+    lines[3] = "2017-10-01 00:00:03,60.0,1,60.0,vc1,extra"
+    path = tmp_path / "warn.csv"
+    path.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n" + "\n".join(lines) + "\n")
+    with caplog.at_level("WARNING", logger="philly.trace"):
+        assert len(load_trace(path)) == 19
+    assert "20 entries, 19 jobs loaded, 1 corrupt" in caplog.text
