@@ -133,9 +133,9 @@ class Client:
         """Move a job to GPU ``to`` ("NODE:GPU")."""
         return self.request(s.MigrateRequest(job=job, to=to))
 
-    def metrics(self) -> dict[str, Any]:
-        """The run report (``report`` text, ``summary``, per-job ``jobs`` rows)."""
-        return self.request(s.MetricsRequest())
+    def metrics(self, since_round: int = 0) -> dict[str, Any]:
+        """The run report (``report`` text, ``summary``, per-job ``jobs`` rows, ``rounds``)."""
+        return self.request(s.MetricsRequest(since_round=since_round))
 
     def wait_for(self, job: str, states: set[str] | str, timeout_s: float = 30.0,
                  poll_s: float = 0.05) -> dict[str, Any]:

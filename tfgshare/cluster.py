@@ -166,6 +166,8 @@ class Cluster:
         self.nodes: dict[str, Node] = {}
         self.jobs: dict[str, LiveJob] = {}        # every job, in submit order
         self.active: dict[str, LiveJob] = {}      # jobs not done
+        self.tenants: dict[str, dict[str, LiveJob]] = {}   # GPU id -> jobs holding it
+        self.migrating: dict[str, LiveJob] = {}   # jobs with a migration target reserved
         self._gpus: tuple[GPU, ...] | None = None
 
     # ---- nodes -------------------------------------------------------------
@@ -204,14 +206,53 @@ class Cluster:
     # ---- jobs --------------------------------------------------------------
 
     def add(self, job: LiveJob) -> None:
-        """Track a job."""
+        """Track a job (and the fragments it holds)."""
         self.jobs[job.id] = job
         if not job.state.done:
             self.active[job.id] = job
+            if job.state.holds_gpu:
+                target = job.migrate_to
+                self.place(job, job.fragments)
+                self.set_migration(job, target)
 
     def retire(self, job: LiveJob) -> None:
         """Drop a finished, failed or cancelled job from the active set."""
+        self.unplace(job)
         self.active.pop(job.id, None)
+
+    def place(self, job: LiveJob, fragments: tuple[Fragment, ...]) -> None:
+        """Record that ``job`` holds these fragments."""
+        self.unplace(job)
+        job.fragments = tuple(fragments)
+        for f in job.fragments:
+            self.tenants.setdefault(f.gpu, {})[job.id] = job
+
+    def unplace(self, job: LiveJob) -> None:
+        """Record that ``job`` holds no fragment (and no migration target)."""
+        for f in job.fragments:
+            here = self.tenants.get(f.gpu)
+            if here is not None:
+                here.pop(job.id, None)
+                if not here:
+                    del self.tenants[f.gpu]
+        job.fragments = ()
+        self.set_migration(job, None)
+
+    def set_migration(self, job: LiveJob, target: tuple[Fragment, ...] | None) -> None:
+        """Reserve (or drop) the fragments a job migrates to."""
+        job.migrate_to = target
+        if target is None:
+            self.migrating.pop(job.id, None)
+        else:
+            self.migrating[job.id] = job
+
+    def co_tenants(self, job: LiveJob) -> int:
+        """How many other jobs hold a fragment on any of this job's GPUs."""
+        others: set[str] = set()
+        for f in job.fragments:
+            others.update(self.tenants.get(f.gpu, ()))
+        others.discard(job.id)
+        return len(others)
 
     def views(self) -> list[JobView]:
         """Views of the jobs the policy decides on (not held, not unknown)."""
@@ -220,27 +261,31 @@ class Cluster:
 
     def holders(self) -> Iterator[LiveJob]:
         """Jobs that hold GPU fragments now."""
-        return (j for j in self.active.values() if j.state.holds_gpu)
-
-    def gpu_use(self) -> dict[str, tuple[float, int]]:
-        """Per GPU id: (sum of fractions held, number of tenants)."""
-        use: dict[str, tuple[float, int]] = {}
-        for j in self.holders():
-            for f in j.fragments:
-                used, n = use.get(f.gpu, (0.0, 0))
-                use[f.gpu] = (used + f.fraction, n + 1)
-        return use
+        seen: set[str] = set()
+        for here in self.tenants.values():
+            for job in here.values():
+                if job.id not in seen:
+                    seen.add(job.id)
+                    yield job
 
     def fits(self, gpu_id: str, fraction: float, ignore: LiveJob | None = None) -> bool:
-        """Whether one more fragment of ``fraction`` fits on this up GPU now."""
+        """Whether one more fragment of ``fraction`` fits on this up GPU now.
+
+        Fragments reserved by migrations in flight count as held.
+        """
         info = self.gpu(gpu_id)
         if info is None:
             return False
         used, n = 0.0, 0
-        for j in self.holders():
+        holding = [j for j in self.tenants.get(gpu_id, {}).values() if j is not ignore]
+        for j in holding:
+            for f in j.fragments:
+                if f.gpu == gpu_id:
+                    used, n = used + f.fraction, n + 1
+        for j in self.migrating.values():
             if j is ignore:
                 continue
-            for f in (*j.fragments, *(j.migrate_to or ())):
+            for f in j.migrate_to or ():
                 if f.gpu == gpu_id:
                     used, n = used + f.fraction, n + 1
         return used + fraction + (n + 1) * self.reserve_mb / info.memory_mb <= 1.0 + 1e-9

@@ -25,9 +25,10 @@ import os
 import sys
 import threading
 import time
+from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import zmq
 
@@ -89,12 +90,11 @@ class Coordinator:
         self.pending: dict[str, tuple[str, int, str]] = {}   # command id -> job, attempt, type
         self.endpoint: str | None = None
         self.ready = threading.Event()
-        self.round_times: list[float] = []           # seconds per scheduling round
+        self.round_times = array("d")                # seconds per scheduling round
         self._out: list[tuple[list[bytes], s.Message]] = []
         self._cmds: list[tuple[list[bytes], s.Message]] = []
         self._logs: list[tuple[str, float, str]] = []
         self._dirty = True                           # a scheduling round is due
-        self._usage_changed = True
         self._last_submit = 0.0
         self.started_at = clock()
         self._load()
@@ -114,6 +114,7 @@ class Coordinator:
             self.cluster.add(job)
             self._last_submit = max(self._last_submit, job.submit_time)
         self.seq = self.store.max_seq()
+        self._awaiting_readoption = unknown > 0
         for point in self.store.load_timeline():
             self.metrics.timeline.add(*point)
         if self.cluster.jobs:
@@ -171,12 +172,6 @@ class Coordinator:
         """End of a loop turn: schedule if due, record usage, commit the database."""
         if self._dirty:
             self.schedule(now)
-        if self._usage_changed:
-            self._usage_changed = False
-            alloc, eff, queued = self.metrics.update(self.cluster, now)
-            t = max(now, self.metrics.timeline.times[-1]) if len(self.metrics.timeline) else now
-            self.metrics.timeline.add(t, alloc, eff, queued)
-            self.store.add_timeline(t, alloc, eff, queued)
         if self._logs:
             self.store.append_logs(self._logs)
             self._logs.clear()
@@ -190,13 +185,22 @@ class Coordinator:
         for node in list(self.cluster.up_nodes()):
             if now - node.last_seen > timeout:
                 self._node_lost(node, now, f"no heartbeat for {now - node.last_seen:.1f}s")
-        if now - self.started_at > timeout:
+        if self._awaiting_readoption and now - self.started_at > timeout:
+            self._awaiting_readoption = False
             for job in [j for j in self.cluster.active.values() if j.unknown]:
                 job.unknown = False
                 self._requeue(job, now, f"node {job.node} did not report it within "
                                         f"{timeout:g}s of the restart")
         self._dirty = True
-        self._usage_changed = True
+        self._record_usage(now)
+
+    def _record_usage(self, now: float) -> None:
+        """Refresh the gauges and add a timeline point (once per tick: O(jobs))."""
+        alloc, eff, queued = self.metrics.update(self.cluster, now)
+        timeline = self.metrics.timeline
+        t = max(now, timeline.times[-1]) if len(timeline) else now
+        timeline.add(t, alloc, eff, queued)
+        self.store.add_timeline(t, alloc, eff, queued)
 
     # ---- frames ---------------------------------------------------------------
 
@@ -307,7 +311,7 @@ class Coordinator:
             if job.id not in reported:
                 job.unknown = False
                 self._requeue(job, now, f"node {node.name} re-registered without it")
-        self._dirty = self._usage_changed = True
+        self._dirty = True
         return _REPLIED
 
     def _on_heartbeat(self, peer: bytes, msg: s.Heartbeat) -> dict[str, Any]:
@@ -340,14 +344,11 @@ class Coordinator:
                 job.over_memory = text
                 self._log(job, now, f"memory over its fragment: {text}" if text
                           else "memory back within its fragment")
-                self._usage_changed = True
         return {}
 
     def _note_solo_util(self, job: LiveJob, node: Node) -> None:
         """Keep the GPU utilisation of a sampling job that has its GPUs to itself."""
-        mine = {f.gpu for f in job.fragments}
-        if any(j is not job and mine & {f.gpu for f in j.fragments}
-               for j in self.cluster.holders()):
+        if self.cluster.co_tenants(job):
             return
         for f in job.fragments:
             util = node.gpu_util.get(split_gpu_id(f.gpu)[1])
@@ -405,9 +406,7 @@ class Coordinator:
         except (KeyError, TypeError, ValueError):
             raise RequestError("sample event needs numeric step_time_mean_s and "
                                "peak_memory_mb") from None
-        mine = {f.gpu for f in job.fragments}
-        co = sum(1 for j in self.cluster.holders()
-                 if j is not job and mine & {f.gpu for f in j.fragments})
+        co = self.cluster.co_tenants(job)
         util = ev.get("gpu_util")
         if not isinstance(util, (int, float)) or isinstance(util, bool):
             # measured by the agent while the job sampled alone, else the safe guess
@@ -484,10 +483,11 @@ class Coordinator:
             job.run_time_s += dt
             job.attained_service_s += dt * job.spec.num_gpus
             job.last_start = None
-        job.fragments, job.node, job.sample_only = (), None, False
+        self.cluster.unplace(job)
+        job.node, job.sample_only = None, False
         job.gpu_memory_mb, job.over_memory = {}, ""
-        job.migrate_to = job.move_started = None
-        self._usage_changed = self._dirty = True
+        job.move_started = None
+        self._dirty = True
 
     def _to_waiting(self, job: LiveJob, state: JobState, now: float, why: str) -> None:
         self._release(job, now)
@@ -530,7 +530,8 @@ class Coordinator:
         if job.first_start is None:
             job.first_start = now
         job.state = JobState.SAMPLING if sample_only else JobState.RUNNING
-        job.node, job.fragments, job.sample_only = node.name, tuple(fragments), sample_only
+        self.cluster.place(job, fragments)
+        job.node, job.sample_only = node.name, sample_only
         job.last_start = now
         job.pinned = False
         if sample_only:
@@ -543,13 +544,12 @@ class Coordinator:
             job=job.id, attempt=job.attempt, spec=job.spec,
             fragments=[s.FragmentSpec(split_gpu_id(f.gpu)[1], f.fraction) for f in fragments],
             train_dir=str(self.checkpoint_root / job.id), sample_only=sample_only), job)
-        self._usage_changed = True
 
     def _ask_suspend(self, job: LiveJob, now: float, why: str,
                      target: tuple[Fragment, ...] | None = None) -> None:
         node = self.cluster.nodes[job.node]
         job.state = JobState.SUSPENDING
-        job.migrate_to = target
+        self.cluster.set_migration(job, target)
         job.move_started = now
         if target is None:
             job.suspends += 1
@@ -585,7 +585,7 @@ class Coordinator:
         for job in [j for j in self.cluster.holders() if j.node == node.name]:
             job.unknown = False
             self._requeue(job, now, f"node {node.name} lost ({why})")
-        self._dirty = self._usage_changed = True
+        self._dirty = True
 
     # ---- scheduling --------------------------------------------------------------
 
@@ -626,9 +626,8 @@ class Coordinator:
                                   target=tuple(action.fragments))
             done.append(action)
         took = time.perf_counter() - t0
-        self.round_times.append(took)
-        if len(self.round_times) > 10_000:
-            del self.round_times[:5_000]
+        if len(self.round_times) < 1_000_000:
+            self.round_times.append(took)
         self.metrics.rounds.observe(took)
         return done
 
@@ -674,7 +673,7 @@ class Coordinator:
         self.store.insert_jobs(rows)
         log.info("submitted %d job(s): %s", len(ids),
                  ", ".join(ids) if len(ids) <= 5 else f"{ids[0]}..{ids[-1]}")
-        self._dirty = self._usage_changed = True
+        self._dirty = True
         return {"job_ids": ids}
 
     def _on_status(self, peer: bytes, msg: s.Status) -> dict[str, Any]:
@@ -820,10 +819,25 @@ class Coordinator:
     def _on_metrics(self, peer: bytes, msg: s.MetricsRequest) -> dict[str, Any]:
         now = self.clock()
         self.metrics.update(self.cluster, now)
-        return run_report(self.cluster, self.metrics, getattr(self.policy, "name", "?"), now)
+        answer = run_report(self.cluster, self.metrics, getattr(self.policy, "name", "?"), now)
+        answer["rounds"] = round_stats(self.round_times[msg.since_round:])
+        answer["rounds_total"] = len(self.round_times)
+        return answer
 
 
 _REPLIED: Any = object()   # a handler that queued its own reply returns this
+
+
+def round_stats(seconds: Sequence[float]) -> dict[str, float | int | None]:
+    """Count, p50, p99 and max (in ms) of scheduling round times."""
+    if not len(seconds):
+        return {"count": 0, "p50_ms": None, "p99_ms": None, "max_ms": None}
+    ordered = sorted(seconds)
+
+    def pct(q: float) -> float:
+        return 1000 * ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+    return {"count": len(ordered), "p50_ms": pct(0.50), "p99_ms": pct(0.99),
+            "max_ms": 1000 * ordered[-1]}
 
 
 def _guess_id(data: bytes) -> str:

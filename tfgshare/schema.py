@@ -331,9 +331,11 @@ class MigrateRequest(Message):
 
 @dataclass(kw_only=True)
 class MetricsRequest(Message):
-    """The metrics report (reply ``report``: text, and ``summary``: numbers)."""
+    """The metrics report (reply ``report``: text, ``summary``: numbers, ``jobs``: rows,
+    ``rounds``: scheduling round times since round number ``since_round``)."""
 
     TYPE: ClassVar[str] = "metrics"
+    since_round: int = 0
 
 
 # replies
