@@ -28,15 +28,16 @@ and consolidation, and never within ``min_run_s`` of their last start.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from dataclasses import dataclass
-from typing import ClassVar, Sequence
+from typing import Callable, ClassVar, Collection, Sequence
 
 from .base import (Action, ClusterSnapshot, Fragment, JobState, JobView, Migrate, Start,
                    Suspend)
 from .interference import max_slowdown
 from .placement import EPS, FreeMap, fraction_for, reserve_fraction, to_fragments
 from .prediction import remaining_s, total_wait_s
-from .queueing import arrival_key
+from .queueing import HOLDING, WAITING, arrival_key
 
 
 @dataclass
@@ -100,51 +101,60 @@ class Fgs:
 
     def starving(self, job: JobView, now: float) -> bool:
         """Whether a waiting job has waited past its bound and is promoted."""
-        waited = total_wait_s(job, now)
+        return self._overdue(total_wait_s(job, now), remaining_s(job))
+
+    def _overdue(self, waited: float, left: float | None) -> bool:
         if waited <= self.promote_floor_s:
             return False
         if waited > self.max_wait_s:
             return True
-        left = remaining_s(job)
         return left is not None and waited > self.max_wait_ratio * left
 
     def decide(self, now: float, cluster: ClusterSnapshot,
                jobs: Sequence[JobView]) -> list[Action]:
         """Promoted jobs, then sampling, then shortest remaining first; make room as needed."""
+        # (submit, id, job) and (remaining, submit, id, job): ids are unique,
+        # so sorting never compares jobs
         to_sample, promoted, ordinary = [], [], []
+        queued = JobState.QUEUED
         for j in jobs:
-            if not j.state.waiting:
+            state = j.state
+            if state not in WAITING:
                 continue
-            if (j.state is JobState.QUEUED and j.sample is None
-                    and j.predicted_remaining_s is None):
-                to_sample.append(j)
-            elif self.starving(j, now):
-                promoted.append(j)
+            if state is queued and j.sample is None and j.predicted_remaining_s is None:
+                to_sample.append((j.submit_time, j.id, j))
+                continue
+            left = remaining_s(j)
+            if self._overdue(total_wait_s(j, now), left):
+                promoted.append((j.submit_time, j.id, j))
             else:
-                left = remaining_s(j)
                 ordinary.append((math.inf if left is None else left, j.submit_time, j.id, j))
         if not (to_sample or promoted or ordinary):
             return []
         r = _Round(self, now, cluster, jobs)
-        promoted.sort(key=arrival_key)
-        to_sample.sort(key=arrival_key)
-        ordinary.sort(key=lambda t: t[:3])
-        reservations = 0
-        for j in promoted:
-            if r.place(j):
-                continue
-            if reservations < self.max_reservations and j.num_gpus <= r.up:
-                reservations += 1
-                r.make_room(j)
-        for j in to_sample:
-            r.place(j, sample_only=True)
-        defrag_tried = not self.defrag
-        for t in ordinary:
-            j = t[3]
-            if r.place(j) or defrag_tried or j.num_gpus > r.up:
-                continue
-            defrag_tried = True
-            r.consolidate(j)
+        promoted.sort()
+        to_sample.sort()
+        ordinary.sort()
+        reservations = self.max_reservations
+        defrag = self.defrag
+
+        def make_room(job: JobView) -> bool:
+            nonlocal reservations
+            if reservations > 0 and job.num_gpus <= r.up:
+                reservations -= 1
+                r.make_room(job)
+            return reservations > 0
+
+        def consolidate(job: JobView) -> bool:
+            nonlocal defrag
+            if defrag and job.num_gpus <= r.up:
+                defrag = False
+                r.consolidate(job)
+            return defrag
+
+        r.fill([t[-1] for t in promoted], on_fail=make_room)
+        r.fill([t[-1] for t in to_sample], sample_only=True)
+        r.fill([t[-1] for t in ordinary], on_fail=consolidate)
         return r.actions
 
 
@@ -160,6 +170,13 @@ class _Round:
         self.free = FreeMap(cluster, jobs, max_tenants=pol.max_cotenants)
         self.up = len(self.free.gpus)
         self.moves_left = pol.max_moves
+        # (gang size, sampling) -> (fraction, utilisation) that found no room
+        # since the last placement; only kept when all GPUs are one size
+        self.failed: dict[tuple[int, bool], list[tuple[float, float]]] = {}
+        self._room: dict[str, float] = {}     # gpu id -> util_room, until it changes
+        self._frontier = None                 # (FreeMap version, frees, suffix max room)
+        sizes = {g.memory_mb for g in self.free.gpus.values()}
+        self.rep = next(iter(self.free.gpus.values())) if len(sizes) == 1 else None
         self.actions: list[Action] = []
         self.acted: set[str] = set()
         # gpu id -> {job id: single-tenant utilisation} of every job holding it
@@ -167,7 +184,7 @@ class _Round:
         # gpu id -> jobs holding it, and whether each could move now
         self.holders: dict[str, list[JobView]] = {}
         for j in jobs:
-            if j.state.holds_gpu:
+            if j.state in HOLDING:
                 u = util_of(j)
                 for f in j.fragments:
                     self.utils.setdefault(f.gpu, {})[j.id] = u
@@ -183,13 +200,17 @@ class _Round:
             return lambda g: fraction_for(job, g, headroom, reserve, default)
         return lambda g: fraction_for(job, g, headroom, reserve)
 
-    def calm(self, gid: str, util: float, without: frozenset[str] = frozenset()) -> bool:
+    def calm(self, gid: str, util: float, without: Collection[str] = ()) -> bool:
         """Whether one more tenant of this utilisation keeps every tenant under the cap."""
-        here = [u for jid, u in self.utils.get(gid, {}).items() if jid not in without]
+        here = self.utils.get(gid)
         if not here:
             return True
-        here.append(util)
-        return max_slowdown(here, self.pol.interference_overhead) <= self.pol.slowdown_cap + EPS
+        utils = [u for jid, u in here.items() if jid not in without] if without \
+            else list(here.values())
+        if not utils:
+            return True
+        utils.append(util)
+        return max_slowdown(utils, self.pol.interference_overhead) <= self.pol.slowdown_cap + EPS
 
     def room(self, gid: str, f: float, util: float) -> bool:
         """Whether ``gid`` could take one more tenant of fraction ``f`` and this utilisation."""
@@ -200,19 +221,108 @@ class _Round:
         self.free.take(placed)
         for gid, _ in placed:
             self.utils.setdefault(gid, {})[job_id] = util
+            self._room.pop(gid, None)
 
     def _release(self, job: JobView) -> None:
         self.free.release(job.fragments)
         for f in job.fragments:
             self.utils.get(f.gpu, {}).pop(job.id, None)
+            self._room.pop(f.gpu, None)
 
-    def place(self, job: JobView, sample_only: bool = False) -> bool:
+    def util_room(self, gid: str) -> float:
+        """The largest utilisation one more tenant of ``gid`` may have (-1: none)."""
+        room = self._room.get(gid)
+        if room is None:
+            if self.calm(gid, 1.0):
+                room = 1.0
+            elif not self.calm(gid, 0.0):
+                room = -1.0
+            else:   # the slowdown grows with utilisation: bisect the boundary
+                lo, hi = 0.0, 1.0
+                for _ in range(20):
+                    mid = (lo + hi) / 2
+                    lo, hi = (mid, hi) if self.calm(gid, mid) else (lo, mid)
+                room = lo
+            self._room[gid] = room
+        return room
+
+    def fits_somewhere(self, f: float, u: float) -> bool:
+        """Whether some open GPU has room ``f`` and utilisation room ``u`` (one size only)."""
+        if self._frontier is None or self._frontier[0] != self.free.version:
+            keys = self.free.open_keys(self.rep.memory_mb)
+            best, suffix = -2.0, [0.0] * len(keys)
+            for i in range(len(keys) - 1, -1, -1):
+                room = self.util_room(keys[i][2])
+                best = room if room > best else best
+                suffix[i] = best
+            self._frontier = (self.free.version, [k[0] for k in keys], suffix)
+        _, frees, suffix = self._frontier
+        i = bisect_left(frees, f - EPS)
+        return i < len(frees) and suffix[i] >= u
+
+    def fill(self, jobs: list[JobView], sample_only: bool = False,
+             on_fail: Callable[[JobView], bool] | None = None) -> None:
+        """Place jobs in this order; stop once none of the rest could fit anywhere.
+
+        ``on_fail(job)`` runs for a job that did not fit and says whether it
+        may still change the cluster for later jobs (then the scan goes on).
+        """
+        n = len(jobs)
+        if n == 0:
+            return
+        rep = self.rep
+        sizes = [self.size(j, sample_only) for j in jobs]
+        if rep is not None:   # the smallest need among the jobs from i on
+            min_f, min_u = [math.inf] * (n + 1), [math.inf] * (n + 1)
+            for i in range(n - 1, -1, -1):
+                f, u = sizes[i]
+                min_f[i] = f if f < min_f[i + 1] else min_f[i + 1]
+                min_u[i] = u if u < min_u[i + 1] else min_u[i + 1]
+        for i, job in enumerate(jobs):
+            if self.place(job, sample_only, *sizes[i]):
+                continue
+            busy = on_fail(job) if on_fail is not None else False
+            if rep is not None and not busy and not self.fits_somewhere(min_f[i + 1],
+                                                                        min_u[i + 1]):
+                break
+
+    def size(self, job: JobView, sample_only: bool = False) -> tuple[float, float]:
+        """(fraction on this cluster's GPU size or inf if sizes differ, utilisation to check)."""
+        u = -1.0 if sample_only else util_of(job)
+        if self.rep is None:
+            return (math.inf, u)
+        return (self.need(job, sample_only)(self.rep), u)
+
+    def place(self, job: JobView, sample_only: bool = False,
+              f: float | None = None, u_check: float | None = None) -> bool:
         """Start the job on best-fit fragments if it fits now."""
         u = 1.0 if sample_only else util_of(job)
-        ok = None if sample_only else (lambda gid: self.calm(gid, u))
-        placed = self.free.gang_place(job.num_gpus, self.need(job, sample_only), ok)
+        need = self.need(job, sample_only)
+        # a job at least as big and as busy as one that just failed fails too
+        memo = (job.num_gpus, sample_only)
+        if self.rep is None:
+            f = None
+        elif f is None:
+            f = need(self.rep)
+        if f is not None:
+            if f > self.free.max_free() + EPS:
+                return False
+            for f0, u0 in self.failed.get(memo, ()):
+                if f >= f0 and u >= u0:
+                    return False
+            # after a failed search, rule out hopeless jobs before searching
+            if self.failed and job.num_gpus == 1 and not sample_only \
+                    and not self.fits_somewhere(f, u):
+                return False
+        ok = None if sample_only else (lambda gid: u <= self.util_room(gid))
+        placed = self.free.gang_place(job.num_gpus, need, ok)
         if placed is None:
+            if f is not None:
+                fails = self.failed.setdefault(memo, [])
+                if len(fails) < 8:
+                    fails.append((f, u))
             return False
+        self.failed.clear()
         self._take(job.id, u, placed)
         self.actions.append(Start(job.id, to_fragments(placed), sample_only))
         self.acted.add(job.id)
@@ -229,6 +339,15 @@ class _Round:
         """Whether the job has run at least ``min_run_s`` since its last start."""
         return job.last_start is None or self.now - job.last_start >= self.pol.min_run_s
 
+    def readiness(self, size: int) -> dict[str, float]:
+        """``ready_in`` for every job holding a GPU, by job id."""
+        seen: dict[str, float] = {}
+        for hs in self.holders.values():
+            for h in hs:
+                if h.id not in seen:
+                    seen[h.id] = self.ready_in(h, size)
+        return seen
+
     def ready_in(self, holder: JobView, size: int) -> float:
         """Seconds until this tenant's room could be had: 0 if it may move now."""
         if self.movable(holder, size):
@@ -241,42 +360,47 @@ class _Round:
         left = remaining_s(holder)
         return math.inf if left is None else max(left, EPS)
 
-    def clear_cost(self, gid: str, job: JobView, f: float, util: float):
-        """(seconds until free, tenants to move, those tenants) to fit ``job`` on ``gid``."""
-        gpu = self.free.gpus[gid]
+    def clear_cost(self, gid: str, f: float, util: float, ready: dict[str, float]):
+        """(seconds until free, tenants to move, those tenants) to fit one more job on ``gid``.
+
+        Tenants go soonest-ready first, larger first on ties. None if even an
+        empty GPU would not do.
+        """
         free = self.free.free(gid)
         tenants = self.free.tenants(gid)
-        if free >= f - EPS and tenants < self.pol.max_cotenants and self.calm(gid, util):
-            return (0.0, 0, [])
-        cands = sorted(((self.ready_in(h, job.num_gpus), -_frac_on(h, gid), h.id, h)
-                        for h in self.holders.get(gid, ()) if h.id not in self.acted),
-                       key=lambda t: t[:3])
-        r = reserve_fraction(gpu, self.reserve)
-        gone: list[JobView] = []
+        cap = self.pol.max_cotenants
+        if free >= f - EPS and tenants < cap and self.calm(gid, util):
+            return (0.0, 0, ())
+        hs = [h for h in self.holders.get(gid, ()) if h.id not in self.acted]
+        if not hs:
+            return None
+        hs.sort(key=lambda h: (ready[h.id], -_frac_on(h, gid), h.id))
+        r = reserve_fraction(self.free.gpus[gid], self.reserve)
+        gone: list[str] = []
         wait = 0.0
-        for ready, neg_frac, _, h in cands:
-            if (free >= f - EPS and tenants < self.pol.max_cotenants
-                    and self.calm(gid, util, frozenset(x.id for x in gone))):
-                break
-            gone.append(h)
-            wait = max(wait, ready)
-            free += -neg_frac + r
+        for h in hs:
+            gone.append(h.id)
+            wait = max(wait, ready[h.id])
+            free += _frac_on(h, gid) + r
             tenants -= 1
-        else:
-            if not (free >= f - EPS and tenants < self.pol.max_cotenants):
-                return None
-        return (wait, len(gone), gone)
+            if free >= f - EPS and tenants < cap and self.calm(gid, util, gone):
+                return (wait, len(gone), hs[:len(gone)])
+        return None
 
     def make_room(self, job: JobView) -> None:
         """Move small jobs off the GPUs that free soonest, or reserve those GPUs."""
         need, util = self.need(job), util_of(job)
+        ready = self.readiness(job.num_gpus)
         costs = []
+        closed, order = self.free.closed, self.free.order
         for gid, gpu in self.free.gpus.items():
-            if gid in self.free.closed:
+            if gid in closed:
                 continue
-            c = self.clear_cost(gid, job, need(gpu), util)
+            c = self.clear_cost(gid, need(gpu), util, ready)
             if c is not None:
-                costs.append((c[0], c[1], self.free.order[gid], gid, c[2]))
+                costs.append((c[0], c[1], order[gid], gid, c[2]))
+                if job.num_gpus == 1 and c[0] == 0 and c[1] <= 1:
+                    break   # one move, now: nothing cheaper for a 1-GPU job
         chosen = _pick_gpus(costs, job.num_gpus, self.free.gpus)
         if chosen is None:
             return
@@ -292,6 +416,7 @@ class _Round:
         self.actions.extend(moves)
         self.actions.append(Start(job.id, to_fragments(placed)))
         self.acted.add(job.id)
+        self.failed.clear()
 
     def relocate(self, job: JobView) -> Action:
         """Migrate a released job to room elsewhere, or suspend it if there is none."""
@@ -351,6 +476,7 @@ class _Round:
         self._take(job.id, util, placed)
         self.actions.append(Start(job.id, to_fragments(placed)))
         self.acted.add(job.id)
+        self.failed.clear()
 
     def _clear_by_migration(self, gid: str, f: float, util: float, keep: list[str]):
         """Tentatively move tenants of ``gid`` (smallest first) elsewhere until ``f`` fits."""
@@ -384,6 +510,7 @@ class _Round:
             self.free.release(dest)
             for gid, _ in dest:
                 self.utils.get(gid, {}).pop(h.id, None)
+                self._room.pop(gid, None)
             self._take(h.id, util_of(h), [(x.gpu, x.fraction) for x in h.fragments])
 
 

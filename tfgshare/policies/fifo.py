@@ -17,7 +17,7 @@ from typing import ClassVar, Sequence
 from .base import Action, ClusterSnapshot, JobView
 from .exclusive import start_exclusive, whole_gpu
 from .placement import FreeMap
-from .queueing import waiting_jobs
+from .queueing import any_waiting, waiting_jobs
 
 
 @dataclass
@@ -29,11 +29,13 @@ class Fifo:
     def decide(self, now: float, cluster: ClusterSnapshot,
                jobs: Sequence[JobView]) -> list[Action]:
         """Start waiting jobs in arrival order until the oldest one does not fit."""
-        queue = waiting_jobs(jobs)
-        if not queue:
+        if not any_waiting(jobs):
             return []
         free = FreeMap(cluster, jobs, max_tenants=1)
         need = whole_gpu(cluster)
+        if free.count_fitting(need) == 0:
+            return []
+        queue = waiting_jobs(jobs)
         up = len(free.gpus)
         actions: list[Action] = []
         for job in queue:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Sequence
 
 from .base import Action, ClusterSnapshot, JobView, Start
-from .placement import FreeMap, fraction_for, to_fragments
+from .placement import EPS, FreeMap, fraction_for, to_fragments
 from .queueing import waiting_jobs
 
 
@@ -53,6 +53,8 @@ class Gandiva:
         reserve = cluster.reserve_mb
         actions: list[Action] = []
         top = free.max_free()
+        sizes = {g.memory_mb for g in free.gpus.values()}
+        rep = next(iter(free.gpus.values())) if len(sizes) == 1 else None
         for job in queue:
             if top <= 0.0:
                 break
@@ -60,6 +62,8 @@ class Gandiva:
             def need(g, job=job):
                 return fraction_for(job, g, self.headroom, reserve, self.default_fraction)
 
+            if rep is not None and need(rep) > top + EPS:
+                continue   # bigger than any free room: skip without a search
             if job.num_gpus == 1:
                 one = free.worst_fit(need)
                 placed = None if one is None else [one]

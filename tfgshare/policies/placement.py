@@ -14,9 +14,11 @@ from typing import Callable, Iterable, Sequence
 
 from .base import (Action, ClusterSnapshot, Fragment, GPU, JobState, JobView,
                    Migrate, Start, Suspend)
+from .queueing import HOLDING
 
 EPS = 1e-9                 # tolerance on the per-GPU sum
 MIN_FRACTION = 0.01        # smallest fragment we hand out (TF needs some room)
+GANG_LOOKAHEAD = 64        # GPUs a gang search looks at past its first fit
 
 # A job's fraction on a GPU. It may depend on the GPU only through memory_mb,
 # so that a FreeMap can evaluate it once per GPU size.
@@ -60,7 +62,7 @@ def usage(cluster: ClusterSnapshot, jobs: Iterable[JobView]) -> dict[str, GpuUse
     """
     use: dict[str, GpuUse] = {}
     for job in jobs:
-        if not job.state.holds_gpu:
+        if not job.fragments or job.state not in HOLDING:
             continue
         for frag in job.fragments:
             u = use.get(frag.gpu)
@@ -100,13 +102,51 @@ def as_need(need: float | Need) -> Need:
     return lambda _gpu: value
 
 
+@dataclass
+class _Layout:
+    """What a FreeMap needs from a cluster that does not change between calls."""
+
+    gpus: dict[str, GPU]              # up GPUs by id, in cluster order
+    order: dict[str, int]
+    rep: dict[int, GPU]               # one GPU of each memory size
+    empty: dict[int, list[tuple[float, int, str]]]   # sorted keys if all were empty
+
+
+_LAYOUTS: dict[tuple, tuple[object, _Layout]] = {}
+
+
+def _layout(cluster: ClusterSnapshot) -> _Layout:
+    """The cluster's layout, cached while the same GPU tuple is passed again."""
+    key = (id(cluster.gpus), cluster.down_nodes, cluster.reserve_mb)
+    hit = _LAYOUTS.get(key)
+    if hit is not None and hit[0] is cluster.gpus:
+        return hit[1]
+    down = cluster.down_nodes
+    lay = _Layout({}, {}, {}, {})
+    for i, g in enumerate(cluster.gpus):
+        if down and g.node in down:
+            continue
+        lay.gpus[g.id] = g
+        lay.order[g.id] = i
+        if g.memory_mb not in lay.rep:
+            lay.rep[g.memory_mb] = g
+            lay.empty[g.memory_mb] = []
+        free = free_fraction(g, None, cluster.reserve_mb)
+        if free >= MIN_FRACTION - EPS:
+            lay.empty[g.memory_mb].append((free, i, g.id))
+    if len(_LAYOUTS) >= 8:
+        _LAYOUTS.clear()
+    _LAYOUTS[key] = (cluster.gpus, lay)
+    return lay
+
+
 class FreeMap:
     """Free capacity of every up GPU, kept sorted so placement is a bisection.
 
     Built once per ``decide`` call; ``take`` and ``release`` update it as a
-    policy plans. GPUs at ``max_tenants`` or with no room are left out of the
-    search lists. GPUs are grouped by memory size; within a group they are
-    ordered by (free fraction, cluster order).
+    policy plans. GPUs at ``max_tenants``, with no room, or reserved with
+    ``close`` are left out of the search. GPUs are grouped by memory size;
+    within a group they are ordered by (free fraction, cluster order).
     """
 
     def __init__(self, cluster: ClusterSnapshot, jobs: Iterable[JobView] = (),
@@ -120,33 +160,31 @@ class FreeMap:
         else:
             use = {k: GpuUse(v.used, v.tenants) for k, v in use.items()}
         self.use = use
-        down = cluster.down_nodes
-        self.gpus: dict[str, GPU] = {}
-        self.order: dict[str, int] = {}
-        self._free: dict[str, float] = {}
+        lay = _layout(cluster)
+        self.gpus = lay.gpus
+        self.order = lay.order
+        self._rep = lay.rep
         self.closed: set[str] = set()   # GPUs reserved for the rest of this plan
-        self._groups: dict[int, list[tuple[float, int, str]]] = {}
-        self._rep: dict[int, GPU] = {}
+        self.version = 0                # bumped on every change, for callers' caches
+        self._free: dict[str, float] = {}
         reserve = self.reserve_mb
-        for i, g in enumerate(cluster.gpus):
-            if down and g.node in down:
-                continue
-            gid = g.id
-            self.gpus[gid] = g
-            self.order[gid] = i
-            u = use.get(gid)
-            free = free_fraction(g, u, reserve)
+        gpus = self.gpus
+        used = {}
+        for gid, u in use.items():
+            g = gpus.get(gid)
+            if g is not None:
+                used[gid] = (g, free_fraction(g, u, reserve), u)
+        self._groups: dict[int, list[tuple[float, int, str]]] = {}
+        for mem, empty in lay.empty.items():
+            keys = [k for k in empty if k[2] not in used] if used else list(empty)
+            for gid, (g, free, u) in used.items():
+                if g.memory_mb == mem and self._open(u, free):
+                    keys.append((free, lay.order[gid], gid))
+            if used:
+                keys.sort()
+            self._groups[mem] = keys
+        for gid, (g, free, u) in used.items():
             self._free[gid] = free
-            keys = self._groups.get(g.memory_mb)
-            if keys is None:
-                keys = self._groups[g.memory_mb] = []
-                self._rep[g.memory_mb] = g
-            if self._open(u, free):
-                keys.append((free, i, gid))
-        for keys in self._groups.values():
-            keys.sort()
-
-    # ---- queries ---------------------------------------------------------
 
     def _open(self, u: GpuUse | None, free: float) -> bool:
         if free < MIN_FRACTION - EPS:
@@ -154,16 +192,12 @@ class FreeMap:
         return not (self.max_tenants is not None and u is not None
                     and u.tenants >= self.max_tenants)
 
-    def _drop(self, gid: str) -> None:
-        keys = self._groups[self.gpus[gid].memory_mb]
-        key = (self._free[gid], self.order[gid], gid)
-        i = bisect_left(keys, key)
-        if i < len(keys) and keys[i] == key:
-            del keys[i]
-
     def free(self, gpu_id: str) -> float:
         """The fraction one more tenant could get on this GPU now."""
-        return self._free[gpu_id]
+        free = self._free.get(gpu_id)
+        if free is None:
+            free = free_fraction(self.gpus[gpu_id], None, self.reserve_mb)
+        return free
 
     def tenants(self, gpu_id: str) -> int:
         """How many jobs hold a fragment of this GPU now."""
@@ -178,6 +212,10 @@ class FreeMap:
                 best = max(best, keys[-1][0])
         return best
 
+    def open_keys(self, memory_mb: int) -> list[tuple[float, int, str]]:
+        """The searchable GPUs of one memory size as sorted (free, order, id); read only."""
+        return self._groups.get(memory_mb, [])
+
     def count_fitting(self, need: float | Need) -> int:
         """How many open GPUs could take one more tenant of this size."""
         need = as_need(need)
@@ -191,8 +229,7 @@ class FreeMap:
         """The GPU with the smallest free room that still fits, and the fraction.
 
         Skips GPUs in ``exclude`` and those for which ``ok(gpu_id)`` is false.
-        Ties go to the earlier GPU in cluster order; between GPU sizes the
-        smaller free room in MB wins. None if nothing fits.
+        Between GPU sizes the smaller free room in MB wins. None if nothing fits.
         """
         need = as_need(need)
         exclude = exclude if isinstance(exclude, (set, frozenset, dict)) else set(exclude)
@@ -214,7 +251,7 @@ class FreeMap:
     def worst_fit(self, need: float | Need) -> tuple[str, float] | None:
         """The GPU with the most free room (MB) if it fits ``need``, and the fraction.
 
-        Ties go to the earlier GPU in cluster order. None if nothing fits.
+        None if nothing fits.
         """
         need = as_need(need)
         best = None
@@ -235,9 +272,11 @@ class FreeMap:
                    ok: Callable[[str], bool] | None = None) -> list[tuple[str, float]] | None:
         """``k`` distinct GPUs that each fit ``need``: one node if possible, else fewest nodes.
 
-        Among nodes that can hold the whole gang, the one with the fewest
-        fitting GPUs wins (best fit at node level); within a node, the tightest
-        GPUs. Returns (gpu id, fraction) pairs, or None.
+        Scans fitting GPUs tightest first. Once a node has collected ``k``, the
+        scan finishes GPUs with the same free room (looking at most
+        ``GANG_LOOKAHEAD`` further), and the node with the fewest candidates wins (best fit at node level: whole nodes stay whole
+        for bigger gangs). If no node can hold the gang it spans the fewest
+        nodes. Returns (gpu id, fraction) pairs, or None.
         """
         if k <= 1:
             one = self.best_fit(need, ok=ok)
@@ -245,23 +284,31 @@ class FreeMap:
         need = as_need(need)
         if self.count_fitting(need) < k:
             return None
-        by_node: dict[str, list[tuple[float, int, str, float]]] = {}
+        by_node: dict[str, list[tuple[str, float]]] = {}
+        gpus = self.gpus
+        multi = len(self._groups) > 1
         for mem, keys in self._groups.items():
             f = need(self._rep[mem])
-            for free, order, gid in keys[bisect_left(keys, (f - EPS,)):]:
+            block = None   # free room at which some node first held the gang
+            extra = 0
+            for free, _, gid in keys[bisect_left(keys, (f - EPS,)):]:
+                if block is not None:
+                    extra += 1
+                    if free > block + EPS or extra > GANG_LOOKAHEAD:
+                        break
                 if ok is not None and not ok(gid):
                     continue
-                by_node.setdefault(self.gpus[gid].node, []).append((free * mem, order, gid, f))
+                cands = by_node.setdefault(gpus[gid].node, [])
+                cands.append((gid, f))
+                if block is None and len(cands) == k and not multi:
+                    block = free
+        whole = [c for c in by_node.values() if len(c) >= k]
+        if whole:
+            return min(whole, key=lambda c: (len(c), self.order[c[0][0]]))[:k]
         if sum(map(len, by_node.values())) < k:
             return None
-        for cands in by_node.values():
-            cands.sort()
-        first = {node: cands[0][1] for node, cands in by_node.items()}
-        whole = [n for n, c in by_node.items() if len(c) >= k]
-        if whole:
-            node = min(whole, key=lambda n: (len(by_node[n]), first[n]))
-            return [(c[2], c[3]) for c in by_node[node][:k]]
         chosen: list[tuple[str, float]] = []
+        first = {n: self.order[c[0][0]] for n, c in by_node.items()}
         nodes = sorted(by_node, key=lambda n: (-len(by_node[n]), first[n]))
         left = k
         while left > 0:
@@ -270,11 +317,18 @@ class FreeMap:
             node = min(done, key=lambda n: (len(by_node[n]), first[n])) if done else nodes[0]
             nodes.remove(node)
             take = by_node[node][:left]
-            chosen += [(c[2], c[3]) for c in take]
+            chosen += take
             left -= len(take)
         return chosen
 
     # ---- updates ---------------------------------------------------------
+
+    def _drop(self, gid: str) -> None:
+        keys = self._groups[self.gpus[gid].memory_mb]
+        key = (self.free(gid), self.order[gid], gid)
+        i = bisect_left(keys, key)
+        if i < len(keys) and keys[i] == key:
+            del keys[i]
 
     def close(self, gpu_ids: Iterable[str]) -> None:
         """Take these GPUs out of the search for the rest of this plan (a reservation)."""
@@ -282,9 +336,11 @@ class FreeMap:
             if gid in self.gpus and gid not in self.closed:
                 self._drop(gid)
                 self.closed.add(gid)
+                self.version += 1
 
     def _move(self, gid: str, d_used: float, d_tenants: int) -> None:
         g = self.gpus[gid]
+        self.version += 1
         self._drop(gid)
         u = self.use.get(gid)
         if u is None:
@@ -294,8 +350,7 @@ class FreeMap:
         if u.tenants <= 0:
             del self.use[gid]
             u = None
-        free = free_fraction(g, u, self.reserve_mb)
-        self._free[gid] = free
+        free = self._free[gid] = free_fraction(g, u, self.reserve_mb)
         if gid not in self.closed and self._open(u, free):
             insort(self._groups[g.memory_mb], (free, self.order[gid], gid))
 

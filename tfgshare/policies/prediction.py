@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .base import JobView
+from .queueing import WAITING
 
 
 def remaining_s(job: JobView) -> float | None:
@@ -16,7 +17,7 @@ def remaining_s(job: JobView) -> float | None:
 
 def current_wait_s(job: JobView, now: float) -> float:
     """How long a waiting job has waited since it last stopped running (or since submit)."""
-    if not job.state.waiting:
+    if job.state not in WAITING:
         return 0.0
     since = job.last_wait_start if job.last_wait_start is not None else job.submit_time
     return max(0.0, now - since)
@@ -29,7 +30,7 @@ def total_wait_s(job: JobView, now: float) -> float:
     wait began at ``last_wait_start``); the current wait is added to it. A job
     that never ran and has no ``last_wait_start`` has waited since submit.
     """
-    if job.state.waiting and job.last_wait_start is None and job.last_start is None:
+    if job.state in WAITING and job.last_wait_start is None and job.last_start is None:
         return max(0.0, now - job.submit_time)
     return job.waited_s + current_wait_s(job, now)
 

@@ -13,6 +13,7 @@ known weakness of SJF that fgs's aging addresses.
 
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass
 from typing import ClassVar, Sequence
@@ -21,7 +22,7 @@ from .base import Action, ClusterSnapshot, JobState, JobView
 from .exclusive import start_exclusive, whole_gpu
 from .placement import FreeMap
 from .prediction import remaining_s
-from .queueing import arrival_key, waiting_jobs
+from .queueing import WAITING, any_waiting
 
 
 @dataclass
@@ -35,28 +36,29 @@ class Sjf:
     def decide(self, now: float, cluster: ClusterSnapshot,
                jobs: Sequence[JobView]) -> list[Action]:
         """Sample new jobs, then start the shortest predicted jobs that fit."""
-        queue = waiting_jobs(jobs)
-        if not queue:
+        if not any_waiting(jobs):
             return []
         free = FreeMap(cluster, jobs, max_tenants=1)
         need = whole_gpu(cluster)
+        if free.count_fitting(need) == 0:
+            return []
         up = len(free.gpus)
-        to_sample, ordered = [], []
-        for job in queue:
-            if job.num_gpus > up:
+        sample = self.sample_on_admission
+        heap = []   # (0 = sampling run first, predicted length, submit, id, job)
+        for job in jobs:
+            if job.state not in WAITING or job.num_gpus > up:
                 continue
             left = remaining_s(job)
-            if left is None and self.sample_on_admission and job.state is JobState.QUEUED:
-                to_sample.append(job)
+            if left is None and sample and job.state is JobState.QUEUED:
+                heap.append((0, 0.0, job.submit_time, job.id, job))
             else:
-                ordered.append((math.inf if left is None else left, arrival_key(job), job))
-        ordered.sort(key=lambda t: (t[0], t[1]))
+                heap.append((1, math.inf if left is None else left,
+                             job.submit_time, job.id, job))
+        heapq.heapify(heap)
         actions: list[Action] = []
-        plan = [(j, True) for j in to_sample] + [(t[2], False) for t in ordered]
-        for job, sample_only in plan:
-            if free.count_fitting(need) == 0:
-                break
-            start = start_exclusive(free, job, need, sample_only)
+        while heap and free.count_fitting(need) > 0:
+            first, _, _, _, job = heapq.heappop(heap)
+            start = start_exclusive(free, job, need, sample_only=first == 0)
             if start is not None:
                 actions.append(start)
         return actions

@@ -29,6 +29,7 @@ from .base import Action, ClusterSnapshot, JobState, JobView, Suspend
 from .exclusive import start_exclusive, whole_gpu
 from .placement import FreeMap
 from .prediction import current_wait_s, run_s
+from .queueing import HOLDING, WAITING, any_waiting
 
 
 @dataclass
@@ -54,32 +55,46 @@ class Tiresias:
 
     def queue_of(self, job: JobView, now: float) -> int:
         """The job's queue index now (0 = highest priority)."""
-        if (self.promote_knob > 0 and job.state.waiting and job.attained_service_s > 0
+        q = bisect_right(self.thresholds, job.attained_service_s)
+        if (q and self.promote_knob > 0 and job.state in WAITING
                 and current_wait_s(job, now) > self.promote_knob * run_s(job)):
             return 0
-        return bisect_right(self.thresholds, job.attained_service_s)
+        return q
 
     def decide(self, now: float, cluster: ClusterSnapshot,
                jobs: Sequence[JobView]) -> list[Action]:
         """Give GPUs to the best queues, preempting running jobs of worse queues."""
-        waiting = [j for j in jobs if j.state.waiting]
-        if not waiting:
+        if not any_waiting(jobs):
             return []
         free = FreeMap(cluster, jobs, max_tenants=1)
+        need = whole_gpu(cluster)
         up = len(free.gpus)
-        keyed = []   # (queue, running first, submit, id) for jobs that may change
+        keyed = []   # (queue, running first, submit, id, job) for jobs that may change
         pinned = 0   # GPUs of running jobs that must not be preempted now
+        best_waiting = worst_running = None
         for j in jobs:
-            if j.state is JobState.RUNNING:
+            s = j.state
+            if s is JobState.RUNNING:
                 if j.last_start is not None and now - j.last_start < self.min_run_s:
                     pinned += j.num_gpus
                     continue
-                keyed.append((self.queue_of(j, now), 0, j.submit_time, j.id, j))
-            elif j.state.waiting:
+                q = self.queue_of(j, now)
+                keyed.append((q, 0, j.submit_time, j.id, j))
+                if worst_running is None or q > worst_running:
+                    worst_running = q
+            elif s in WAITING:
                 if j.num_gpus <= up:
-                    keyed.append((self.queue_of(j, now), 1, j.submit_time, j.id, j))
-            elif j.state.holds_gpu:
+                    q = self.queue_of(j, now)
+                    keyed.append((q, 1, j.submit_time, j.id, j))
+                    if best_waiting is None or q < best_waiting:
+                        best_waiting = q
+            elif s in HOLDING:
                 pinned += j.num_gpus
+        if best_waiting is None:
+            return []
+        if free.count_fitting(need) == 0 and (worst_running is None
+                                              or worst_running <= best_waiting):
+            return []   # no room and nobody to preempt
         keyed.sort(key=lambda t: t[:4])
         left = up - pinned
         chosen: list[JobView] = []
@@ -88,7 +103,7 @@ class Tiresias:
             j = t[4]
             if j.num_gpus <= left:
                 left -= j.num_gpus
-                if j.state.waiting:
+                if j.state in WAITING:
                     chosen.append(j)
             elif j.state is JobState.RUNNING:
                 victims.append(j)
@@ -98,7 +113,6 @@ class Tiresias:
         for v in victims:
             actions.append(Suspend(v.id))
             free.release(v.fragments)
-        need = whole_gpu(cluster)
         for j in chosen:
             start = start_exclusive(free, j, need)
             if start is not None:
