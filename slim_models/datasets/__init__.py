@@ -1,0 +1,1 @@
+"""Datasets for training jobs: synthetic images and TF-Slim TFRecord folders."""

@@ -1,0 +1,1 @@
+"""Image preprocessing per model family (TF-Slim's preprocessing factory)."""
