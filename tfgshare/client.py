@@ -82,7 +82,7 @@ class Client:
                 raise Unreachable(f"no answer from the coordinator at {self.address} within "
                                   f"{timeout:g}s; is it running? (set --coordinator or "
                                   "TFGSHARE_COORDINATOR)")
-            reply = s.decode(self._sock.recv())
+            reply = s.decode(self._sock.recv(), max_bytes=None)
             if reply.id != msg.id:
                 continue   # a late reply to an earlier request
             if isinstance(reply, s.Error):

@@ -10,12 +10,14 @@ changes (call ``LiveJob.touch``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
-from tfgshare.policies.base import (GPU, ClusterSnapshot, Fragment, JobState, JobView,
-                                    SampleRecord)
-from tfgshare.schema import GpuInfo, JobSpec
+from tfgshare.policies.base import (GPU, Action, ClusterSnapshot, Fragment, JobState, JobView,
+                                    Migrate, SampleRecord, Start, Suspend)
+from tfgshare.policies.placement import GpuUse, fits
+from tfgshare.schema import GpuInfo, JobSpec, plain
 
 # LiveJob fields that are saved to the database (the rest is volatile)
 _VOLATILE = frozenset({"unknown", "gpu_memory_mb", "over_memory", "solo_util", "_view"})
@@ -102,20 +104,14 @@ class LiveJob:
 
     def to_record(self) -> dict[str, Any]:
         """The persisted fields as JSON-ready data."""
-        out = {}
-        for f in dataclasses.fields(self):
-            if f.name in _VOLATILE:
-                continue
-            v = getattr(self, f.name)
-            if f.name == "spec":
-                v = dataclasses.asdict(v)
-            elif f.name == "state":
-                v = v.value
-            elif f.name in ("fragments", "migrate_to"):
-                v = None if v is None else [[x.gpu, x.fraction] for x in v]
-            elif f.name == "sample":
-                v = None if v is None else dataclasses.asdict(v)
-            out[f.name] = v
+        out = {name: getattr(self, name) for name in _persisted()}
+        out["spec"] = plain(self.spec)
+        out["state"] = self.state.value
+        out["fragments"] = [[x.gpu, x.fraction] for x in self.fragments]
+        if self.migrate_to is not None:
+            out["migrate_to"] = [[x.gpu, x.fraction] for x in self.migrate_to]
+        if self.sample is not None:
+            out["sample"] = plain(self.sample)
         return out
 
     @classmethod
@@ -133,6 +129,11 @@ class LiveJob:
         return cls(**{k: v for k, v in rec.items() if k in known})
 
 
+@functools.cache
+def _persisted() -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(LiveJob) if f.name not in _VOLATILE)
+
+
 @dataclass(eq=False)
 class Node:
     """One agent's machine and its GPUs."""
@@ -148,6 +149,11 @@ class Node:
     def gpu_id(self, index: int) -> str:
         """The cluster-wide id of this node's GPU ``index``."""
         return f"{self.name}:{index}"
+
+
+def info_node(gpu_id: str) -> str:
+    """The node part of a GPU id."""
+    return gpu_id.rpartition(":")[0]
 
 
 def split_gpu_id(gpu_id: str) -> tuple[str, int]:
@@ -168,6 +174,7 @@ class Cluster:
         self.active: dict[str, LiveJob] = {}      # jobs not done
         self.tenants: dict[str, dict[str, LiveJob]] = {}   # GPU id -> jobs holding it
         self.migrating: dict[str, LiveJob] = {}   # jobs with a migration target reserved
+        self._views: dict[str, JobView] = {}       # what the policy sees, kept up to date
         self._gpus: tuple[GPU, ...] | None = None
 
     # ---- nodes -------------------------------------------------------------
@@ -214,11 +221,13 @@ class Cluster:
                 target = job.migrate_to
                 self.place(job, job.fragments)
                 self.set_migration(job, target)
+        self.refresh(job)
 
     def retire(self, job: LiveJob) -> None:
         """Drop a finished, failed or cancelled job from the active set."""
         self.unplace(job)
         self.active.pop(job.id, None)
+        self._views.pop(job.id, None)
 
     def place(self, job: LiveJob, fragments: tuple[Fragment, ...]) -> None:
         """Record that ``job`` holds these fragments."""
@@ -254,10 +263,98 @@ class Cluster:
         others.discard(job.id)
         return len(others)
 
+    def refresh(self, job: LiveJob) -> None:
+        """Update the policy's view of a job after it changed."""
+        job.touch()
+        if job.state.done or job.unknown or (job.pinned and job.state.waiting):
+            self._views.pop(job.id, None)
+        else:
+            self._views[job.id] = job.view()
+
     def views(self) -> list[JobView]:
-        """Views of the jobs the policy decides on (not held, not unknown)."""
-        return [j.view() for j in self.active.values()
-                if not j.unknown and not (j.pinned and j.state.waiting)]
+        """Views of the jobs the policy decides on (not done, held or unknown)."""
+        return list(self._views.values())
+
+    def check_actions(self, actions: Sequence[Action]) -> tuple[list[Action], list[str]]:
+        """The actions that can be carried out now, and why the others cannot.
+
+        Live rules, stricter than the simulator's: a suspended or migrating job
+        keeps its memory until its runner exits, so the fragments it frees are
+        not given to anyone in the same round; a migration target is reserved
+        until the job restarts there; a job runs on the GPUs of one node.
+        """
+        use: dict[str, GpuUse] = {}
+        ok: list[Action] = []
+        errors: list[str] = []
+        seen: set[str] = set()
+        for a in actions:
+            why = self._why_not(a, use, seen)
+            if why:
+                errors.append(f"{type(a).__name__} {a.job}: {why}")
+                continue
+            seen.add(a.job)
+            for f in getattr(a, "fragments", ()):
+                u = use[f.gpu]
+                u.used += f.fraction
+                u.tenants += 1
+            ok.append(a)
+        return ok, errors
+
+    def _why_not(self, a: Action, use: dict[str, GpuUse], seen: set[str]) -> str:
+        job = self.active.get(a.job)
+        if job is None:
+            return "no such active job"
+        if a.job in seen:
+            return "more than one action for this job"
+        if job.unknown:
+            return "job not re-adopted yet"
+        if isinstance(a, Start):
+            if not job.state.waiting or job.pinned:
+                return f"job is {job.display_state}, not waiting"
+        elif job.state is not JobState.RUNNING or job.cancel_requested:
+            return f"job is {job.display_state}, not running"
+        if isinstance(a, Suspend):
+            return ""
+        frags = a.fragments
+        if len(frags) != job.spec.num_gpus:
+            return f"{len(frags)} fragments for a {job.spec.num_gpus}-GPU job"
+        gpus = [f.gpu for f in frags]
+        if len(set(gpus)) != len(gpus):
+            return f"two fragments on one GPU {gpus}"
+        if isinstance(a, Migrate) and set(gpus) & {f.gpu for f in job.fragments}:
+            return "a migration target is a GPU it already holds"
+        nodes = {split_gpu_id(g)[0] for g in gpus}
+        if len(nodes) != 1:
+            return f"placement spans nodes {', '.join(sorted(nodes))}; a live job runs on one node"
+        for f in frags:
+            info = self.gpu(f.gpu)
+            if info is None:
+                return f"GPU {f.gpu} is not up"
+            if not 0.0 < f.fraction <= 1.0:
+                return f"fraction {f.fraction} on {f.gpu} is outside (0, 1]"
+            if f.gpu not in use:
+                use[f.gpu] = self._gpu_use(f.gpu)
+            gpu = GPU(f.gpu, info_node(f.gpu), 0, info.memory_mb)
+            if not fits(gpu, use[f.gpu], f.fraction, self.reserve_mb):
+                u = use[f.gpu]
+                return (f"fraction {f.fraction:.3f} does not fit on {f.gpu} "
+                        f"({u.tenants} tenants hold {u.used:.3f})")
+        return ""
+
+    def _gpu_use(self, gpu_id: str) -> GpuUse:
+        """What the tenants and reserved migration targets hold on one GPU now."""
+        u = GpuUse()
+        for j in self.tenants.get(gpu_id, {}).values():
+            for f in j.fragments:
+                if f.gpu == gpu_id:
+                    u.used += f.fraction
+                    u.tenants += 1
+        for j in self.migrating.values():
+            for f in j.migrate_to or ():
+                if f.gpu == gpu_id:
+                    u.used += f.fraction
+                    u.tenants += 1
+        return u
 
     def holders(self) -> Iterator[LiveJob]:
         """Jobs that hold GPU fragments now."""
@@ -268,7 +365,7 @@ class Cluster:
                     seen.add(job.id)
                     yield job
 
-    def fits(self, gpu_id: str, fraction: float, ignore: LiveJob | None = None) -> bool:
+    def fits(self, gpu_id: str, fraction: float) -> bool:
         """Whether one more fragment of ``fraction`` fits on this up GPU now.
 
         Fragments reserved by migrations in flight count as held.
@@ -276,16 +373,5 @@ class Cluster:
         info = self.gpu(gpu_id)
         if info is None:
             return False
-        used, n = 0.0, 0
-        holding = [j for j in self.tenants.get(gpu_id, {}).values() if j is not ignore]
-        for j in holding:
-            for f in j.fragments:
-                if f.gpu == gpu_id:
-                    used, n = used + f.fraction, n + 1
-        for j in self.migrating.values():
-            if j is ignore:
-                continue
-            for f in j.migrate_to or ():
-                if f.gpu == gpu_id:
-                    used, n = used + f.fraction, n + 1
-        return used + fraction + (n + 1) * self.reserve_mb / info.memory_mb <= 1.0 + 1e-9
+        gpu = GPU(gpu_id, info_node(gpu_id), 0, info.memory_mb)
+        return fits(gpu, self._gpu_use(gpu_id), fraction, self.reserve_mb)

@@ -19,6 +19,7 @@ node timeout passes (re-queued from their checkpoint as SUSPENDED).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import os
@@ -38,7 +39,7 @@ from tfgshare.cluster import Cluster, LiveJob, Node, split_gpu_id
 from tfgshare.coordinator_metrics import CoordinatorMetrics, run_report
 from tfgshare.policies.base import (Fragment, JobState, Migrate, Policy, SampleRecord, Start,
                                     Suspend)
-from tfgshare.policies.placement import fraction_for, validate
+from tfgshare.policies.placement import fraction_for
 from tfgshare.state import StateStore
 
 log = logging.getLogger("tfgshare.coordinator")
@@ -193,6 +194,11 @@ class Coordinator:
                                         f"{timeout:g}s of the restart")
         self._dirty = True
         self._record_usage(now)
+        # Long-lived jobs and views would make every full garbage collection walk
+        # them all (tens of ms at 10,000 jobs, right inside a round): collect the
+        # young generations and move the survivors out of the collector's sight.
+        gc.collect(1)
+        gc.freeze()
 
     def _record_usage(self, now: float) -> None:
         """Refresh the gauges and add a timeline point (once per tick: O(jobs))."""
@@ -243,7 +249,7 @@ class Coordinator:
             log.info("%s: %s", job.id, line)
 
     def _save(self, job: LiveJob) -> None:
-        job.touch()
+        self.cluster.refresh(job)
         self.store.save_job(job.id, job.to_record())
 
     def _job(self, job_id: str) -> LiveJob:
@@ -327,7 +333,7 @@ class Coordinator:
                 continue
             if jt.step > job.steps_done:
                 job.steps_done = jt.step
-                job.touch()
+                self.cluster.refresh(job)
             job.gpu_memory_mb = dict(jt.gpu_memory_mb)
             if job.state is JobState.SAMPLING:
                 self._note_solo_util(job, node)
@@ -598,46 +604,23 @@ class Coordinator:
         if not snapshot.gpus or not views:
             return []
         actions = self.policy.decide(now, snapshot, views)
-        if actions:
-            errors = validate(actions, snapshot, views)
-            if errors:
-                for e in errors:
-                    log.warning("policy %s proposed an invalid action: %s",
-                                getattr(self.policy, "name", "?"), e)
-                actions = self._valid_subset(actions, snapshot, views)
-        done = []
+        actions, errors = self.cluster.check_actions(actions)
+        name = getattr(self.policy, "name", "?")
+        for e in errors:
+            log.info("policy %s: not done now: %s", name, e)
         for action in actions:
-            job = self.cluster.active.get(action.job)
-            if job is None:
-                continue
+            job = self.cluster.active[action.job]
             if isinstance(action, Start):
-                nodes = {split_gpu_id(f.gpu)[0] for f in action.fragments}
-                if len(nodes) != 1:
-                    log.info("%s: not started: a live job runs on one node, placement "
-                             "spans %s", job.id, ", ".join(sorted(nodes)))
-                    continue
                 self._start(job, action.fragments, action.sample_only, now)
             elif isinstance(action, Suspend):
-                self._ask_suspend(job, now, f"policy {self.policy.name}")
+                self._ask_suspend(job, now, f"policy {name}")
             elif isinstance(action, Migrate):
-                if len({split_gpu_id(f.gpu)[0] for f in action.fragments}) != 1:
-                    continue
-                self._ask_suspend(job, now, f"policy {self.policy.name}",
-                                  target=tuple(action.fragments))
-            done.append(action)
+                self._ask_suspend(job, now, f"policy {name}", target=tuple(action.fragments))
         took = time.perf_counter() - t0
         if len(self.round_times) < 1_000_000:
             self.round_times.append(took)
         self.metrics.rounds.observe(took)
-        return done
-
-    @staticmethod
-    def _valid_subset(actions, snapshot, views) -> list:
-        kept: list = []
-        for a in actions:
-            if not validate([*kept, a], snapshot, views):
-                kept.append(a)
-        return kept
+        return actions
 
     # ---- client requests ------------------------------------------------------------
 
@@ -805,7 +788,7 @@ class Coordinator:
             snapshot = self.cluster.snapshot()
             fraction = fraction_for(job.view(), snapshot.gpu(msg.to),
                                     reserve_mb=self.cluster.reserve_mb)
-        if not self.cluster.fits(msg.to, fraction, ignore=job):
+        if not self.cluster.fits(msg.to, fraction):
             raise RequestError(f"job {job.id} needs a fraction of {fraction:.3f}, which does "
                                f"not fit on {msg.to} now")
         target = (Fragment(msg.to, fraction),)

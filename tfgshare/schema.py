@@ -27,7 +27,7 @@ import types
 import typing
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Union
+from typing import Any, Callable, ClassVar, Union
 
 VERSION = 1
 MAX_MESSAGE_BYTES = 1 << 20   # larger frames are dropped by ZMQ (ZMQ_MAXMSGSIZE)
@@ -374,13 +374,34 @@ REPLY_TYPES = frozenset({"ok", "error"})
 
 def to_dict(msg: Message) -> dict[str, Any]:
     """The JSON object for ``msg`` (with v, type and id)."""
-    body = dataclasses.asdict(msg)
-    out: dict[str, Any] = {"v": VERSION, "type": msg.TYPE, "id": body.pop("id")}
+    out: dict[str, Any] = {"v": VERSION, "type": msg.TYPE, "id": msg.id}
     if isinstance(msg, Ok):
-        out.update(body["fields"])
+        out.update(msg.fields)
     else:
+        body = plain(msg)
+        del body["id"]
         out.update(body)
     return out
+
+
+_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def plain(obj: Any) -> Any:
+    """Dataclasses, lists and dicts as plain JSON-ready data (a fast ``asdict``)."""
+    cls = type(obj)
+    if cls in (str, int, float, bool) or obj is None:
+        return obj
+    if cls is list or cls is tuple:
+        return [plain(v) for v in obj]
+    if cls is dict:
+        return {k: plain(v) for k, v in obj.items()}
+    names = _NAMES.get(cls)
+    if names is None:
+        if not dataclasses.is_dataclass(cls):
+            return obj
+        names = _NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return {n: plain(getattr(obj, n)) for n in names}
 
 
 def encode(msg: Message) -> bytes:
@@ -388,10 +409,14 @@ def encode(msg: Message) -> bytes:
     return json.dumps(to_dict(msg), separators=(",", ":")).encode()
 
 
-def decode(data: bytes | str) -> Message:
-    """Parse and validate one frame; raise SchemaError naming the problem."""
-    if len(data) > MAX_MESSAGE_BYTES:
-        raise SchemaError(f"message of {len(data)} bytes exceeds {MAX_MESSAGE_BYTES}")
+def decode(data: bytes | str, max_bytes: int | None = MAX_MESSAGE_BYTES) -> Message:
+    """Parse and validate one frame; raise SchemaError naming the problem.
+
+    ``max_bytes`` bounds requests; clients reading replies (a status of many
+    jobs can be large) pass None.
+    """
+    if max_bytes is not None and len(data) > max_bytes:
+        raise SchemaError(f"message of {len(data)} bytes exceeds {max_bytes}")
     try:
         obj = json.loads(data)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -441,88 +466,137 @@ def reply_error(request: Message | str, reason: str) -> Error:
     return Error(id=rid, reason=reason)
 
 
-_HINTS: dict[type, dict[str, Any]] = {}
+# ---- validation: one converter per type, built once ---------------------------
+
+Converter = Callable[[Any, str], Any]
+_CONVERTERS: dict[Any, Converter] = {}
+_FIELDS: dict[type, tuple[dict[str, Converter], frozenset[str]]] = {}
 
 
-def _hints(cls: type) -> dict[str, Any]:
-    if cls not in _HINTS:
-        _HINTS[cls] = typing.get_type_hints(cls)
-    return _HINTS[cls]
+def _fields(cls: type) -> tuple[dict[str, Converter], frozenset[str]]:
+    """Per dataclass: a converter per init field (but id), and the required names."""
+    got = _FIELDS.get(cls)
+    if got is None:
+        hints = typing.get_type_hints(cls)
+        convs, required = {}, set()
+        for f in dataclasses.fields(cls):
+            if not f.init or f.name == "id":
+                continue
+            convs[f.name] = _converter(hints[f.name])
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                required.add(f.name)
+        got = _FIELDS[cls] = (convs, frozenset(required))
+    return got
 
 
 def _build(cls: type, body: Any, where: str) -> Any:
-    if not isinstance(body, dict):
-        raise SchemaError(f"{where}: expected an object, got {type(body).__name__}")
-    hints = _hints(cls)
-    fields_ = {f.name: f for f in dataclasses.fields(cls) if f.init and f.name != "id"}
-    unknown = sorted(set(body) - set(fields_))
-    if unknown:
-        raise SchemaError(f"{where}: unknown field(s) {', '.join(unknown)}")
-    kwargs = {}
-    for name, f in fields_.items():
+    if type(body) is not dict:
+        raise SchemaError(f"{where}: expected an object, got {_json_name(body)}")
+    convs, required = _fields(cls)
+    for name in body:
+        if name not in convs:
+            unknown = sorted(set(body) - set(convs))
+            raise SchemaError(f"{where}: unknown field(s) {', '.join(unknown)}")
+    for name in required:
         if name not in body:
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise SchemaError(f"{where}: missing field '{name}'")
-            continue
-        kwargs[name] = _convert(body[name], hints[name], f"{where}.{name}")
-    obj = cls(**kwargs)
-    if hasattr(obj, "check"):
+            raise SchemaError(f"{where}: missing field '{name}'")
+    obj = cls(**{name: convs[name](value, f"{where}.{name}") for name, value in body.items()})
+    check = getattr(obj, "check", None)
+    if check is not None:
         try:
-            obj.check()
+            check()
         except SchemaError as exc:
             raise SchemaError(f"{where}: {exc}") from None
     return obj
 
 
-def _convert(value: Any, tp: Any, where: str) -> Any:
+def _converter(tp: Any) -> Converter:
+    conv = _CONVERTERS.get(tp)
+    if conv is None:
+        conv = _CONVERTERS[tp] = _make_converter(tp)
+    return conv
+
+
+def _fail(tp: Any, value: Any, where: str) -> SchemaError:
+    return SchemaError(f"{where}: expected {_type_name(tp)}, got {_json_name(value)}")
+
+
+def _make_converter(tp: Any) -> Converter:
     origin = typing.get_origin(tp)
     if origin in (Union, types.UnionType):
-        errors = []
-        for option in typing.get_args(tp):
-            try:
-                return _convert(value, option, where)
-            except SchemaError as exc:
-                errors.append(str(exc))
+        options = [a for a in typing.get_args(tp) if a is not type(None)]
+        nullable = len(options) < len(typing.get_args(tp))
+        convs = [_converter(a) for a in options]
         names = " or ".join(_type_name(a) for a in typing.get_args(tp))
-        raise SchemaError(f"{where}: expected {names}, got {_json_name(value)}")
+
+        def union(value: Any, where: str) -> Any:
+            if value is None and nullable:
+                return None
+            for conv in convs:
+                try:
+                    return conv(value, where)
+                except SchemaError:
+                    continue
+            raise SchemaError(f"{where}: expected {names}, got {_json_name(value)}")
+        return union
     if tp is type(None):
-        if value is None:
-            return None
-        raise SchemaError(f"{where}: expected null, got {_json_name(value)}")
+        def none(value: Any, where: str) -> Any:
+            if value is None:
+                return None
+            raise _fail(tp, value, where)
+        return none
     if tp is Any:
-        return value
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-    elif tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-    elif tp is str:
-        if isinstance(value, str):
-            return value
-    elif origin is list:
-        if isinstance(value, list):
-            (item,) = typing.get_args(tp)
-            return [_convert(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
-    elif origin is dict:
-        if isinstance(value, dict):
-            ktype, vtype = typing.get_args(tp)
+        return lambda value, where: value
+    if tp in (bool, str):
+        def exact(value: Any, where: str) -> Any:
+            if type(value) is tp:
+                return value
+            raise _fail(tp, value, where)
+        return exact
+    if tp is int:
+        def integer(value: Any, where: str) -> Any:
+            if type(value) is int:
+                return value
+            raise _fail(tp, value, where)
+        return integer
+    if tp is float:
+        def number(value: Any, where: str) -> Any:
+            if type(value) is float:
+                return value
+            if type(value) is int:
+                return float(value)
+            raise _fail(tp, value, where)
+        return number
+    if origin is list:
+        (item_type,) = typing.get_args(tp)
+        item = _converter(item_type)
+
+        def listing(value: Any, where: str) -> Any:
+            if type(value) is not list:
+                raise _fail(tp, value, where)
+            return [item(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return listing
+    if origin is dict:
+        key_type, value_type = typing.get_args(tp)
+        item = _converter(value_type)
+
+        def mapping(value: Any, where: str) -> Any:
+            if type(value) is not dict:
+                raise _fail(tp, value, where)
             out = {}
             for k, v in value.items():
                 key = k
-                if ktype is int:
+                if key_type is int:
                     try:
                         key = int(k)
                     except (TypeError, ValueError):
                         raise SchemaError(f"{where}: key {k!r} is not an integer") from None
-                out[key] = _convert(v, vtype, f"{where}[{k!r}]")
+                out[key] = item(v, f"{where}[{k!r}]")
             return out
-    elif dataclasses.is_dataclass(tp):
-        return _build(tp, value, where)
-    raise SchemaError(f"{where}: expected {_type_name(tp)}, got {_json_name(value)}")
+        return mapping
+    if dataclasses.is_dataclass(tp):
+        return lambda value, where: _build(tp, value, where)
+    raise TypeError(f"no converter for {tp!r}")
 
 
 def _type_name(tp: Any) -> str:
