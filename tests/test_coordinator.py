@@ -326,3 +326,25 @@ def test_metrics_report_and_prometheus_endpoint(make, agents):
     body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     assert 'tfgshare_jobs{state="finished"} 1.0' in body
     assert "tfgshare_utilisation_allocated" in body and "tfgshare_migrations_total" in body
+
+
+def test_exit_reported_after_the_job_was_requeued_still_finishes_it(make, agents):
+    ct, client = make(node_timeout=0.3)
+    agent = agents(ct.address, "n1")
+    agent.register()
+    done, sampled = client.submit([spec(), spec()])
+    agent.wait_command(s.StartJob, done)
+    time.sleep(0.6)                      # silent past the node timeout: both re-queued
+    assert client.job(done)["state"] == "suspended"
+    assert "lost" in client.job(done)["reason"]
+    client.suspend(done)                 # held, so that it is not restarted meanwhile
+    assert isinstance(agent.register(), s.Ok)   # back, its runner ended while away
+    reply = agent.request(s.JobExit(node="n1", job=done, attempt=1, exit_code=0))
+    assert isinstance(reply, s.Ok) and "stale" not in reply.fields
+    info = client.job(done)
+    assert info["state"] == "finished" and "after it was re-queued" in info["reason"]
+    # an exit from an attempt that was restarted since is ignored
+    restart = agent.wait_command(s.StartJob, sampled)
+    reply = agent.request(s.JobExit(node="n1", job=sampled, attempt=restart.attempt - 1,
+                                    exit_code=0))
+    assert reply.fields.get("stale") is True and client.job(sampled)["state"] == "running"

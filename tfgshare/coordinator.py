@@ -382,6 +382,14 @@ class Coordinator:
     def _on_job_event(self, peer: bytes, msg: s.JobEvent) -> dict[str, Any]:
         job = self._current(peer, msg)
         if job is None:
+            late = self._late(msg)
+            if late is not None and msg.event.get("event") == "sample" and late.sample is None:
+                self._record_sample(late, msg.event, self.clock())
+                if late.state is JobState.QUEUED:
+                    late.state = JobState.SAMPLED
+                self._save(late)
+                self._log(late, self.clock(), "sampling record arrived after it was re-queued")
+                return {}
             return {"stale": True}
         now = self.clock()
         ev = msg.event
@@ -428,9 +436,25 @@ class Coordinator:
             job.predicted_total_s = float(remaining)
             job.run_at_prediction_s = job.run_time_s + (now - (job.last_start or now))
 
+    def _late(self, msg: s.JobEvent | s.JobExit) -> LiveJob | None:
+        """The job, if this report is from its last attempt and it has not restarted since.
+
+        A runner can end while its node is away (or the coordinator is down): the
+        job is re-queued, and the agent sends the report when it is back.
+        """
+        job = self.cluster.active.get(msg.job)
+        if job is not None and job.attempt == msg.attempt and job.state.waiting:
+            return job
+        return None
+
     def _on_job_exit(self, peer: bytes, msg: s.JobExit) -> dict[str, Any]:
         job = self._current(peer, msg)
         if job is None:
+            late = self._late(msg)
+            if late is not None and msg.exit_code == rp.EXIT_OK:
+                self._finish(late, JobState.FINISHED, self.clock(),
+                             f"exit 0, reported after it was re-queued")
+                return {}
             return {"stale": True}
         now = self.clock()
         code = msg.exit_code
