@@ -1,0 +1,190 @@
+"""The simulator on tiny scenarios whose outcome is computed by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from philly.jobs import TraceJob
+from tfgshare.policies.base import Fragment, JobState, Start, Suspend
+from tfgshare.policies.registry import get_policy
+from tfgshare.sim.cluster import load_cluster
+from tfgshare.sim.colocation import Colocation
+from tfgshare.sim.config import SimConfig
+from tfgshare.sim.engine import SimulationError, simulate
+from tfgshare.sim.profiles import load_profiles
+
+# One model: 1 s per step, 10 s start-up, 1000 MB, checkpoint 1e6 * 4 B * 2 = 7.63 MiB.
+TOY = """
+models:
+  toy:
+    params: 1000000
+    startup_s: 10
+    batches:
+      1: {step_time_s: 1.0, memory_mb: 1000, gpu_util: 1.0}
+      2: {step_time_s: 1.0, memory_mb: 1000, gpu_util: 0.6}
+"""
+CKPT_MB = 1e6 * 8 / 2**20
+STORAGE = 250.0
+SAVE = CKPT_MB / STORAGE
+
+
+@pytest.fixture
+def toy(tmp_path):
+    path = tmp_path / "toy.yaml"
+    path.write_text(TOY)
+    return load_profiles(path)
+
+
+def job(id, submit, steps, gpus=1, batch=1):
+    return TraceJob(id, submit, gpus, float(steps), model="toy", batch_size=batch,
+                    total_steps=steps)
+
+
+class Script:
+    """A test policy: ``fn(now, jobs_by_id)`` returns the actions; it records every view."""
+
+    name = "script"
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.seen: list[tuple[float, dict]] = []
+
+    def decide(self, now, cluster, jobs):
+        by_id = {j.id: j for j in jobs}
+        self.seen.append((now, by_id))
+        return self.fn(now, by_id)
+
+
+def whole(gpu="n0:0"):
+    return (Fragment(gpu, 0.95),)
+
+
+def test_fifo_two_jobs_one_gpu_by_hand(toy):
+    # a: starts at 0, 10 s start-up, 100 steps -> finishes at 110
+    # b: arrives at 5, waits until 110, 10 s start-up, 50 steps -> finishes at 170
+    res = simulate(load_cluster("1x1"), [job("a", 0, 100), job("b", 5, 50)], toy,
+                   get_policy("fifo"), SimConfig(check=True))
+    recs = {r.id: r for r in res.records}
+    assert (recs["a"].first_start, recs["a"].finish, recs["a"].waited_s) == (0, 110, 0)
+    assert (recs["b"].first_start, recs["b"].finish, recs["b"].waited_s) == (110, 170, 105)
+    rep = res.report
+    assert rep.jct_mean == pytest.approx((110 + 165) / 2)
+    assert rep.wait_mean == pytest.approx(105 / 2)
+    assert rep.makespan == 170
+    assert rep.util_allocated == pytest.approx(1.0)      # one whole GPU held throughout
+    assert rep.util_effective == pytest.approx(150 / 170)  # start-ups do no useful work
+
+
+def test_sampling_phase_counts_its_steps_and_predicts(toy):
+    def fn(now, jobs):
+        a = jobs.get("a")
+        if a and a.state is JobState.QUEUED:
+            return [Start("a", whole(), sample_only=True)]
+        if a and a.state is JobState.SAMPLED:
+            return [Start("a", whole())]
+        return []
+    pol = Script(fn)
+    res = simulate(load_cluster("1x1"), [job("a", 0, 100)], toy, pol,
+                   SimConfig(step_noise=0.0, memory_noise=0.0, check=True))
+    sampled = [v["a"] for _, v in pol.seen if v["a"].state is JobState.SAMPLED][0]
+    # 5 % of 100 steps are sampled after the 10 s start-up, then a checkpoint is saved
+    assert sampled.steps_done == 5
+    assert sampled.sample.step_time_s == pytest.approx(1.0)
+    assert sampled.sample.peak_memory_mb == pytest.approx(1000)
+    assert sampled.predicted_remaining_s == pytest.approx(95)
+    assert sampled.last_wait_start == pytest.approx(15 + SAVE)
+    rec = res.records[0]
+    # restart: 10 s start-up + checkpoint restore, then the remaining 95 steps
+    assert rec.finish == pytest.approx(15 + SAVE + 10 + SAVE + 95)
+    assert rec.predicted_total_s == pytest.approx(95)
+    assert rec.actual_total_s == pytest.approx(10 + SAVE + 95)
+
+
+def test_suspend_keeps_steps_and_charges_save_and_restore(toy):
+    def fn(now, jobs):
+        a, b = jobs.get("a"), jobs.get("b")
+        if a and a.state is JobState.QUEUED:
+            return [Start("a", whole())]
+        if b and b.state is JobState.QUEUED:          # b arrives at 50 and takes a's GPU
+            return [Suspend("a"), Start("b", whole())]
+        if a and a.state is JobState.SUSPENDED:
+            return [Start("a", whole("n0:1"))]
+        return []
+    pol = Script(fn)
+    res = simulate(load_cluster("1x2"), [job("a", 0, 100), job("b", 50, 1)], toy, pol,
+                   SimConfig(check=True))
+    steps = [v["a"].steps_done for _, v in pol.seen if "a" in v]
+    assert steps == sorted(steps), "a suspend lost steps"
+    suspended = [v["a"] for _, v in pol.seen if v["a"].state is JobState.SUSPENDED][0]
+    assert suspended.steps_done == 40           # 10 s start-up, then 40 steps by t=50
+    rec = {r.id: r for r in res.records}
+    # b waits for a's checkpoint save to leave the GPU, starts up, runs its one step
+    b_end = 50 + SAVE + 10 + 1
+    assert rec["b"].finish == pytest.approx(b_end)
+    # a resumes when b ends: start-up + restore, then its 60 remaining steps
+    assert rec["a"].finish == pytest.approx(b_end + 10 + SAVE + 60)
+    assert (rec["a"].suspends, rec["a"].resumes, rec["a"].migrations) == (1, 1, 0)
+    assert rec["a"].waited_s == pytest.approx(b_end - 50)
+    assert rec["a"].move_cost_s == pytest.approx(SAVE + 10 + SAVE)
+
+
+def test_colocated_jobs_slow_each_other(toy):
+    frag = (Fragment("n0:0", 0.45),)
+
+    def fn(now, jobs):
+        return [Start(j.id, frag) for j in jobs.values() if j.state is JobState.QUEUED]
+    colo = Colocation(overhead=0.08, exponent=1.0)
+    res = simulate(load_cluster("1x1"), [job("a", 0, 100, batch=2), job("b", 0, 100, batch=2)],
+                   toy, Script(fn), SimConfig(check=True, colocation=colo))
+    slow = (1 + 0.08) * 1.2                         # two tenants, utilisations sum to 1.2
+    for rec in res.records:
+        assert rec.finish == pytest.approx(10 + 100 * slow)
+    busy = 100 * slow
+    assert res.report.util_effective == pytest.approx(min(1, 1.2 / slow) * busy / (10 + busy))
+
+
+def test_undersized_fragment_fails_start_and_teaches_memory(toy):
+    def fn(now, jobs):
+        a = jobs["a"]
+        if a.state is not JobState.QUEUED:
+            return []
+        if a.sample is None:
+            return [Start("a", (Fragment("n0:0", 0.01),))]   # 245 MB < 1000 MB
+        return [Start("a", (Fragment("n0:0", a.sample.peak_memory_mb / 24576 + 0.01),))]
+    res = simulate(load_cluster("1x1"), [job("a", 0, 10)], toy, Script(fn),
+                   SimConfig(check=True, tick_s=30))
+    assert res.oom_starts == 1
+    assert res.records[0].finish == pytest.approx(30 + 10 + 10)
+
+
+def test_policy_that_never_starts_a_job_is_reported(toy):
+    with pytest.raises(SimulationError, match="cannot finish"):
+        simulate(load_cluster("1x1"), [job("a", 0, 10)], toy, Script(lambda now, jobs: []))
+
+
+def test_bad_actions_and_jobs_are_named(toy):
+    with pytest.raises(SimulationError, match="unknown or finished job 'zz'"):
+        simulate(load_cluster("1x1"), [job("a", 0, 10)], toy,
+                 Script(lambda now, jobs: [Start("zz", whole())]))
+    with pytest.raises(SimulationError, match="overcommitted|n0:0"):
+        simulate(load_cluster("1x1"), [job("a", 0, 10), job("b", 0, 10)], toy,
+                 Script(lambda now, jobs: [Start(j, whole()) for j in jobs]),
+                 SimConfig(check=True))
+    with pytest.raises(ValueError, match="no profile for model 'nope'"):
+        simulate(load_cluster("1x1"), [TraceJob("x", 0, 1, 5, model="nope", batch_size=1,
+                                                total_steps=5)], toy, get_policy("fifo"))
+    with pytest.raises(ValueError, match="needs 4 GPUs but cluster 1x2 has 2"):
+        simulate(load_cluster("1x2"), [job("x", 0, 5, gpus=4)], toy, get_policy("fifo"))
+    with pytest.raises(ValueError, match="appears twice"):
+        simulate(load_cluster("1x1"), [job("x", 0, 5), job("x", 1, 5)], toy,
+                 get_policy("fifo"))
+
+
+def test_same_seed_same_report(toy):
+    jobs = [job(f"j{i}", 7.0 * i, 20 + 13 * i, gpus=1 + i % 2, batch=1 + i % 2)
+            for i in range(12)]
+    for name in ("sjf", "fgs"):
+        runs = [simulate(load_cluster("2x2"), jobs, toy, get_policy(name), SimConfig(seed=s))
+                for s in (3, 3)]
+        assert runs[0].report.as_dict() == runs[1].report.as_dict()
+        assert runs[0].records == runs[1].records
