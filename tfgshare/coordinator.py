@@ -1,10 +1,12 @@
 """The ZeroMQ coordinator: admits jobs, runs the policy, drives the node agents.
 
-One thread, one ROUTER socket, one event loop. Each turn it reads every
-waiting frame, handles it (see ``tfgshare.schema`` for the messages), runs a
-scheduling round if anything that can change a decision happened (or the
-policy tick came), commits the database, and only then sends the turn's
-replies and agent commands: whatever anyone hears is already on disk.
+One thread, one ROUTER socket, one event loop. Each turn it reads the waiting
+frames, handles them (see ``tfgshare.schema`` for the messages), commits the
+database and only then sends the replies: whatever anyone hears is already on
+disk. Then, if anything that can change a decision happened (or the policy
+tick came), it runs a scheduling round, commits, and sends the agent commands.
+Under a stream of events rounds are spaced by twice the last round's time, so
+they never take more than about a third of the loop.
 
 Checkpoints live in a shared directory (``--checkpoint-root``, like NFS on a
 real cluster): a job's train_dir is ``<checkpoint_root>/<job id>`` on every
@@ -68,6 +70,7 @@ class CoordinatorConfig:
     token: str | None = None
     max_retries: int = 2                    # crashes before a job is marked failed
     max_batch: int = 2000                   # frames handled per loop turn
+    round_gap: float = 0.005                # least seconds between event-driven rounds
 
 
 class Coordinator:
@@ -145,10 +148,13 @@ class Coordinator:
             self.ready.set()
             poller = zmq.Poller()
             poller.register(sock, zmq.POLLIN)
-            next_tick = self.clock()
+            next_tick = next_round = self.clock()
             while not stop.is_set():
-                wait = min(max(next_tick - self.clock(), 0.0), 0.2)
-                if poller.poll(wait * 1000):
+                now = self.clock()
+                wait = next_tick - now
+                if self._dirty:
+                    wait = min(wait, next_round - now)
+                if poller.poll(min(max(wait, 0.0), 0.2) * 1000):
                     for _ in range(self.config.max_batch):
                         try:
                             frames = sock.recv_multipart(zmq.NOBLOCK)
@@ -159,20 +165,28 @@ class Coordinator:
                 if now >= next_tick:
                     self.tick(now)
                     next_tick = now + self.config.tick
-                self.step(now)
-                for envelope, msg in self._out:
-                    sock.send_multipart([*envelope, s.encode(msg)])
-                self._out.clear()
+                self._flush(sock)            # replies go out before the next round
+                if self._dirty and now >= next_round:
+                    self.schedule(now)
+                    self._flush(sock)
+                    # rounds take at most about a third of the loop under a stream of events
+                    last = self.round_times[-1] if len(self.round_times) else 0.0
+                    next_round = self.clock() + max(self.config.round_gap, 2 * last)
         finally:
             self.ready.set()
             sock.close(0)
             ctx.term()
             self.store.close()
 
-    def step(self, now: float) -> None:
-        """End of a loop turn: schedule if due, record usage, commit the database."""
-        if self._dirty:
-            self.schedule(now)
+    def _flush(self, sock: zmq.Socket) -> None:
+        """Commit this turn's writes, then send its replies and agent commands."""
+        self.step()
+        for envelope, msg in self._out:
+            sock.send_multipart([*envelope, s.encode(msg)])
+        self._out.clear()
+
+    def step(self) -> None:
+        """Commit the database and queue the agent commands after the replies."""
         if self._logs:
             self.store.append_logs(self._logs)
             self._logs.clear()
