@@ -37,10 +37,10 @@ def losses(events):
 
 @pytest.mark.parametrize("model", ["lenet", "cifarnet"])
 def test_small_nets_learn_the_synthetic_task(tmp_path, model):
-    config = small_config(tmp_path, model_name=model, max_number_of_steps=60, batch_size=16,
-                          optimizer="adam", learning_rate=0.002, log_every_n_steps=5)
+    config = small_config(tmp_path, model_name=model, max_number_of_steps=50, batch_size=16,
+                          optimizer="momentum", learning_rate=0.02, log_every_n_steps=5)
     result, events = run(config)
-    assert result.status == "finished" and result.global_step == 60
+    assert result.status == "finished" and result.global_step == 50
     first, last = losses(events)[:2], losses(events)[-2:]
     assert sum(last) < 0.6 * sum(first), losses(events)
 

@@ -8,6 +8,7 @@ with the agent (exit codes, signals, events) is in ``runner_protocol``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -15,6 +16,7 @@ import signal
 import sys
 import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -41,9 +43,35 @@ class TrainResult:
     devices: list[str] = field(default_factory=list)
 
 
-def _quiet_tensorflow() -> None:
+@contextlib.contextmanager
+def _stderr_muted():
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _import_tensorflow_quietly() -> None:
+    """Import TensorFlow and find its devices with the C++ start-up chatter muted.
+
+    TensorFlow writes some lines (CUDA probing, CPU features) before its log level
+    applies; they are noise on a CPU node. Later messages obey TF_CPP_MIN_LOG_LEVEL.
+    """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+    for message in ("`layer.apply` is deprecated", "`tf.layers.flatten` is deprecated"):
+        warnings.filterwarnings("ignore", message=message)
+    if "tensorflow" in sys.modules:
+        return
+    with _stderr_muted():
+        import tensorflow as tf
+
+        tf.config.list_physical_devices("GPU")
+    tf.get_logger().setLevel("ERROR")
 
 
 def peak_memory(devices: list[str]) -> tuple[float, str]:
@@ -78,7 +106,7 @@ def train(config: TrainConfig, on_event: Callable[[dict], None] | None = None,
     CheckpointError on bad flags or an unusable checkpoint.
     """
     config.check()
-    _quiet_tensorflow()
+    _import_tensorflow_quietly()
     import tensorflow as tf
 
     from tfgshare import runner_checkpoint as ckpt

@@ -76,9 +76,15 @@ def _input_batches(config: TrainConfig, dataset, image_size: int, start_example:
     from slim_models.preprocessing import preprocessing_factory
 
     preprocess = preprocessing_factory.get_preprocessing(config.model_name, is_training=True)
-    data = dataset.tf_dataset(start_example=start_example, seed=config.seed)
-    data = data.map(lambda image, label: (preprocess(image, image_size, image_size), label),
-                    num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    seed = tf.constant(config.seed, tf.int64)
+
+    def prepare(image, label, position):
+        # distortions keyed by the example's stream position: a resumed job sees
+        # exactly the inputs it would have seen without stopping
+        return preprocess(image, image_size, image_size, seed=tf.stack([seed, position])), label
+
+    data = dataset.tf_dataset(start_example=start_example, seed=config.seed, with_position=True)
+    data = data.map(prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     data = data.batch(batch, drop_remainder=True).prefetch(2)
     images, labels = tf.compat.v1.data.make_one_shot_iterator(data).get_next()
     images.set_shape([batch, image_size, image_size, images.shape[-1]])

@@ -1,0 +1,124 @@
+"""Suspend in one runner process, resume in a new one: same state as never stopping."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("tensorflow")
+pytest.importorskip("slim_models.datasets.dataset_factory",
+                    reason="slim_models datasets not written yet")
+
+from runner_helpers import assert_same_state, checkpoint_values, small_config  # noqa: E402
+
+from tfgshare import runner  # noqa: E402
+from tfgshare import runner_protocol as rp  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+PYTHONPATH = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+
+
+def start(config, *extra: str) -> subprocess.Popen:
+    """Start ``python -m tfgshare.runner`` for ``config`` in a new process."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": PYTHONPATH}
+    return subprocess.Popen([sys.executable, "-m", "tfgshare.runner", *config.to_argv(), *extra],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+
+
+def finish(proc: subprocess.Popen, timeout: float = 240) -> tuple[int, str]:
+    out, _ = proc.communicate(timeout=timeout)
+    return proc.returncode, out
+
+
+def wait_for_step(events_file: Path, step: int, proc: subprocess.Popen,
+                  timeout: float = 120) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        progress = [e["step"] for e in rp.iter_events(events_file) if e["event"] == "progress"]
+        if progress and progress[-1] >= step:
+            return
+        if proc.poll() is not None:
+            pytest.fail(f"runner exited early ({proc.returncode}): {proc.stdout.read()}")
+        time.sleep(0.05)
+    pytest.fail(f"runner did not reach step {step} in {timeout}s")
+
+
+def test_suspend_by_max_steps_or_signal_then_resume_in_new_processes(tmp_path):
+    # Two interrupted jobs run side by side: one stops at --max_number_of_steps=4
+    # (momentum), one is suspended by SIGUSR1 (adam). Each resumes in a new process.
+    by_steps = small_config(tmp_path / "steps", optimizer="momentum", max_number_of_steps=4)
+    by_signal = small_config(tmp_path / "signal", optimizer="adam", max_number_of_steps=100000,
+                             events_file=str(tmp_path / "signal.jsonl"))
+    first_steps, first_signal = start(by_steps), start(by_signal)
+    wait_for_step(Path(by_signal.events_file), 3, first_signal)
+    rp.request_suspend(first_signal.pid)
+    code, out = finish(first_signal)
+    assert code == rp.EXIT_SUSPENDED, out
+    assert "suspending after the current step" in out
+    suspended = [e for e in rp.iter_events(by_signal.events_file) if e["event"] == "suspended"]
+    k = suspended[0]["step"]
+    assert k >= 3
+    code, out = finish(first_steps)
+    assert code == rp.EXIT_OK, out
+
+    by_steps.max_number_of_steps = 9
+    by_signal.max_number_of_steps = k + 5
+    second_steps, second_signal = start(by_steps), start(by_signal)
+
+    # meanwhile, in this process, the same jobs without a stop
+    straight_steps = runner.train(small_config(tmp_path / "a", optimizer="momentum",
+                                               max_number_of_steps=9))
+    straight_signal = runner.train(small_config(tmp_path / "b", optimizer="adam",
+                                                max_number_of_steps=k + 5))
+
+    for proc in (second_steps, second_signal):
+        code, out = finish(proc)
+        assert code == rp.EXIT_OK, out
+    resumed = [e for e in rp.iter_events(by_signal.events_file) if e["event"] == "started"][-1]
+    assert resumed["restored"] is True and resumed["global_step"] == k
+
+    resumed_steps = runner_checkpoint_latest(by_steps.train_dir)
+    resumed_signal = runner_checkpoint_latest(by_signal.train_dir)
+    assert resumed_steps.endswith("model.ckpt-9")
+    assert resumed_signal.endswith(f"model.ckpt-{k + 5}")
+    assert_same_state(straight_steps.checkpoint, resumed_steps)
+    assert_same_state(straight_signal.checkpoint, resumed_signal)
+    values = checkpoint_values(resumed_signal)
+    assert any(key.endswith("Adam_1/.ATTRIBUTES/VARIABLE_VALUE") for key in values)
+    assert any("beta1_power" in key for key in values)
+
+
+def test_sigterm_suspends_too(tmp_path):
+    config = small_config(tmp_path / "t", max_number_of_steps=100000,
+                          events_file=str(tmp_path / "e.jsonl"))
+    proc = start(config)
+    wait_for_step(Path(config.events_file), 2, proc)
+    proc.send_signal(signal.SIGTERM)
+    code, out = finish(proc)
+    assert code == rp.EXIT_SUSPENDED, out
+    events = list(rp.iter_events(config.events_file))
+    assert events[-1]["event"] == "suspended"
+    assert events[-2]["event"] == "checkpoint" and events[-2]["step"] == events[-1]["step"]
+
+
+def test_tfgshare_train_command_rejects_bad_input(tmp_path):
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH}
+    proc = subprocess.run(
+        [sys.executable, "-m", "tfgshare.cli", "train", "--train_dir", str(tmp_path),
+         "--model_name", "inception_v3", "--image_size", "20"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == rp.EXIT_BAD_INPUT
+    assert "image size 20 is too small for inception_v3" in proc.stderr
+
+
+def runner_checkpoint_latest(train_dir: str) -> str:
+    from tfgshare.runner_checkpoint import latest_checkpoint
+
+    return latest_checkpoint(train_dir)
