@@ -348,3 +348,50 @@ def test_exit_reported_after_the_job_was_requeued_still_finishes_it(make, agents
     reply = agent.request(s.JobExit(node="n1", job=sampled, attempt=restart.attempt - 1,
                                     exit_code=0))
     assert reply.fields.get("stale") is True and client.job(sampled)["state"] == "running"
+
+
+def test_multi_gpu_job_gets_one_fragment_per_gpu_on_one_node(make, agents):
+    ct, client = make(policy="fifo")
+    small = agents(ct.address, "small", gpus=((0, 16384),))
+    small.register()
+    big = agents(ct.address, "big", gpus=((0, 16384), (1, 16384), (2, 16384)))
+    big.register()
+    (jid,) = client.submit([spec(num_gpus=2)])
+    start = big.wait_command(s.StartJob, jid)
+    assert sorted(f.gpu_index for f in start.fragments) in ([0, 1], [0, 2], [1, 2])
+    assert client.job(jid)["node"] == "big" and len(client.job(jid)["fragments"]) == 2
+    assert not any(isinstance(c, s.StartJob) for c in small.commands)
+
+
+def test_prediction_error_reaches_the_report(make, agents):
+    ct, client = make(policy="fifo")
+    agent = agents(ct.address, "n1")
+    agent.register()
+    (jid,) = client.submit([spec()])
+    agent.wait_command(s.StartJob, jid)
+    ct.coord.cluster.jobs[jid].sample_only = True
+    agent.sample(jid, step_time=0.01)           # predicts 0.1 s left
+    agent.wait_command(s.StartJob, jid)
+    time.sleep(0.2)
+    agent.exit(jid, 0)
+    (row,) = client.metrics()["jobs"]
+    assert row["predicted_s"] == pytest.approx(0.1)
+    assert row["actual_s"] is not None and row["actual_s"] >= 0.2
+    assert client.metrics()["summary"]["pred_error_mean"] > 0
+
+
+def test_bad_coordinator_flags_and_state_file_are_named(tmp_path, capsys):
+    from tfgshare.coordinator import config_from_args, main
+    for argv, words in [(["--state", "x", "--tick", "0"], "--tick must be > 0"),
+                        (["--state", "x", "--node-timeout", "-1"], "--node-timeout must be > 0"),
+                        (["--state", "x", "--policy-param", "oops"], "KEY=VALUE"),
+                        ([], "--state")]:
+        with pytest.raises(SystemExit):
+            config_from_args(argv)
+        assert words in capsys.readouterr().err
+    not_db = tmp_path / "not.db"
+    not_db.write_text("this is not a database " * 100)
+    assert main(["--state", str(not_db), "--policy", "fifo"]) == 2
+    assert "cannot use" in capsys.readouterr().err
+    assert main(["--state", str(tmp_path / "s.db"), "--policy", "nosuch"]) == 2
+    assert "unknown policy 'nosuch'" in capsys.readouterr().err

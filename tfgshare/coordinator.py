@@ -95,6 +95,7 @@ class Coordinator:
         self.endpoint: str | None = None
         self.ready = threading.Event()
         self.round_times = array("d")                # seconds per scheduling round
+        self.decide_times = array("d")               # ... of which in policy.decide
         self._out: list[tuple[list[bytes], s.Message]] = []
         self._cmds: list[tuple[list[bytes], s.Message]] = []
         self._logs: list[tuple[str, float, str]] = []
@@ -641,7 +642,9 @@ class Coordinator:
         views = self.cluster.views()
         if not snapshot.gpus or not views:
             return []
+        t1 = time.perf_counter()
         actions = self.policy.decide(now, snapshot, views)
+        decide = time.perf_counter() - t1
         actions, errors = self.cluster.check_actions(actions)
         name = getattr(self.policy, "name", "?")
         for e in errors:
@@ -657,6 +660,7 @@ class Coordinator:
         took = time.perf_counter() - t0
         if len(self.round_times) < 1_000_000:
             self.round_times.append(took)
+            self.decide_times.append(decide)
         self.metrics.rounds.observe(took)
         return actions
 
@@ -842,6 +846,7 @@ class Coordinator:
         self.metrics.update(self.cluster, now)
         answer = run_report(self.cluster, self.metrics, getattr(self.policy, "name", "?"), now)
         answer["rounds"] = round_stats(self.round_times[msg.since_round:])
+        answer["decide"] = round_stats(self.decide_times[msg.since_round:])
         answer["rounds_total"] = len(self.round_times)
         return answer
 

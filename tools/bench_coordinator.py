@@ -1,0 +1,303 @@
+"""Coordinator benchmark: submit throughput, scheduling round time and memory at scale.
+
+Starts ``tfgshare coordinator`` as a child process, joins simulated agents (one
+DEALER socket per node, all in this process) offering 1,000 virtual GPUs, and
+measures:
+
+- submits/s through the raw socket (one job per message, pipelined; and 100
+  jobs per message), through the client library one request at a time, and
+  through the CLI path (``client_cli.submit`` with flag parsing and the model
+  check, a fresh connection per command, in this process);
+- p50/p99/max of the coordinator's scheduling rounds while 10,000+ jobs are
+  queued, all GPUs are busy and the agents finish jobs, heartbeat and sample;
+- the coordinator process's resident memory at that load.
+
+Usage: python tools/bench_coordinator.py [--gpus 1000] [--jobs 10000] [--policy fgs]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import zmq
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tfgshare import client_cli  # noqa: E402
+from tfgshare import schema as s  # noqa: E402
+from tfgshare.client import Client  # noqa: E402
+
+
+class SimAgents:
+    """Many fake node agents on one poller: they ack commands and play the runners."""
+
+    def __init__(self, address: str, nodes: int, gpus_per_node: int) -> None:
+        self.ctx = zmq.Context()
+        self.poller = zmq.Poller()
+        self.socks: dict[str, zmq.Socket] = {}
+        self.by_sock: dict[zmq.Socket, str] = {}
+        self.running: dict[str, tuple[str, int]] = {}    # job -> (node, attempt)
+        self.gpus = gpus_per_node
+        for n in range(nodes):
+            name = f"node{n:04d}"
+            sock = self.ctx.socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.SNDHWM, 0)
+            sock.setsockopt(zmq.RCVHWM, 0)
+            sock.connect(address)
+            self.socks[name] = sock
+            self.by_sock[sock] = name
+            self.poller.register(sock, zmq.POLLIN)
+
+    def register(self) -> None:
+        for name, sock in self.socks.items():
+            gpus = [s.GpuInfo(i, "virtual", 16384, True) for i in range(self.gpus)]
+            sock.send(s.encode(s.Register(node=name, gpus=gpus)))
+        waiting = set(self.socks)
+        deadline = time.monotonic() + 60
+        while waiting and time.monotonic() < deadline:
+            for sock, _ in self.poller.poll(100):
+                msg = s.decode(sock.recv())
+                name = self.by_sock[sock]
+                if isinstance(msg, s.Ok) and "heartbeat_s" in msg.fields:
+                    waiting.discard(name)
+                else:
+                    self._on(name, sock, msg)
+        if waiting:
+            raise RuntimeError(f"{len(waiting)} agents did not register")
+
+    def pump(self, timeout_ms: int = 0, limit: int = 5000) -> int:
+        """Handle waiting commands; return how many."""
+        n = 0
+        for sock, _ in self.poller.poll(timeout_ms):
+            name = self.by_sock[sock]
+            while n < limit:
+                try:
+                    data = sock.recv(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                self._on(name, sock, s.decode(data))
+                n += 1
+        return n
+
+    def _on(self, node: str, sock: zmq.Socket, msg: s.Message) -> None:
+        if isinstance(msg, (s.Ok, s.Error)):
+            return
+        sock.send(s.encode(s.reply_ok(msg)))
+        if isinstance(msg, s.StartJob):
+            if msg.sample_only:
+                sock.send(s.encode(s.JobEvent(node=node, job=msg.job, attempt=msg.attempt, event={
+                    "event": "sample", "time": time.time(), "step_time_mean_s": 0.2,
+                    "peak_memory_mb": 3000.0 + 100 * (hash(msg.job) % 40),
+                    "predicted_remaining_s": 200.0, "gpu_util": 0.3})))
+                sock.send(s.encode(s.JobExit(node=node, job=msg.job, attempt=msg.attempt,
+                                             exit_code=75)))
+            else:
+                self.running[msg.job] = (node, msg.attempt)
+        elif isinstance(msg, (s.SuspendJob, s.CancelJob)):
+            self.running.pop(msg.job, None)
+            code = 75 if isinstance(msg, s.SuspendJob) else -9
+            sock.send(s.encode(s.JobExit(node=node, job=msg.job, attempt=msg.attempt,
+                                         exit_code=code)))
+
+    def finish_one(self, rng: random.Random) -> bool:
+        if not self.running:
+            return False
+        job = rng.choice(list(self.running))
+        node, attempt = self.running.pop(job)
+        self.socks[node].send(s.encode(s.JobExit(node=node, job=job, attempt=attempt,
+                                                 exit_code=0)))
+        return True
+
+    def heartbeat(self, node: str) -> None:
+        jobs = [s.JobTelemetry(j, 10, {0: 2000.0}) for j, (n, _) in self.running.items()
+                if n == node][:16]
+        self.socks[node].send(s.encode(s.Heartbeat(
+            node=node, gpus=[s.GpuTelemetry(i, 0.5, 4000.0) for i in range(self.gpus)],
+            jobs=jobs)))
+
+    def close(self) -> None:
+        for sock in self.socks.values():
+            sock.close(0)
+        self.ctx.term()
+
+
+def rss_mb(pid: int) -> tuple[float, float]:
+    """(current, peak) resident memory of a process, MiB."""
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            fields[key] = int(value.split()[0]) / 1024
+    return fields["VmRSS"], fields["VmHWM"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def raw_submits(address: str, agents: SimAgents, n: int, per_msg: int = 1,
+                window: int = 500) -> float:
+    """Jobs per second admitted through a raw DEALER, ``per_msg`` jobs a message, pipelined."""
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(address)
+    frames = [s.encode(s.Submit(jobs=[s.JobSpec("inception_v3", max_number_of_steps=1000)
+                                      for _ in range(per_msg)])) for _ in range(n // per_msg)]
+    sent = got = 0
+    t0 = time.perf_counter()
+    while got < len(frames):
+        while sent < len(frames) and sent - got < window:
+            sock.send(frames[sent])
+            sent += 1
+        if sock.poll(10):
+            while True:
+                try:
+                    reply = json.loads(sock.recv(zmq.NOBLOCK))
+                except zmq.Again:
+                    break
+                assert reply["type"] == "ok", reply
+                got += 1
+        agents.pump(0)
+    took = time.perf_counter() - t0
+    sock.close(0)
+    ctx.term()
+    return len(frames) * per_msg / took
+
+
+def client_submits(address: str, agents: SimAgents, n: int) -> float:
+    """Jobs per second through Client.submit, one request at a time."""
+    with Client(address, timeout_s=10) as client:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            client.submit([s.JobSpec("resnet_v1_50", max_number_of_steps=1000)])
+            agents.pump(0)
+        return n / (time.perf_counter() - t0)
+
+
+def cli_submits(address: str, agents: SimAgents, n: int) -> float:
+    """Jobs per second through the CLI's submit function (parse, model check, connect)."""
+    argv = ["--coordinator", address, "--timeout", "10", "vgg_16", "--batch_size", "32",
+            "--max_number_of_steps", "1000", "--memory_fraction", "auto"]
+    t0 = time.perf_counter()
+    for _ in range(n):
+        with contextlib.redirect_stdout(io.StringIO()):
+            assert client_cli.submit(argv) == 0
+        agents.pump(0)
+    return n / (time.perf_counter() - t0)
+
+
+def steady(address: str, agents: SimAgents, seconds: float, finish_per_s: float,
+           rng: random.Random) -> dict:
+    """Run the loaded cluster for a while; return the coordinator's round times."""
+    with Client(address, timeout_s=60) as client:
+        start_round = client.metrics()["rounds_total"]
+        names = list(agents.socks)
+        t0 = time.monotonic()
+        next_finish = next_beat = t0
+        beat_every = 1.0 / len(names)
+        k = 0
+        while time.monotonic() - t0 < seconds:
+            now = time.monotonic()
+            if now >= next_finish:
+                agents.finish_one(rng)
+                next_finish += 1.0 / finish_per_s
+            if now >= next_beat:
+                agents.heartbeat(names[k % len(names)])
+                k += 1
+                next_beat += beat_every
+            agents.pump(1)
+        report = client.metrics(since_round=start_round)
+        jobs = client.jobs()
+    queued = sum(j["state"] in ("queued", "sampled", "suspended") for j in jobs)
+    running = sum(j["state"] in ("running", "sampling") for j in jobs)
+    return {"rounds": report["rounds"], "decide": report["decide"], "queued": queued,
+            "running": running,
+            "jobs": len(jobs), "finished": sum(j["state"] == "finished" for j in jobs)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--gpus", type=int, default=1000)
+    p.add_argument("--gpus-per-node", type=int, default=8)
+    p.add_argument("--jobs", type=int, default=10000, help="jobs submitted through the raw socket")
+    p.add_argument("--policy", default="fgs")
+    p.add_argument("--client-submits", type=int, default=500)
+    p.add_argument("--cli-submits", type=int, default=200)
+    p.add_argument("--steady-s", type=float, default=15.0)
+    p.add_argument("--finish-per-s", type=float, default=50.0)
+    p.add_argument("--tick", type=float, default=1.0)
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    args = p.parse_args(argv)
+    rng = random.Random(1)
+    nodes = args.gpus // args.gpus_per_node
+    with tempfile.TemporaryDirectory() as tmp:
+        address = f"tcp://127.0.0.1:{free_port()}"
+        log = open(Path(tmp) / "coordinator.log", "w")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tfgshare.cli", "coordinator", "--bind", address,
+             "--state", str(Path(tmp) / "state.db"), "--policy", args.policy,
+             "--tick", str(args.tick), "--node-timeout", "600"],
+            cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=log, stderr=log)
+        agents = None
+        try:
+            with Client(address, timeout_s=30) as c:
+                c.jobs()
+            base_rss = rss_mb(proc.pid)[0]
+            agents = SimAgents(address, nodes, args.gpus_per_node)
+            agents.register()
+            res: dict = {"gpus": nodes * args.gpus_per_node, "nodes": nodes,
+                         "policy": args.policy, "coordinator_rss_idle_mb": round(base_rss, 1)}
+            res["raw_submits_per_s"] = round(raw_submits(address, agents, args.jobs))
+            res["raw_batch100_submits_per_s"] = round(raw_submits(address, agents, 2000,
+                                                                  per_msg=100, window=20))
+            res["client_submits_per_s"] = round(client_submits(address, agents,
+                                                               args.client_submits))
+            res["cli_submits_per_s"] = round(cli_submits(address, agents, args.cli_submits))
+            st = steady(address, agents, args.steady_s, args.finish_per_s, rng)
+            res.update({f"steady_{k}": v for k, v in st.items()})
+            rss, peak = rss_mb(proc.pid)
+            res["coordinator_rss_mb"], res["coordinator_peak_rss_mb"] = round(rss), round(peak)
+        finally:
+            if agents is not None:
+                agents.close()
+            proc.terminate()
+            proc.wait(30)
+            log.close()
+    if args.json:
+        print(json.dumps(res, indent=1))
+    else:
+        r, d = res["steady_rounds"], res["steady_decide"]
+        print(f"coordinator bench: {res['gpus']} virtual GPUs on {res['nodes']} simulated agents, "
+              f"policy {res['policy']}")
+        print(f"  submits/s: raw socket {res['raw_submits_per_s']} (1 job/msg, pipelined), "
+              f"{res['raw_batch100_submits_per_s']} (100 jobs/msg); client library "
+              f"{res['client_submits_per_s']} (1 request at a time); CLI path "
+              f"{res['cli_submits_per_s']}")
+        print(f"  scheduling round with {res['steady_queued']} waiting and "
+              f"{res['steady_running']} running jobs ({res['steady_jobs']} in all): "
+              f"p50 {r['p50_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms, max {r['max_ms']:.2f} ms "
+              f"over {r['count']} rounds;\n    of which policy.decide p50 {d['p50_ms']:.2f} ms, "
+              f"p99 {d['p99_ms']:.2f} ms")
+        print(f"  coordinator memory: {res['coordinator_rss_mb']} MiB resident "
+              f"(peak {res['coordinator_peak_rss_mb']}, idle {res['coordinator_rss_idle_mb']})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
