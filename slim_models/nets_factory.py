@@ -27,13 +27,15 @@ class ModelSpec:
 _TF = "tf_slim.nets."
 _HERE = "slim_models.nets."
 
-# name -> spec. Minimum sizes are the smallest square input that yields logits.
+# name -> spec. A minimum size is the smallest square input that builds (inception_v3
+# with its auxiliary head), but never below the net's total stride: the nets that
+# pool globally build at any size and get their stride (32, or 4 for cifarnet/lenet).
 MODELS: dict[str, ModelSpec] = {
-    "alexnet_v2": ModelSpec(_TF + "alexnet", "alexnet_v2", "alexnet_v2_arg_scope", 224, 187),
+    "alexnet_v2": ModelSpec(_TF + "alexnet", "alexnet_v2", "alexnet_v2_arg_scope", 224, 195),
     "cifarnet": ModelSpec(_HERE + "cifarnet", "cifarnet", "cifarnet_arg_scope", 32, 4, False),
-    "inception_v1": ModelSpec(_TF + "inception_v1", "inception_v1", "inception_v1_arg_scope", 224, 224),
+    "inception_v1": ModelSpec(_TF + "inception_v1", "inception_v1", "inception_v1_arg_scope", 224, 193),
     "inception_v2": ModelSpec(_TF + "inception_v2", "inception_v2", "inception_v2_arg_scope", 224, 32),
-    "inception_v3": ModelSpec(_TF + "inception_v3", "inception_v3", "inception_v3_arg_scope", 299, 75),
+    "inception_v3": ModelSpec(_TF + "inception_v3", "inception_v3", "inception_v3_arg_scope", 299, 107),
     "lenet": ModelSpec(_HERE + "lenet", "lenet", "lenet_arg_scope", 28, 4, False),
     "mobilenet_v1": ModelSpec(_HERE + "mobilenet_v1", "mobilenet_v1", "mobilenet_v1_arg_scope", 224, 32, False),
     "overfeat": ModelSpec(_TF + "overfeat", "overfeat", "overfeat_arg_scope", 231, 231),

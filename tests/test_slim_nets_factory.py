@@ -98,9 +98,9 @@ def _logits_shape(name: str, size: int, batch: int = 2, classes: int = 7, run: b
         return list(values.shape)
 
 
-@pytest.mark.parametrize("name", ["lenet", "cifarnet"])
-def test_small_nets_run_at_default_size(name):
-    assert _logits_shape(name, nf.default_image_size(name), run=True) == [2, 7]
+@pytest.mark.parametrize("name,size", [("lenet", 28), ("cifarnet", 32), ("mobilenet_v1", 32)])
+def test_small_nets_run_forward(name, size):
+    assert _logits_shape(name, size, run=True) == [2, 7]
 
 
 @pytest.mark.parametrize("name", LIGHT)
