@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import numbers
 from dataclasses import dataclass
 
 
@@ -76,7 +77,7 @@ def check_model(name: str, image_size: int | None = None) -> None:
     spec = _spec(name)
     if image_size is None:
         return
-    if isinstance(image_size, bool) or not isinstance(image_size, int):
+    if isinstance(image_size, bool) or not isinstance(image_size, numbers.Integral):
         raise ValueError(f"image size must be an integer, got {image_size!r}")
     if image_size < spec.min_image_size:
         raise ValueError(
@@ -93,7 +94,8 @@ def get_network_fn(name: str, num_classes: int, weight_decay: float = 0.0,
     classified fully convolutionally and the logits averaged over space.
     """
     spec = _spec(name)
-    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
+    if isinstance(num_classes, bool) or not isinstance(num_classes, numbers.Integral) \
+            or num_classes < 1:
         raise ValueError(f"num_classes must be a positive integer, got {num_classes!r}")
     if weight_decay < 0:
         raise ValueError(f"weight_decay must be >= 0, got {weight_decay!r}")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import tensorflow as tf
 import tf_slim as slim
 
+from slim_models.compat import ensure_tf_compat
+
 
 def _lrn(net, name):
     return tf.nn.lrn(net, depth_radius=4, bias=1.0, alpha=0.001 / 9.0, beta=0.75, name=name)
@@ -13,6 +15,7 @@ def _lrn(net, name):
 def cifarnet(images, num_classes=10, is_training=False, dropout_keep_prob=0.5,
              prediction_fn=tf.nn.softmax, scope="CifarNet"):
     """Two conv/pool/LRN stages and three fully connected layers; returns (logits, end_points)."""
+    ensure_tf_compat()
     end_points = {}
     with tf.compat.v1.variable_scope(scope, "CifarNet", [images]):
         net = end_points["conv1"] = slim.conv2d(images, 64, [5, 5], scope="conv1")

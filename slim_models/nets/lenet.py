@@ -5,10 +5,13 @@ from __future__ import annotations
 import tensorflow as tf
 import tf_slim as slim
 
+from slim_models.compat import ensure_tf_compat
+
 
 def lenet(images, num_classes=10, is_training=False, dropout_keep_prob=0.5,
           prediction_fn=tf.nn.softmax, scope="LeNet"):
     """Two conv/pool stages and two fully connected layers; returns (logits, end_points)."""
+    ensure_tf_compat()
     end_points = {}
     with tf.compat.v1.variable_scope(scope, "LeNet", [images]):
         net = end_points["conv1"] = slim.conv2d(images, 32, [5, 5], scope="conv1")

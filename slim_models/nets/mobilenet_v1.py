@@ -5,6 +5,8 @@ from __future__ import annotations
 import tensorflow as tf
 import tf_slim as slim
 
+from slim_models.compat import ensure_tf_compat
+
 # (output depth, stride) of each depthwise-separable block after the first conv.
 _SEPARABLE_BLOCKS = (
     (64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2),
@@ -38,6 +40,7 @@ def mobilenet_v1_base(images, depth_multiplier=1.0, min_depth=8, scope="Mobilene
 def mobilenet_v1(images, num_classes=1000, is_training=False, dropout_keep_prob=0.999,
                  depth_multiplier=1.0, prediction_fn=tf.nn.softmax, scope="MobilenetV1"):
     """MobileNet v1 classifier with global average pooling; returns (logits, end_points)."""
+    ensure_tf_compat()
     with tf.compat.v1.variable_scope(scope, "MobilenetV1", [images]) as sc:
         with slim.arg_scope([slim.batch_norm, slim.dropout], is_training=is_training):
             net, end_points = mobilenet_v1_base(images, depth_multiplier, scope=sc)
