@@ -176,3 +176,18 @@ def _alive(pid: int) -> bool:
             return f.read().split(")")[-1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_runner_slow_to_exit_after_its_final_event_is_killed_and_reported_done(tmp_path):
+    slow = tmp_path / "slow_exit.py"
+    slow.write_text(
+        "import json, sys, time\n"
+        "ev = sys.argv[sys.argv.index('--events_file') + 1]\n"
+        "open(ev, 'a').write(json.dumps({'event': 'finished', 'step': 3, 'loss': 0.1}) + '\\n')\n"
+        "time.sleep(600)\n")
+    sup = Supervisor(tmp_path / "work", runner_cmd=[sys.executable, str(slow)], exit_grace_s=0.5)
+    sup.start("j1", 1, [], tmp_path / "c", [(0, 0.5)], virtual=True)
+    events, exit_ = run_until_exit(sup, "j1")
+    assert [e["event"] for e in events] == ["finished"]
+    assert exit_.exit_code == 0
+    assert exit_.reason == "finished (still exiting 0.5s after its finished event: killed)"

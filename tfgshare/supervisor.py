@@ -5,6 +5,10 @@ session, with ``CUDA_VISIBLE_DEVICES`` set to its GPUs (empty on virtual GPUs,
 so it trains on the CPU) and its fragment's ``--memory_fraction``. Its events go
 to an attempt-specific file under the work dir, its output to a log beside it.
 
+A runner that has written its final event (``finished`` or ``suspended``, both
+after its checkpoint is saved) but is still tearing down ``exit_grace_s`` later
+is killed, and reported with the exit code that event announced.
+
 A runner dies with the process that started it (``PR_SET_PDEATHSIG``): when an
 agent is killed its runners go too, so no orphan can write to a ``train_dir``
 that a new attempt elsewhere restores from. Runners survive a coordinator
@@ -43,6 +47,8 @@ class RunnerProc:
     stopping: str = ""            # "", "suspend", "cancel", "kill"
     deadline: float | None = None  # when a stop request escalates to SIGKILL
     note: str = ""                # why it was killed, for the exit report
+    final_code: int | None = None  # exit code its last event promises (finished/suspended)
+    final_at: float | None = None  # when that event was read
 
     @property
     def pid(self) -> int:
@@ -75,6 +81,7 @@ class Supervisor:
     threads: int = 1               # CPU threads per runner (TF intra/inter-op)
     suspend_timeout_s: float = 60.0
     cancel_timeout_s: float = 5.0
+    exit_grace_s: float = 3.0      # a runner still alive this long after its final event is killed
     runner_flags: list[str] = field(default_factory=list)   # added to every runner
     runners: dict[str, RunnerProc] = field(default_factory=dict)
 
@@ -157,7 +164,12 @@ class Supervisor:
             code = proc.popen.poll()
             out.extend(self._read_events(proc))
             if code is None:
-                if proc.deadline is not None and now >= proc.deadline:
+                if proc.final_at is not None and now - proc.final_at >= self.exit_grace_s:
+                    proc.note = (f"still exiting {self.exit_grace_s:g}s after its "
+                                 f"{_FINAL[proc.final_code]} event: killed")
+                    _signal(proc, signal.SIGKILL, group=True)
+                    proc.final_at = None
+                elif proc.deadline is not None and now >= proc.deadline:
                     waited = (self.suspend_timeout_s if proc.stopping == "suspend"
                               else self.cancel_timeout_s)
                     proc.note = f"{proc.stopping} not done after {waited:g}s: killed (SIGKILL)"
@@ -197,10 +209,24 @@ class Supervisor:
             for key in ("step", "global_step"):
                 if isinstance(ev.get(key), int):
                     proc.step = ev[key]
+            code = _FINAL_EVENTS.get(ev.get("event"))
+            if code is not None:
+                proc.final_code, proc.final_at = code, time.monotonic()
         return [EventOut(proc, ev) for ev in events]
 
 
+# events after which a runner has saved its checkpoint and only has to exit
+_FINAL_EVENTS = {"finished": rp.EXIT_OK, "suspended": rp.EXIT_SUSPENDED}
+_FINAL = {v: k for k, v in _FINAL_EVENTS.items()}
+
+
 def _exit_code_and_reason(code: int, proc: RunnerProc) -> tuple[int, str]:
+    if code == -signal.SIGKILL and proc.note.startswith("still exiting"):
+        # its work was done and saved: report the exit its final event announced
+        note, proc.note = proc.note, ""
+        code, reason = _exit_code_and_reason(proc.final_code, proc)
+        proc.note = note
+        return code, f"{reason} ({note})"
     if code < 0:
         sig = -code
         name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
