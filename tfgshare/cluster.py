@@ -20,7 +20,8 @@ from tfgshare.policies.placement import GpuUse, fits
 from tfgshare.schema import GpuInfo, JobSpec, plain
 
 # LiveJob fields that are saved to the database (the rest is volatile)
-_VOLATILE = frozenset({"unknown", "gpu_memory_mb", "over_memory", "solo_util", "_view"})
+_VOLATILE = frozenset({"unknown", "gpu_memory_mb", "over_memory", "solo_util", "_view",
+                       "_spec_record"})
 
 
 @dataclass(eq=False)
@@ -64,6 +65,7 @@ class LiveJob:
     over_memory: str = ""             # non-empty when its real memory passes its fragment
     solo_util: list[float] = field(default_factory=list)  # GPU util seen while sampling alone
     _view: JobView | None = field(default=None, repr=False)
+    _spec_record: dict[str, Any] | None = field(default=None, repr=False)  # plain(spec)
 
     def touch(self) -> None:
         """Forget the cached view after a change."""
@@ -105,7 +107,9 @@ class LiveJob:
     def to_record(self) -> dict[str, Any]:
         """The persisted fields as JSON-ready data."""
         out = {name: getattr(self, name) for name in _persisted()}
-        out["spec"] = plain(self.spec)
+        if self._spec_record is None:
+            self._spec_record = plain(self.spec)   # a spec never changes after submit
+        out["spec"] = self._spec_record
         out["state"] = self.state.value
         out["fragments"] = [[x.gpu, x.fraction] for x in self.fragments]
         if self.migrate_to is not None:

@@ -101,6 +101,7 @@ class Coordinator:
         self._logs: list[tuple[str, float, str]] = []
         self._dirty = True                           # a scheduling round is due
         self._last_submit = 0.0
+        self._stamp_second, self._stamp = -1, ""
         self.started_at = clock()
         self._load()
 
@@ -258,9 +259,12 @@ class Coordinator:
         self._out.append((envelope, reply))
 
     def _log(self, job: LiveJob, now: float, line: str, decision: bool = True) -> None:
-        stamp = time.strftime("%H:%M:%S", time.localtime(now)) + f".{int(now * 1000) % 1000:03d}"
-        self._logs.append((job.id, now, f"{stamp} {line}"))
-        if decision:
+        second = int(now)
+        if second != self._stamp_second:
+            self._stamp_second = second
+            self._stamp = time.strftime("%H:%M:%S", time.localtime(second))
+        self._logs.append((job.id, now, f"{self._stamp}.{int(now * 1000) % 1000:03d} {line}"))
+        if decision and log.isEnabledFor(logging.INFO):
             log.info("%s: %s", job.id, line)
 
     def _save(self, job: LiveJob) -> None:

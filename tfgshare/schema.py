@@ -444,9 +444,7 @@ def from_dict(obj: Any) -> Message:
     body = {k: v for k, v in obj.items() if k not in ("v", "type", "id")}
     if cls is Ok:
         return Ok(id=msg_id, fields=body)
-    msg = _build(cls, body, kind)
-    msg.id = msg_id
-    return msg
+    return _build(cls, body, kind, msg_id)
 
 
 def job_spec(obj: Any, where: str = "job") -> JobSpec:
@@ -489,7 +487,7 @@ def _fields(cls: type) -> tuple[dict[str, Converter], frozenset[str]]:
     return got
 
 
-def _build(cls: type, body: Any, where: str) -> Any:
+def _build(cls: type, body: Any, where: str, msg_id: str | None = None) -> Any:
     if type(body) is not dict:
         raise SchemaError(f"{where}: expected an object, got {_json_name(body)}")
     convs, required = _fields(cls)
@@ -500,7 +498,10 @@ def _build(cls: type, body: Any, where: str) -> Any:
     for name in required:
         if name not in body:
             raise SchemaError(f"{where}: missing field '{name}'")
-    obj = cls(**{name: convs[name](value, f"{where}.{name}") for name, value in body.items()})
+    kwargs = {name: convs[name](value, f"{where}.{name}") for name, value in body.items()}
+    if msg_id is not None:
+        kwargs["id"] = msg_id
+    obj = cls(**kwargs)
     check = getattr(obj, "check", None)
     if check is not None:
         try:
