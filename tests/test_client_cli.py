@@ -189,3 +189,16 @@ print("LOADED", loaded)
                          cwd=REPO, timeout=120, env={"PYTHONPATH": str(REPO), "PATH": ""})
     assert out.returncode == 0, out.stderr
     assert "LOADED []" in out.stdout
+
+
+def test_status_active_hides_done_jobs_and_counts_states(capsys, cluster):
+    ct, agent = cluster
+    done, running = ct_submit(ct) + ct_submit(ct)
+    agent.wait_command(s.StartJob, done)
+    agent.exit(done, 0)
+    agent.wait_command(s.StartJob, running)
+    code, out, _ = run(capsys, "status", "--coordinator", ct.address, "--active")
+    assert code == 0 and running in out and f"{done} " not in out
+    assert "1 finished, 1 running" in out
+    code, out, _ = run(capsys, "status", "--coordinator", ct.address)
+    assert done in out and running in out

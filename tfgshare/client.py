@@ -97,13 +97,13 @@ class Client:
         """Queue jobs; return their ids."""
         return self.request(s.Submit(jobs=list(specs)))["job_ids"]
 
-    def status(self, job: str | None = None) -> dict[str, Any]:
-        """Every job (``jobs``) or one (``job``)."""
-        return self.request(s.Status(job=job))
+    def status(self, job: str | None = None, active: bool = False) -> dict[str, Any]:
+        """Every job (``jobs``, ``counts`` by state), only those not done, or one (``job``)."""
+        return self.request(s.Status(job=job, active=active))
 
-    def jobs(self) -> list[dict[str, Any]]:
-        """Every job as the status command shows it."""
-        return self.status()["jobs"]
+    def jobs(self, active: bool = False) -> list[dict[str, Any]]:
+        """Every job (or those not done) as the status command shows it."""
+        return self.status(active=active)["jobs"]
 
     def job(self, job: str) -> dict[str, Any]:
         """One job as the status command shows it."""

@@ -232,6 +232,8 @@ def status(argv: list[str]) -> int:
     p = _parser("status", "Show jobs.")
     p.add_argument("job", nargs="?", help="one job's id")
     p.add_argument("--report", action="store_true", help="the run's metrics report")
+    p.add_argument("--active", action="store_true",
+                   help="only jobs not finished, failed or cancelled")
     p.add_argument("--json", action="store_true", help="print the raw answer as JSON")
     args = p.parse_args(argv)
 
@@ -247,13 +249,15 @@ def status(argv: list[str]) -> int:
             else:
                 _print_job(job)
             return 0
-        jobs = client.jobs()
+        answer = client.status(active=args.active)
+        jobs = answer["jobs"]
         if args.json:
             print(json.dumps(jobs, indent=1))
-        elif not jobs:
-            print("no jobs")
-        else:
+            return 0
+        if jobs:
             _console().print(jobs_table(jobs))
+        counts = ", ".join(f"{n} {state}" for state, n in sorted(answer["counts"].items()))
+        print(counts or "no jobs")
         return 0
     return _run("status", args, body)
 
@@ -317,23 +321,27 @@ def watch(argv: list[str]) -> int:
     if args.interval <= 0:
         p.error("--interval must be > 0")
 
-    def shown(jobs):
-        return jobs if args.all else [j for j in jobs if j["state"] not in _DONE] or jobs
+    def fetch(client: Client) -> tuple[list[dict[str, Any]], bool]:
+        """The jobs to show, and whether every job is done."""
+        answer = client.status(active=not args.all)
+        done = not any(state not in _DONE for state in answer["counts"])
+        if not answer["jobs"] and answer["counts"] and not args.all:
+            answer = client.status()          # all done: show how they ended
+        return answer["jobs"], done and bool(answer["counts"])
 
     def body(client: Client) -> int:
-        jobs = client.jobs()
+        jobs, done = fetch(client)
         console = _console()
         if args.once:
-            console.print(progress_view(shown(jobs)) if jobs else "no jobs")
+            console.print(progress_view(jobs) if jobs else "no jobs")
             return 0
         from rich.live import Live
         try:
-            with Live(progress_view(shown(jobs)), console=console,
-                      refresh_per_second=4) as live:
-                while not jobs or any(j["state"] not in _DONE for j in jobs):
+            with Live(progress_view(jobs), console=console, refresh_per_second=4) as live:
+                while not done:
                     time.sleep(args.interval)
-                    jobs = client.jobs()
-                    live.update(progress_view(shown(jobs)))
+                    jobs, done = fetch(client)
+                    live.update(progress_view(jobs))
         except KeyboardInterrupt:
             pass
         return 0

@@ -709,7 +709,11 @@ class Coordinator:
         now = self.clock()
         if msg.job is not None:
             return {"job": self.describe(self._job(msg.job), now)}
-        return {"jobs": [self.describe(j, now) for j in self.cluster.jobs.values()],
+        jobs = self.cluster.active if msg.active else self.cluster.jobs
+        counts: dict[str, int] = {}
+        for j in self.cluster.jobs.values():
+            counts[j.display_state] = counts.get(j.display_state, 0) + 1
+        return {"jobs": [self.describe(j, now) for j in jobs.values()], "counts": counts,
                 "policy": getattr(self.policy, "name", "?"), "time": now}
 
     def describe(self, job: LiveJob, now: float) -> dict[str, Any]:

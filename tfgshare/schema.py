@@ -274,10 +274,14 @@ class Submit(Message):
 
 @dataclass(kw_only=True)
 class Status(Message):
-    """All jobs (reply ``jobs``), or one (reply ``job``)."""
+    """All jobs (reply ``jobs``, and ``counts`` by state), or one (reply ``job``).
+
+    ``active`` lists only the jobs not finished, failed or cancelled.
+    """
 
     TYPE: ClassVar[str] = "status"
     job: str | None = None
+    active: bool = False
 
 
 @dataclass(kw_only=True)

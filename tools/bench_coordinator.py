@@ -243,14 +243,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--finish-per-s", type=float, default=50.0)
     p.add_argument("--tick", type=float, default=1.0)
     p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument("--profile", metavar="PATH", help="run the coordinator under cProfile")
     args = p.parse_args(argv)
     rng = random.Random(1)
     nodes = args.gpus // args.gpus_per_node
     with tempfile.TemporaryDirectory() as tmp:
         address = f"tcp://127.0.0.1:{free_port()}"
         log = open(Path(tmp) / "coordinator.log", "w")
+        profile = ["-m", "cProfile", "-o", args.profile] if args.profile else []
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tfgshare.cli", "coordinator", "--bind", address,
+            [sys.executable, *profile, "-m", "tfgshare.cli", "coordinator", "--bind", address,
              "--state", str(Path(tmp) / "state.db"), "--policy", args.policy,
              "--tick", str(args.tick), "--node-timeout", "600"],
             cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=log, stderr=log)
