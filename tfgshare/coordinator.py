@@ -91,7 +91,8 @@ class Coordinator:
         self.cluster = Cluster(config.reserve_mb)
         self.metrics = CoordinatorMetrics()
         self.peers: dict[bytes, str] = {}            # agent routing id -> node name
-        self.pending: dict[str, tuple[str, int, str]] = {}   # command id -> job, attempt, type
+        # command id -> (job, attempt, type, node), until the agent answers
+        self.pending: dict[str, tuple[str, int, str, str]] = {}
         self.endpoint: str | None = None
         self.ready = threading.Event()
         self.round_times = array("d")                # seconds per scheduling round
@@ -281,7 +282,7 @@ class Coordinator:
         if node.identity is None:
             return
         if job is not None:
-            self.pending[msg.id] = (job.id, job.attempt, msg.TYPE)
+            self.pending[msg.id] = (job.id, job.attempt, msg.TYPE, node.name)
         self._cmds.append(([node.identity], msg))
 
     # ---- agent messages ------------------------------------------------------------
@@ -511,7 +512,7 @@ class Coordinator:
         sent = self.pending.pop(msg.id, None)
         if sent is None or not isinstance(msg, s.Error):
             return
-        job_id, attempt, kind = sent
+        job_id, attempt, kind, _node = sent
         node = self.peers.get(peer, peer.hex())
         log.warning("node %s refused %s for %s: %s", node, kind, job_id, msg.reason)
         job = self.cluster.active.get(job_id)
@@ -631,6 +632,7 @@ class Coordinator:
             self.peers.pop(node.identity, None)
         node.identity = None
         self.cluster.nodes_changed()
+        self.pending = {k: v for k, v in self.pending.items() if v[3] != node.name}
         for job in [j for j in self.cluster.holders() if j.node == node.name]:
             job.unknown = False
             self._requeue(job, now, f"node {node.name} lost ({why})")
