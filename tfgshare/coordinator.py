@@ -187,6 +187,7 @@ class Coordinator:
         for envelope, msg in self._out:
             sock.send_multipart([*envelope, s.encode(msg)])
         self._out.clear()
+        flush_logs()
 
     def step(self) -> None:
         """Commit the database and queue the agent commands after the replies."""
@@ -943,12 +944,38 @@ def config_from_args(argv: list[str]) -> CoordinatorConfig:
         tick=a.tick, token=a.token)
 
 
+class TurnHandler(logging.StreamHandler):
+    """A log handler that writes lines as they come but flushes once per loop turn.
+
+    A flush per line (a system call each) cost more than a start decision itself.
+    """
+
+    def flush(self) -> None:
+        """Flushing is left to the coordinator's loop (``flush_logs``)."""
+
+    def flush_now(self) -> None:
+        """Flush the stream."""
+        with self.lock:
+            if self.stream and hasattr(self.stream, "flush"):
+                self.stream.flush()
+
+
+def flush_logs() -> None:
+    """Flush every TurnHandler of the coordinator's logger tree."""
+    for handler in logging.getLogger().handlers + log.handlers:
+        if isinstance(handler, TurnHandler):
+            handler.flush_now()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the coordinator until SIGINT/SIGTERM."""
     import signal
     config = config_from_args(list(sys.argv[1:] if argv is None else argv))
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s coordinator %(levelname)s %(message)s")
+    # block-buffered stderr, flushed at the end of every loop turn
+    handler = TurnHandler(open(sys.stderr.fileno(), "w", buffering=1 << 16, encoding="utf-8",
+                               errors="replace", closefd=False))
+    handler.setFormatter(logging.Formatter("%(asctime)s coordinator %(levelname)s %(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
     try:
         coord = Coordinator(config)
     except ValueError as exc:

@@ -202,6 +202,22 @@ def cli_submits(address: str, agents: SimAgents, n: int) -> float:
     return n / (time.perf_counter() - t0)
 
 
+def cli_process_s(address: str, agents: SimAgents, n: int = 3) -> float:
+    """Mean wall seconds of one ``tfgshare submit`` command run as its own process."""
+    cmd = [sys.executable, "-m", "tfgshare.cli", "submit", "--coordinator", address,
+           "alexnet_v2", "--max_number_of_steps", "1000"]
+    took = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)),
+                                stdout=subprocess.DEVNULL)
+        while proc.poll() is None:
+            agents.pump(5)
+        assert proc.returncode == 0
+        took.append(time.perf_counter() - t0)
+    return sum(took) / len(took)
+
+
 def steady(address: str, agents: SimAgents, seconds: float, finish_per_s: float,
            rng: random.Random) -> dict:
     """Run the loaded cluster for a while; return the coordinator's round times."""
@@ -271,6 +287,7 @@ def main(argv: list[str] | None = None) -> int:
             res["client_submits_per_s"] = round(client_submits(address, agents,
                                                                args.client_submits))
             res["cli_submits_per_s"] = round(cli_submits(address, agents, args.cli_submits))
+            res["cli_process_s"] = round(cli_process_s(address, agents), 2)
             st = steady(address, agents, args.steady_s, args.finish_per_s, rng)
             res.update({f"steady_{k}": v for k, v in st.items()})
             rss, peak = rss_mb(proc.pid)
@@ -290,7 +307,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  submits/s: raw socket {res['raw_submits_per_s']} (1 job/msg, pipelined), "
               f"{res['raw_batch100_submits_per_s']} (100 jobs/msg); client library "
               f"{res['client_submits_per_s']} (1 request at a time); CLI path "
-              f"{res['cli_submits_per_s']}")
+              f"{res['cli_submits_per_s']} (in process); `tfgshare submit` as a process "
+              f"{res['cli_process_s']} s")
         print(f"  scheduling round with {res['steady_queued']} waiting and "
               f"{res['steady_running']} running jobs ({res['steady_jobs']} in all): "
               f"p50 {r['p50_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms, max {r['max_ms']:.2f} ms "
