@@ -395,3 +395,22 @@ def test_bad_coordinator_flags_and_state_file_are_named(tmp_path, capsys):
     assert "cannot use" in capsys.readouterr().err
     assert main(["--state", str(tmp_path / "s.db"), "--policy", "nosuch"]) == 2
     assert "unknown policy 'nosuch'" in capsys.readouterr().err
+
+
+def test_a_failing_policy_does_not_stop_the_coordinator(tmp_path, agents):
+    class Broken:
+        name = "broken"
+
+        def decide(self, now, cluster, jobs):
+            raise RuntimeError("policy bug")
+
+    ct = CoordinatorThread(tmp_path / "state.db", policy=Broken())
+    try:
+        agents(ct.address, "n1").register()
+        with Client(ct.address, timeout_s=5) as client:
+            (jid,) = client.submit([spec()])
+            time.sleep(0.2)               # several rounds, each failing
+            assert client.job(jid)["state"] == "queued"
+        assert ct.thread.is_alive()
+    finally:
+        ct.close()

@@ -166,11 +166,11 @@ class Coordinator:
                         self.handle(frames[:-1], frames[-1])
                 now = self.clock()
                 if now >= next_tick:
-                    self.tick(now)
                     next_tick = now + self.config.tick
+                    _guarded(self.tick, now)
                 self._flush(sock)            # replies go out before the next round
                 if self._dirty and now >= next_round:
-                    self.schedule(now)
+                    _guarded(self.schedule, now)
                     self._flush(sock)
                     # rounds take at most about a third of the loop under a stream of events
                     last = self.round_times[-1] if len(self.round_times) else 0.0
@@ -650,7 +650,12 @@ class Coordinator:
         if not snapshot.gpus or not views:
             return []
         t1 = time.perf_counter()
-        actions = self.policy.decide(now, snapshot, views)
+        try:
+            actions = self.policy.decide(now, snapshot, views)
+        except Exception:   # a policy bug must not take the cluster down
+            log.exception("policy %s failed; no actions this round",
+                          getattr(self.policy, "name", "?"))
+            return []
         decide = time.perf_counter() - t1
         actions, errors = self.cluster.check_actions(actions)
         name = getattr(self.policy, "name", "?")
@@ -863,6 +868,14 @@ class Coordinator:
 
 
 _REPLIED: Any = object()   # a handler that queued its own reply returns this
+
+
+def _guarded(step: Callable[[float], Any], now: float) -> None:
+    """Run one periodic step; log a failure instead of stopping the loop."""
+    try:
+        step(now)
+    except Exception:
+        log.exception("%s failed", step.__name__)
 
 
 def round_stats(seconds: Sequence[float]) -> dict[str, float | int | None]:
