@@ -985,8 +985,12 @@ def main(argv: list[str] | None = None) -> int:
     import signal
     config = config_from_args(list(sys.argv[1:] if argv is None else argv))
     # block-buffered stderr, flushed at the end of every loop turn
-    handler = TurnHandler(open(sys.stderr.fileno(), "w", buffering=1 << 16, encoding="utf-8",
-                               errors="replace", closefd=False))
+    try:
+        stream = open(sys.stderr.fileno(), "w", buffering=1 << 16, encoding="utf-8",
+                      errors="replace", closefd=False)
+    except (AttributeError, OSError, ValueError):   # stderr is not a file (captured)
+        stream = sys.stderr
+    handler = TurnHandler(stream)
     handler.setFormatter(logging.Formatter("%(asctime)s coordinator %(levelname)s %(message)s"))
     logging.basicConfig(level=logging.INFO, handlers=[handler])
     try:
