@@ -100,3 +100,22 @@ def test_refuses_to_mix_with_existing_shards(tmp_path):
     convert.convert(str(images_dir), str(tmp_path / "out"))
     with pytest.raises(ValueError, match="already holds shards"):
         convert.convert(str(images_dir), str(tmp_path / "out"))
+
+
+@pytest.mark.parametrize("name,split,filename,declared", [
+    ("flowers", "validation", "flowers_validation_00000-of-00005.tfrecord", 350),
+    ("cifar10", "test", "cifar10_test.tfrecord", 10000),
+    ("imagenet", "validation", "validation-00000-of-00128", 50000),
+])
+def test_slim_layouts_are_found_by_their_patterns(tmp_path, name, split, filename, declared):
+    records = tmp_path / "records"
+    convert.convert(str(_write_images(tmp_path / "images", per_class=2)), str(records),
+                    validation_fraction=0.0)
+    (records / "train-00000-of-00001.tfrecord").rename(records / filename)
+    data = get_dataset(name, split, str(records), image_size=5)
+    assert (data.num_samples, data.files) == (declared, (str(records / filename),))
+    data = get_dataset(name, split, str(records), image_size=5, num_samples=6)
+    items = list(data.tf_dataset().take(12).as_numpy_iterator())
+    assert all(image.shape == (5, 5, 3) for image, _ in items)
+    for epoch in (items[:6], items[6:]):  # each epoch is the six records once
+        assert sorted(int(label) for _, label in epoch) == [0, 0, 1, 1, 2, 2]

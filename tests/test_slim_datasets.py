@@ -9,8 +9,6 @@ from slim_models.datasets.dataset_factory import DATASET_NAMES, get_dataset
 
 
 def _take(dataset, count, **kwargs):
-    import tensorflow as tf  # noqa: F401  (eager iteration)
-
     items = list(dataset.tf_dataset(**kwargs).take(count).as_numpy_iterator())
     return [item[0] for item in items], [int(item[1]) for item in items]
 
