@@ -34,10 +34,14 @@ from typing import Callable, ClassVar, Collection, Sequence
 
 from .base import (Action, ClusterSnapshot, Fragment, JobState, JobView, Migrate, Start,
                    Suspend)
-from .interference import max_slowdown
-from .placement import EPS, FreeMap, fraction_for, reserve_fraction, to_fragments
+from .interference import room_for
+from .placement import EPS, FreeMap, GpuUse, fraction_for, reserve_fraction, to_fragments
 from .prediction import remaining_s, total_wait_s
 from .queueing import HOLDING, WAITING, arrival_key
+
+
+BANDS = 20   # steps of utilisation room by which GPUs are indexed for search
+CONSOLIDATE_TRIES = 8   # nearly fitting GPUs a consolidation tries to clear
 
 
 @dataclass
@@ -167,28 +171,19 @@ class _Round:
         self.now = now
         self.cluster = cluster
         self.reserve = cluster.reserve_mb
-        self.free = FreeMap(cluster, jobs, max_tenants=pol.max_cotenants)
+        self.jobs = jobs
+        self._holders: dict[str, list[JobView]] | None = None
+        self._fits_memo: tuple[tuple, bool] | None = None   # last fits_somewhere answer
+        self.free = FreeMap(cluster, jobs, max_tenants=pol.max_cotenants,
+                            band=self.band, empty_band=BANDS)
         self.up = len(self.free.gpus)
         self.moves_left = pol.max_moves
         # (gang size, sampling) -> (fraction, utilisation) that found no room
         # since the last placement; only kept when all GPUs are one size
         self.failed: dict[tuple[int, bool], list[tuple[float, float]]] = {}
-        self._room: dict[str, float] = {}     # gpu id -> util_room, until it changes
-        self._frontier = None                 # (FreeMap version, frees, suffix max room)
-        sizes = {g.memory_mb for g in self.free.gpus.values()}
-        self.rep = next(iter(self.free.gpus.values())) if len(sizes) == 1 else None
+        self.rep = next(iter(self.free.gpus.values())) if len(self.free.sizes) == 1 else None
         self.actions: list[Action] = []
         self.acted: set[str] = set()
-        # gpu id -> {job id: single-tenant utilisation} of every job holding it
-        self.utils: dict[str, dict[str, float]] = {}
-        # gpu id -> jobs holding it, and whether each could move now
-        self.holders: dict[str, list[JobView]] = {}
-        for j in jobs:
-            if j.state in HOLDING:
-                u = util_of(j)
-                for f in j.fragments:
-                    self.utils.setdefault(f.gpu, {})[j.id] = u
-                    self.holders.setdefault(f.gpu, []).append(j)
 
     # ---- fitting ---------------------------------------------------------
 
@@ -200,65 +195,76 @@ class _Round:
             return lambda g: fraction_for(job, g, headroom, reserve, default)
         return lambda g: fraction_for(job, g, headroom, reserve)
 
-    def calm(self, gid: str, util: float, without: Collection[str] = ()) -> bool:
-        """Whether one more tenant of this utilisation keeps every tenant under the cap."""
-        here = self.utils.get(gid)
-        if not here:
+    @property
+    def holders(self) -> dict[str, list[JobView]]:
+        """GPU id -> the jobs holding it at the start of this round (built when first asked)."""
+        if self._holders is None:
+            self._holders = {}
+            for j in self.jobs:
+                if j.fragments and j.state in HOLDING:
+                    for f in j.fragments:
+                        self._holders.setdefault(f.gpu, []).append(j)
+        return self._holders
+
+    def calm(self, gid: str, util: float, without: Collection[JobView] = ()) -> bool:
+        """Whether one more tenant of this utilisation keeps every tenant under the cap.
+
+        ``without``: tenants taken as gone.
+        """
+        use = self.free.use.get(gid)
+        if use is None:
             return True
-        utils = [u for jid, u in here.items() if jid not in without] if without \
-            else list(here.values())
-        if not utils:
+        n, total = use.tenants, use.util
+        for h in without:
+            n -= 1
+            total -= util_of(h)
+        if n <= 0:
             return True
-        utils.append(util)
-        return max_slowdown(utils, self.pol.interference_overhead) <= self.pol.slowdown_cap + EPS
+        return util <= room_for(n, total, self.pol.slowdown_cap,
+                                self.pol.interference_overhead) + EPS
 
     def room(self, gid: str, f: float, util: float) -> bool:
         """Whether ``gid`` could take one more tenant of fraction ``f`` and this utilisation."""
         return (self.free.free(gid) >= f - EPS and gid not in self.free.closed
                 and self.free.tenants(gid) < self.pol.max_cotenants and self.calm(gid, util))
 
-    def _take(self, job_id: str, util: float, placed: list[tuple[str, float]]) -> None:
-        self.free.take(placed)
-        for gid, _ in placed:
-            self.utils.setdefault(gid, {})[job_id] = util
-            self._room.pop(gid, None)
-
-    def _release(self, job: JobView) -> None:
-        self.free.release(job.fragments)
-        for f in job.fragments:
-            self.utils.get(f.gpu, {}).pop(job.id, None)
-            self._room.pop(f.gpu, None)
-
     def util_room(self, gid: str) -> float:
         """The largest utilisation one more tenant of ``gid`` may have (-1: none)."""
-        room = self._room.get(gid)
-        if room is None:
-            if self.calm(gid, 1.0):
-                room = 1.0
-            elif not self.calm(gid, 0.0):
-                room = -1.0
-            else:   # the slowdown grows with utilisation: bisect the boundary
-                lo, hi = 0.0, 1.0
-                for _ in range(20):
-                    mid = (lo + hi) / 2
-                    lo, hi = (mid, hi) if self.calm(gid, mid) else (lo, mid)
-                room = lo
-            self._room[gid] = room
-        return room
+        use = self.free.use.get(gid)
+        if use is None:
+            return 1.0
+        return room_for(use.tenants, use.util, self.pol.slowdown_cap,
+                        self.pol.interference_overhead)
+
+    def band(self, use: GpuUse) -> int:
+        """A GPU's utilisation room in steps of 1/BANDS (-1: no room), from its tenants."""
+        room = room_for(use.tenants, use.util, self.pol.slowdown_cap,
+                        self.pol.interference_overhead)
+        return -1 if room < 0 else min(BANDS, int(room * BANDS))
+
+    def _take(self, job_id: str, util: float, placed: list[tuple[str, float]]) -> None:
+        self.free.take(placed, util)
+
+    def _release(self, job: JobView) -> None:
+        self.free.release(job.fragments, util_of(job))
 
     def fits_somewhere(self, f: float, u: float) -> bool:
-        """Whether some open GPU has room ``f`` and utilisation room ``u`` (one size only)."""
-        if self._frontier is None or self._frontier[0] != self.free.version:
-            keys = self.free.open_keys(self.rep.memory_mb)
-            best, suffix = -2.0, [0.0] * len(keys)
-            for i in range(len(keys) - 1, -1, -1):
-                room = self.util_room(keys[i][2])
-                best = room if room > best else best
-                suffix[i] = best
-            self._frontier = (self.free.version, [k[0] for k in keys], suffix)
-        _, frees, suffix = self._frontier
-        i = bisect_left(frees, f - EPS)
-        return i < len(frees) and suffix[i] >= u
+        """Whether some open GPU has room ``f`` for a tenant of utilisation ``u``."""
+        if f == math.inf:
+            return False
+        query = (self.free.version, f, u)
+        if self._fits_memo is None or self._fits_memo[0] != query:
+            found = self._search(1, f, None if u < 0 else u) is not None
+            self._fits_memo = (query, found)
+        return self._fits_memo[1]
+
+    def _search(self, k: int, need, u: float | None):
+        """Best-fit fragments for ``k`` GPUs of this need and utilisation (None: any)."""
+        if u is None:
+            return self.free.gang_place(k, need)
+        u = max(0.0, u)
+        return self.free.gang_place(k, need, lambda gid: u <= self.util_room(gid) + EPS,
+                                    min_band=min(BANDS, int(u * BANDS)))
 
     def fill(self, jobs: list[JobView], sample_only: bool = False,
              on_fail: Callable[[JobView], bool] | None = None) -> None:
@@ -293,8 +299,8 @@ class _Round:
             return (math.inf, u)
         return (self.need(job, sample_only)(self.rep), u)
 
-    def place(self, job: JobView, sample_only: bool = False,
-              f: float | None = None, u_check: float | None = None) -> bool:
+    def place(self, job: JobView, sample_only: bool = False, f: float | None = None,
+              _u: float | None = None) -> bool:
         """Start the job on best-fit fragments if it fits now."""
         u = 1.0 if sample_only else util_of(job)
         need = self.need(job, sample_only)
@@ -310,12 +316,7 @@ class _Round:
             for f0, u0 in self.failed.get(memo, ()):
                 if f >= f0 and u >= u0:
                     return False
-            # after a failed search, rule out hopeless jobs before searching
-            if self.failed and job.num_gpus == 1 and not sample_only \
-                    and not self.fits_somewhere(f, u):
-                return False
-        ok = None if sample_only else (lambda gid: u <= self.util_room(gid))
-        placed = self.free.gang_place(job.num_gpus, need, ok)
+        placed = self._search(job.num_gpus, need, None if sample_only else u)
         if placed is None:
             if f is not None:
                 fails = self.failed.setdefault(memo, [])
@@ -376,10 +377,10 @@ class _Round:
             return None
         hs.sort(key=lambda h: (ready[h.id], -_frac_on(h, gid), h.id))
         r = reserve_fraction(self.free.gpus[gid], self.reserve)
-        gone: list[str] = []
+        gone: list[JobView] = []
         wait = 0.0
         for h in hs:
-            gone.append(h.id)
+            gone.append(h)
             wait = max(wait, ready[h.id])
             free += _frac_on(h, gid) + r
             tenants -= 1
@@ -455,7 +456,7 @@ class _Round:
         cands.sort()
         chosen: list[str] = [gid for _, _, gid in ready[:k - 1]]
         plan: list[tuple[JobView, list[tuple[str, float]]]] = []
-        for _, _, gid in cands:
+        for _, _, gid in cands[:CONSOLIDATE_TRIES + k]:
             if len(chosen) == k:
                 break
             step = self._clear_by_migration(gid, need(self.free.gpus[gid]), util, chosen)
@@ -490,7 +491,8 @@ class _Round:
             hu = util_of(h)
             self._release(h)
             dest = self.free.best_fit(h.fragments[0].fraction, avoid,
-                                      lambda g, hu=hu: self.calm(g, hu))
+                                      lambda g, hu=hu: self.calm(g, hu),
+                                      min_band=min(BANDS, int(hu * BANDS)))
             if dest is None:
                 self._take(h.id, hu, [(x.gpu, x.fraction) for x in h.fragments])
                 self._undo(step)
@@ -507,10 +509,7 @@ class _Round:
 
     def _undo(self, step) -> None:
         for h, dest in reversed(step):
-            self.free.release(dest)
-            for gid, _ in dest:
-                self.utils.get(gid, {}).pop(h.id, None)
-                self._room.pop(gid, None)
+            self.free.release(dest, util_of(h))
             self._take(h.id, util_of(h), [(x.gpu, x.fraction) for x in h.fragments])
 
 

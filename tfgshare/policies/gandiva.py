@@ -53,8 +53,7 @@ class Gandiva:
         reserve = cluster.reserve_mb
         actions: list[Action] = []
         top = free.max_free()
-        sizes = {g.memory_mb for g in free.gpus.values()}
-        rep = next(iter(free.gpus.values())) if len(sizes) == 1 else None
+        rep = next(iter(free.gpus.values())) if len(free.sizes) == 1 else None
         for job in queue:
             if top <= 0.0:
                 break

@@ -36,3 +36,21 @@ def slowdown(utils: Sequence[float], overhead: float = DEFAULT_OVERHEAD) -> list
 def max_slowdown(utils: Sequence[float], overhead: float = DEFAULT_OVERHEAD) -> float:
     """The worst slowdown among tenants with these utilisations (1.0 if none)."""
     return max(slowdown(utils, overhead), default=1.0)
+
+
+def util_room(utils: Sequence[float], cap: float, overhead: float = DEFAULT_OVERHEAD) -> float:
+    """The largest utilisation one more tenant may have so no tenant's slowdown passes ``cap``.
+
+    1.0 if any job may join, -1.0 if none may (even an idle one).
+    """
+    return room_for(len(utils), sum(utils), cap, overhead)
+
+
+def room_for(tenants: int, total_util: float, cap: float,
+             overhead: float = DEFAULT_OVERHEAD) -> float:
+    """``util_room`` from the tenants' count and summed utilisation alone."""
+    limit = cap / (1.0 + overhead * tenants)   # the most max(1, total demand) may reach
+    if limit < 1.0 - 1e-12:
+        return -1.0
+    room = limit - total_util
+    return -1.0 if room < 0 else min(1.0, room)

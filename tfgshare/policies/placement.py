@@ -27,10 +27,11 @@ Need = Callable[[GPU], float]
 
 @dataclass(slots=True)
 class GpuUse:
-    """What the jobs on one GPU hold: the sum of their fractions and their count."""
+    """What the jobs on one GPU hold: their fractions, count and utilisations, summed."""
 
     used: float = 0.0
     tenants: int = 0
+    util: float = 0.0    # sum of the tenants' single-tenant utilisation (1 if unknown)
 
 
 def reserve_fraction(gpu: GPU, reserve_mb: float) -> float:
@@ -56,7 +57,7 @@ def fits(gpu: GPU, use: GpuUse | None, fraction: float, reserve_mb: float) -> bo
 
 
 def usage(cluster: ClusterSnapshot, jobs: Iterable[JobView]) -> dict[str, GpuUse]:
-    """Per-GPU used fraction and tenant count, from the jobs that hold a GPU.
+    """Per-GPU used fraction, tenant count and utilisation, from the jobs that hold a GPU.
 
     GPUs that nobody holds are absent from the result.
     """
@@ -64,12 +65,14 @@ def usage(cluster: ClusterSnapshot, jobs: Iterable[JobView]) -> dict[str, GpuUse
     for job in jobs:
         if not job.fragments or job.state not in HOLDING:
             continue
+        util = job.sample.gpu_util if job.sample is not None else 1.0
         for frag in job.fragments:
             u = use.get(frag.gpu)
             if u is None:
                 u = use[frag.gpu] = GpuUse()
             u.used += frag.fraction
             u.tenants += 1
+            u.util += util
     return use
 
 
@@ -107,6 +110,7 @@ class _Layout:
     """What a FreeMap needs from a cluster that does not change between calls."""
 
     gpus: dict[str, GPU]              # up GPUs by id, in cluster order
+    sizes: set[int]                   # their memory sizes
     order: dict[str, int]
     rep: dict[int, GPU]               # one GPU of each memory size
     empty: dict[int, list[tuple[float, int, str]]]   # sorted keys if all were empty
@@ -122,12 +126,13 @@ def _layout(cluster: ClusterSnapshot) -> _Layout:
     if hit is not None and hit[0] is cluster.gpus:
         return hit[1]
     down = cluster.down_nodes
-    lay = _Layout({}, {}, {}, {})
+    lay = _Layout({}, set(), {}, {}, {})
     for i, g in enumerate(cluster.gpus):
         if down and g.node in down:
             continue
         lay.gpus[g.id] = g
         lay.order[g.id] = i
+        lay.sizes.add(g.memory_mb)
         if g.memory_mb not in lay.rep:
             lay.rep[g.memory_mb] = g
             lay.empty[g.memory_mb] = []
@@ -140,51 +145,70 @@ def _layout(cluster: ClusterSnapshot) -> _Layout:
     return lay
 
 
+def up_gpus(cluster: ClusterSnapshot) -> dict[str, GPU]:
+    """The GPUs not on down nodes, by id in cluster order (cached; do not modify)."""
+    return _layout(cluster).gpus
+
+
 class FreeMap:
     """Free capacity of every up GPU, kept sorted so placement is a bisection.
 
     Built once per ``decide`` call; ``take`` and ``release`` update it as a
     policy plans. GPUs at ``max_tenants``, with no room, or reserved with
-    ``close`` are left out of the search. GPUs are grouped by memory size;
-    within a group they are ordered by (free fraction, cluster order).
+    ``close`` are left out of the search. GPUs are grouped by memory size and
+    by ``band(use)``, an optional second capacity (fgs: how much utilisation
+    one more tenant may add, in steps) with ``empty_band`` for an idle GPU; within
+    a group they are ordered by (free fraction, cluster order). Searches with
+    ``min_band`` skip lower bands, consult ``ok`` only in band ``min_band``
+    and take higher bands as they are.
     """
 
     def __init__(self, cluster: ClusterSnapshot, jobs: Iterable[JobView] = (),
                  max_tenants: int | None = None,
-                 use: dict[str, GpuUse] | None = None):
+                 use: dict[str, GpuUse] | None = None,
+                 band: Callable[[GpuUse], int] | None = None, empty_band: int = 0):
         self.cluster = cluster
         self.reserve_mb = cluster.reserve_mb
         self.max_tenants = max_tenants
         if use is None:
             use = usage(cluster, jobs)
         else:
-            use = {k: GpuUse(v.used, v.tenants) for k, v in use.items()}
+            use = {k: GpuUse(v.used, v.tenants, v.util) for k, v in use.items()}
         self.use = use
         lay = _layout(cluster)
         self.gpus = lay.gpus
+        self.sizes = lay.sizes          # memory sizes of the up GPUs (read only)
         self.order = lay.order
         self._rep = lay.rep
         self.closed: set[str] = set()   # GPUs reserved for the rest of this plan
         self.version = 0                # bumped on every change, for callers' caches
+        self._max_free: tuple | None = None
+        self._bandf = band
+        self._empty_band = empty_band
+        self._band: dict[str, int] = {}  # band of each GPU that has tenants
         self._free: dict[str, float] = {}
         reserve = self.reserve_mb
         gpus = self.gpus
-        used = {}
+        self._groups: dict[tuple[int, int], list[tuple[float, int, str]]] = {}
+        for mem, empty in lay.empty.items():
+            keys = [k for k in empty if k[2] not in use] if use else list(empty)
+            self._groups[(mem, empty_band if band is not None else 0)] = keys
+        full = max_tenants if max_tenants is not None else 1 << 30
         for gid, u in use.items():
             g = gpus.get(gid)
-            if g is not None:
-                used[gid] = (g, free_fraction(g, u, reserve), u)
-        self._groups: dict[int, list[tuple[float, int, str]]] = {}
-        for mem, empty in lay.empty.items():
-            keys = [k for k in empty if k[2] not in used] if used else list(empty)
-            for gid, (g, free, u) in used.items():
-                if g.memory_mb == mem and self._open(u, free):
-                    keys.append((free, lay.order[gid], gid))
-            if used:
+            if g is None or u.tenants >= full:
+                continue   # not searchable; its free room is worked out when asked
+            free = self._free[gid] = free_fraction(g, u, reserve)
+            if free >= MIN_FRACTION - EPS:
+                b = self._band[gid] = band(u) if band is not None else 0
+                self._groups.setdefault((g.memory_mb, b), []).append((free, lay.order[gid], gid))
+        if use:
+            for keys in self._groups.values():
                 keys.sort()
-            self._groups[mem] = keys
-        for gid, (g, free, u) in used.items():
-            self._free[gid] = free
+        self._bands: dict[int, list[int]] = {}   # memory size -> its bands, sorted
+        for mem, b in sorted(self._groups):
+            self._bands.setdefault(mem, []).append(b)
+        self._mems = sorted(self._bands)
 
     def _open(self, u: GpuUse | None, free: float) -> bool:
         if free < MIN_FRACTION - EPS:
@@ -196,7 +220,8 @@ class FreeMap:
         """The fraction one more tenant could get on this GPU now."""
         free = self._free.get(gpu_id)
         if free is None:
-            free = free_fraction(self.gpus[gpu_id], None, self.reserve_mb)
+            free = self._free[gpu_id] = free_fraction(self.gpus[gpu_id], self.use.get(gpu_id),
+                                                      self.reserve_mb)
         return free
 
     def tenants(self, gpu_id: str) -> int:
@@ -204,28 +229,42 @@ class FreeMap:
         u = self.use.get(gpu_id)
         return u.tenants if u else 0
 
-    def max_free(self) -> float:
+    def _searched(self, min_band: int | None) -> list[tuple[int, int, list]]:
+        """(memory size, band, sorted keys) of the non-empty groups searched, in fixed order."""
+        groups = self._groups
+        out = []
+        for mem in self._mems:
+            bands = self._bands[mem]
+            start = 0 if min_band is None else bisect_left(bands, min_band)
+            for b in bands[start:]:
+                keys = groups[(mem, b)]
+                if keys:
+                    out.append((mem, b, keys))
+        return out
+
+    def max_free(self, min_band: int | None = None) -> float:
         """The largest fraction any open GPU could give one more tenant (0 if none)."""
+        memo = self._max_free
+        if memo is not None and memo[0] == (self.version, min_band):
+            return memo[1]
         best = 0.0
-        for keys in self._groups.values():
-            if keys:
-                best = max(best, keys[-1][0])
+        for _, _, keys in self._searched(min_band):
+            if keys[-1][0] > best:
+                best = keys[-1][0]
+        self._max_free = ((self.version, min_band), best)
         return best
 
-    def open_keys(self, memory_mb: int) -> list[tuple[float, int, str]]:
-        """The searchable GPUs of one memory size as sorted (free, order, id); read only."""
-        return self._groups.get(memory_mb, [])
-
-    def count_fitting(self, need: float | Need) -> int:
-        """How many open GPUs could take one more tenant of this size."""
+    def count_fitting(self, need: float | Need, min_band: int | None = None) -> int:
+        """How many open GPUs could take one more tenant of this size (``ok`` aside)."""
         need = as_need(need)
         n = 0
-        for mem, keys in self._groups.items():
+        for mem, _, keys in self._searched(min_band):
             n += len(keys) - bisect_left(keys, (need(self._rep[mem]) - EPS,))
         return n
 
     def best_fit(self, need: float | Need, exclude: Iterable[str] = (),
-                 ok: Callable[[str], bool] | None = None) -> tuple[str, float] | None:
+                 ok: Callable[[str], bool] | None = None,
+                 min_band: int | None = None) -> tuple[str, float] | None:
         """The GPU with the smallest free room that still fits, and the fraction.
 
         Skips GPUs in ``exclude`` and those for which ``ok(gpu_id)`` is false.
@@ -234,11 +273,12 @@ class FreeMap:
         need = as_need(need)
         exclude = exclude if isinstance(exclude, (set, frozenset, dict)) else set(exclude)
         best = None
-        for mem, keys in self._groups.items():
+        for mem, band, keys in self._searched(min_band):
             f = need(self._rep[mem])
+            check = ok if (min_band is None or band == min_band) else None
             i = bisect_left(keys, (f - EPS,))
             while i < len(keys) and (keys[i][2] in exclude
-                                     or (ok is not None and not ok(keys[i][2]))):
+                                     or (check is not None and not check(keys[i][2]))):
                 i += 1
             if i == len(keys):
                 continue
@@ -255,9 +295,7 @@ class FreeMap:
         """
         need = as_need(need)
         best = None
-        for mem, keys in self._groups.items():
-            if not keys:
-                continue
+        for mem, _, keys in self._searched(None):
             f = need(self._rep[mem])
             top = keys[-1][0]
             if top < f - EPS:
@@ -269,26 +307,29 @@ class FreeMap:
         return None if best is None else (best[2], best[3])
 
     def gang_place(self, k: int, need: float | Need,
-                   ok: Callable[[str], bool] | None = None) -> list[tuple[str, float]] | None:
+                   ok: Callable[[str], bool] | None = None,
+                   min_band: int | None = None) -> list[tuple[str, float]] | None:
         """``k`` distinct GPUs that each fit ``need``: one node if possible, else fewest nodes.
 
         Scans fitting GPUs tightest first. Once a node has collected ``k``, the
         scan finishes GPUs with the same free room (looking at most
-        ``GANG_LOOKAHEAD`` further), and the node with the fewest candidates wins (best fit at node level: whole nodes stay whole
-        for bigger gangs). If no node can hold the gang it spans the fewest
-        nodes. Returns (gpu id, fraction) pairs, or None.
+        ``GANG_LOOKAHEAD`` further), and the node with the fewest candidates wins
+        (best fit at node level: whole nodes stay whole for bigger gangs). If
+        no node can hold the gang it spans the fewest nodes. Returns (gpu id,
+        fraction) pairs, or None.
         """
         if k <= 1:
-            one = self.best_fit(need, ok=ok)
+            one = self.best_fit(need, ok=ok, min_band=min_band)
             return None if one is None else [one]
         need = as_need(need)
-        if self.count_fitting(need) < k:
+        if self.count_fitting(need, min_band) < k:
             return None
         by_node: dict[str, list[tuple[str, float]]] = {}
         gpus = self.gpus
-        multi = len(self._groups) > 1
-        for mem, keys in self._groups.items():
+        groups = self._searched(min_band)
+        for mem, band, keys in groups:
             f = need(self._rep[mem])
+            check = ok if (min_band is None or band == min_band) else None
             block = None   # free room at which some node first held the gang
             extra = 0
             for free, _, gid in keys[bisect_left(keys, (f - EPS,)):]:
@@ -296,11 +337,11 @@ class FreeMap:
                     extra += 1
                     if free > block + EPS or extra > GANG_LOOKAHEAD:
                         break
-                if ok is not None and not ok(gid):
+                if check is not None and not check(gid):
                     continue
                 cands = by_node.setdefault(gpus[gid].node, [])
                 cands.append((gid, f))
-                if block is None and len(cands) == k and not multi:
+                if block is None and len(cands) == k and len(groups) == 1:
                     block = free
         whole = [c for c in by_node.values() if len(c) >= k]
         if whole:
@@ -323,8 +364,16 @@ class FreeMap:
 
     # ---- updates ---------------------------------------------------------
 
+    def _group(self, gid: str) -> tuple[int, int]:
+        band = self._band.get(gid)
+        if band is None:
+            band = self._empty_band if self._bandf is not None else 0
+        return (self.gpus[gid].memory_mb, band)
+
     def _drop(self, gid: str) -> None:
-        keys = self._groups[self.gpus[gid].memory_mb]
+        keys = self._groups.get(self._group(gid))
+        if not keys:
+            return
         key = (self.free(gid), self.order[gid], gid)
         i = bisect_left(keys, key)
         if i < len(keys) and keys[i] == key:
@@ -338,7 +387,7 @@ class FreeMap:
                 self.closed.add(gid)
                 self.version += 1
 
-    def _move(self, gid: str, d_used: float, d_tenants: int) -> None:
+    def _move(self, gid: str, d_used: float, d_tenants: int, d_util: float = 0.0) -> None:
         g = self.gpus[gid]
         self.version += 1
         self._drop(gid)
@@ -347,25 +396,41 @@ class FreeMap:
             u = self.use[gid] = GpuUse()
         u.used += d_used
         u.tenants += d_tenants
+        u.util += d_util
         if u.tenants <= 0:
             del self.use[gid]
             u = None
+            self._band.pop(gid, None)
+        else:
+            self._band[gid] = self._bandf(u) if self._bandf is not None else 0
         free = self._free[gid] = free_fraction(g, u, self.reserve_mb)
         if gid not in self.closed and self._open(u, free):
-            insort(self._groups[g.memory_mb], (free, self.order[gid], gid))
+            group = self._group(gid)
+            if group not in self._groups:
+                self._groups[group] = []
+                if group[0] not in self._bands:
+                    insort(self._mems, group[0])
+                insort(self._bands.setdefault(group[0], []), group[1])
+            insort(self._groups[group], (free, self.order[gid], gid))
 
-    def take(self, fragments: Iterable[Fragment | tuple[str, float]]) -> None:
-        """Record new tenants holding these fragments."""
+    def refresh(self, gpu_id: str) -> None:
+        """Re-read the band of a GPU whose tenants changed outside take/release."""
+        self._move(gpu_id, 0.0, 0)
+
+    def take(self, fragments: Iterable[Fragment | tuple[str, float]],
+             util: float = 1.0) -> None:
+        """Record a new tenant of this utilisation holding these fragments."""
         for frag in fragments:
             gid, f = (frag.gpu, frag.fraction) if isinstance(frag, Fragment) else frag
-            self._move(gid, f, 1)
+            self._move(gid, f, 1, util)
 
-    def release(self, fragments: Iterable[Fragment | tuple[str, float]]) -> None:
-        """Record that the tenants holding these fragments left."""
+    def release(self, fragments: Iterable[Fragment | tuple[str, float]],
+                util: float = 1.0) -> None:
+        """Record that the tenant (of this utilisation) holding these fragments left."""
         for frag in fragments:
             gid, f = (frag.gpu, frag.fraction) if isinstance(frag, Fragment) else frag
             if gid in self.gpus:
-                self._move(gid, -f, -1)
+                self._move(gid, -f, -1, -util)
 
 
 def to_fragments(placed: Sequence[tuple[str, float]]) -> tuple[Fragment, ...]:

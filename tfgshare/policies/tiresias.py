@@ -27,7 +27,7 @@ from typing import ClassVar, Sequence
 
 from .base import Action, ClusterSnapshot, JobState, JobView, Suspend
 from .exclusive import start_exclusive, whole_gpu
-from .placement import FreeMap
+from .placement import FreeMap, up_gpus
 from .prediction import current_wait_s, run_s
 from .queueing import HOLDING, WAITING, any_waiting
 
@@ -66,35 +66,38 @@ class Tiresias:
         """Give GPUs to the best queues, preempting running jobs of worse queues."""
         if not any_waiting(jobs):
             return []
-        free = FreeMap(cluster, jobs, max_tenants=1)
-        need = whole_gpu(cluster)
-        up = len(free.gpus)
+        gpus = up_gpus(cluster)
+        up = len(gpus)
         keyed = []   # (queue, running first, submit, id, job) for jobs that may change
         pinned = 0   # GPUs of running jobs that must not be preempted now
+        busy: set[str] = set()
         best_waiting = worst_running = None
+        smallest = up + 1
         for j in jobs:
             s = j.state
-            if s is JobState.RUNNING:
-                if j.last_start is not None and now - j.last_start < self.min_run_s:
+            if s in HOLDING:
+                busy.update(f.gpu for f in j.fragments)
+                if s is not JobState.RUNNING or (
+                        j.last_start is not None and now - j.last_start < self.min_run_s):
                     pinned += j.num_gpus
                     continue
                 q = self.queue_of(j, now)
                 keyed.append((q, 0, j.submit_time, j.id, j))
                 if worst_running is None or q > worst_running:
                     worst_running = q
-            elif s in WAITING:
-                if j.num_gpus <= up:
-                    q = self.queue_of(j, now)
-                    keyed.append((q, 1, j.submit_time, j.id, j))
-                    if best_waiting is None or q < best_waiting:
-                        best_waiting = q
-            elif s in HOLDING:
-                pinned += j.num_gpus
+            elif s in WAITING and j.num_gpus <= up:
+                q = self.queue_of(j, now)
+                keyed.append((q, 1, j.submit_time, j.id, j))
+                if best_waiting is None or q < best_waiting:
+                    best_waiting = q
+                smallest = min(smallest, j.num_gpus)
         if best_waiting is None:
             return []
-        if free.count_fitting(need) == 0 and (worst_running is None
-                                              or worst_running <= best_waiting):
-            return []   # no room and nobody to preempt
+        idle = up - sum(1 for g in busy if g in gpus)
+        if idle < smallest and (worst_running is None or worst_running <= best_waiting):
+            return []   # nothing fits and nobody may be preempted
+        free = FreeMap(cluster, jobs, max_tenants=1)
+        need = whole_gpu(cluster)
         keyed.sort(key=lambda t: t[:4])
         left = up - pinned
         chosen: list[JobView] = []
@@ -109,12 +112,9 @@ class Tiresias:
                 victims.append(j)
         if not chosen:
             return []
-        actions: list[Action] = []
         for v in victims:
-            actions.append(Suspend(v.id))
             free.release(v.fragments)
-        for j in chosen:
-            start = start_exclusive(free, j, need)
-            if start is not None:
-                actions.append(start)
-        return actions
+        starts = [s for s in (start_exclusive(free, j, need) for j in chosen) if s is not None]
+        if not starts:
+            return []   # nothing could be placed after all: preempt nobody
+        return [Suspend(v.id) for v in victims] + starts
