@@ -160,3 +160,21 @@ def test_busy_jobs_are_left_alone_and_bad_params_are_named():
     assert all(a.job != "s" for a in acts) and acts == []
     with pytest.raises(ValueError, match="slowdown_cap must be >= 1"):
         fgs(slowdown_cap=0.5)
+
+
+def test_multi_gpu_job_is_packed_on_one_node():
+    c = make_cluster(2, 2)
+    jobs = [make_job("r", on={"n0:0": 0.3}, memory_mb=4000, gpu_util=0.2),
+            make_job("g", submit=1, gpus=2, state=JobState.SAMPLED, memory_mb=4000,
+                     gpu_util=0.2)]
+    (a,) = check(fgs(), 10, c, jobs)
+    assert [f.gpu for f in a.fragments] in (["n0:0", "n0:1"], ["n0:1", "n0:0"])
+
+
+def test_every_threshold_is_a_named_parameter():
+    from tfgshare.policies.registry import policy_params
+    params = policy_params("fgs")
+    for name in ("sample_steps", "headroom", "max_wait_ratio", "max_wait_s", "max_cotenants",
+                 "slowdown_cap", "min_run_s", "defrag"):
+        assert name in params
+    assert fgs(max_cotenants=2).max_cotenants == 2

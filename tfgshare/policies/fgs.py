@@ -15,7 +15,7 @@ docs (PAPER.md). Each decision, in order:
 3. **Shortest predicted remaining time first** for the other waiting jobs, each
    on the smallest free fragment that fits (best fit) sized from its sampled
    peak memory plus ``headroom``, with at most ``max_cotenants`` jobs on a GPU
-   and no tenant's predicted slowdown (``interference.slowdown``) past
+   and no tenant's predicted slowdown (the ``interference`` model) past
    ``slowdown_cap``. Multi-GPU jobs are gang-placed on one node if possible.
 4. **Consolidation** (``defrag``): when the first job that does not fit would
    fit in the total free capacity, tenants of a nearly fitting GPU are
@@ -28,11 +28,10 @@ and consolidation, and never within ``min_run_s`` of their last start.
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Callable, ClassVar, Collection, Sequence
 
-from .base import (Action, ClusterSnapshot, Fragment, JobState, JobView, Migrate, Start,
+from .base import (Action, ClusterSnapshot, JobState, JobView, Migrate, Start,
                    Suspend)
 from .interference import room_for
 from .placement import EPS, FreeMap, GpuUse, fraction_for, reserve_fraction, to_fragments
@@ -285,7 +284,7 @@ class _Round:
                 min_f[i] = f if f < min_f[i + 1] else min_f[i + 1]
                 min_u[i] = u if u < min_u[i + 1] else min_u[i + 1]
         for i, job in enumerate(jobs):
-            if self.place(job, sample_only, *sizes[i]):
+            if self.place(job, sample_only, sizes[i][0]):
                 continue
             busy = on_fail(job) if on_fail is not None else False
             if rep is not None and not busy and not self.fits_somewhere(min_f[i + 1],
@@ -299,9 +298,8 @@ class _Round:
             return (math.inf, u)
         return (self.need(job, sample_only)(self.rep), u)
 
-    def place(self, job: JobView, sample_only: bool = False, f: float | None = None,
-              _u: float | None = None) -> bool:
-        """Start the job on best-fit fragments if it fits now."""
+    def place(self, job: JobView, sample_only: bool = False, f: float | None = None) -> bool:
+        """Start the job on best-fit fragments if it fits now (``f``: its fraction, if known)."""
         u = 1.0 if sample_only else util_of(job)
         need = self.need(job, sample_only)
         # a job at least as big and as busy as one that just failed fails too
