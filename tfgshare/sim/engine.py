@@ -24,6 +24,7 @@ Deterministic for a seed: the only randomness is the measurement noise.
 
 from __future__ import annotations
 
+import gc
 import heapq
 import math
 import random
@@ -87,8 +88,7 @@ class SimJob:
     predicted_s: float | None = None   # remaining time predicted right after sampling
     held_at_prediction: float = 0.0
     version: int = 0              # bumps whenever its scheduled END becomes stale
-    view: JobView | None = None
-    view_version: int = 0
+    view_version: int = 0         # bumps whenever a new view is built
 
 
 @dataclass
@@ -164,10 +164,27 @@ class Simulator:
     # ---- the loop ----------------------------------------------------------
 
     def run(self) -> SimResult:
-        """Replay every job to its end; returns the report and raw data."""
+        """Replay every job to its end; returns the report and raw data.
+
+        The run's long-lived objects are frozen out of the cyclic garbage
+        collector and collections made rarer while it runs (they otherwise
+        rescan every job at each full collection); both are restored after.
+        """
+        thresholds = gc.get_threshold()
+        gc.freeze()
+        gc.set_threshold(50_000, 20, 100)
+        try:
+            return self._run()
+        finally:
+            gc.set_threshold(*thresholds)
+            gc.unfreeze()
+
+    def _run(self) -> SimResult:
         wall0 = time.perf_counter()
         jobs, n = self.jobs, len(self.jobs)
         self.live: dict[str, SimJob] = {}
+        self.views: dict[str, JobView] = {}     # the policy's view of each live job
+        self.dirty: dict[SimJob, None] = {}     # live jobs whose view is out of date (ordered)
         self.heap: list = []
         self.refresh: list = []
         self.seq = 0
@@ -233,6 +250,7 @@ class Simulator:
     def _arrive(self, job: SimJob) -> None:
         job.wait_since = job.submit
         self.live[job.id] = job
+        self.dirty[job] = None
         self.n_waiting += 1
 
     def _run_ended(self, job: SimJob) -> None:
@@ -248,7 +266,8 @@ class Simulator:
                 job.id, job.num_gpus, job.submit, job.first_start, now, job.waited_s,
                 job.suspends, job.resumes, job.migrations, job.move_cost_s,
                 job.predicted_s, actual))
-            job.view = None
+            self.views.pop(job.id, None)
+            self.dirty.pop(job, None)
             if self.progress is not None:
                 self.progress(len(self.records), len(self.jobs))
             return
@@ -270,7 +289,7 @@ class Simulator:
     def _to_waiting(self, job: SimJob, state: JobState) -> None:
         job.state = state
         job.wait_since = self.now
-        job.view = None
+        self.dirty[job] = None
         self.n_waiting += 1
 
     # ---- GPU occupancy -----------------------------------------------------
@@ -348,7 +367,7 @@ class Simulator:
         job.slow = worst
         job.rate = 1.0 / (job.prof.step_time_s * worst * self._span_factor(job))
         job.version += 1
-        job.view = None
+        self.dirty[job] = None
         if job.steps >= job.target and job.end_at > self.now:
             end = job.end_at   # only the closing checkpoint is left: its time is unchanged
         else:
@@ -379,33 +398,31 @@ class Simulator:
     # ---- the policy --------------------------------------------------------
 
     def _view(self, job: SimJob) -> JobView:
-        """Build (and cache) the policy's view of a job, progress brought up to now."""
+        """The policy's view of a job, its progress brought up to now."""
         holds = job.state.holds_gpu
         if holds:
+            # running jobs report progress: their view is rebuilt when it is due
+            job.view_version += 1
+            cfg = self.config
             self._settle(job)
             step = job.prof.step_time_s * job.slow * self._span_factor(job)
             job.measured_step_s = step
             left = max(0.0, job.total_steps - job.steps) * step
             left += max(0.0, job.stall_until - self.now)
             attained = (job.held_s + self.now - job.held_since) * job.num_gpus
+            due = self.now + max(cfg.refresh_s, cfg.refresh_share * left)
+            self.seq += 1
+            heapq.heappush(self.refresh, (due, self.seq, job, job.view_version))
         else:
             step = job.measured_step_s
             left = None if step is None else (job.total_steps - job.steps) * step
             attained = job.held_s * job.num_gpus
-        view = JobView(
+        return JobView(
             id=job.id, submit_time=job.submit, num_gpus=job.num_gpus, state=job.state,
             model=job.model, total_steps=job.total_steps, steps_done=int(job.steps + EPS),
             sample=job.sample, predicted_remaining_s=left, fragments=job.fragments,
             attained_service_s=attained, last_start=job.last_start, waited_s=job.waited_s,
             last_wait_start=job.wait_since, suspends=job.suspends)
-        job.view = view
-        if holds:
-            job.view_version += 1
-            cfg = self.config
-            due = self.now + max(cfg.refresh_s, cfg.refresh_share * (left or 0.0))
-            self.seq += 1
-            heapq.heappush(self.refresh, (due, self.seq, job, job.view_version))
-        return view
 
     def _decide(self) -> bool:
         now = self.now
@@ -413,8 +430,13 @@ class Simulator:
         while refresh and refresh[0][0] <= now:
             _, _, job, version = heapq.heappop(refresh)
             if version == job.view_version and job.state.holds_gpu:
-                job.view = None
-        views = [j.view or self._view(j) for j in self.live.values()]
+                self.dirty[job] = None
+        if self.dirty:
+            cache = self.views
+            for job in self.dirty:
+                cache[job.id] = self._view(job)
+            self.dirty.clear()
+        views = list(self.views.values())
         t0 = time.perf_counter()
         actions = self.policy.decide(now, self.snapshot, views)
         self.decide_s.append(time.perf_counter() - t0)
@@ -480,7 +502,7 @@ class Simulator:
         job.ready_at = done
         job.has_checkpoint = True
         job.move_cost_s += save
-        job.view = None
+        self.dirty[job] = None
 
     def _start(self, job: SimJob, fragments: tuple[Fragment, ...], sample_only: bool,
                migrating: bool = False) -> None:
@@ -531,7 +553,7 @@ class Simulator:
         if job.first_start is None:
             job.first_start = now
         job.last_start = now
-        job.view = None
+        self.dirty[job] = None
         self._place(job, fragments)
         if job.stall_until > now:
             self._push(job.stall_until, READY, job)
