@@ -3,8 +3,6 @@
 import pytest
 
 pytest.importorskip("tensorflow")
-pytest.importorskip("slim_models.datasets.dataset_factory",
-                    reason="slim_models datasets not written yet")
 
 from runner_helpers import checkpoint_values, small_config  # noqa: E402
 

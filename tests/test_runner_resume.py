@@ -12,8 +12,6 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("tensorflow")
-pytest.importorskip("slim_models.datasets.dataset_factory",
-                    reason="slim_models datasets not written yet")
 
 from runner_helpers import assert_same_state, checkpoint_values, small_config  # noqa: E402
 

@@ -8,8 +8,6 @@ import threading
 import pytest
 
 pytest.importorskip("tensorflow")
-pytest.importorskip("slim_models.datasets.dataset_factory",
-                    reason="slim_models datasets not written yet")
 
 from runner_helpers import assert_same_state, checkpoint_values, small_config  # noqa: E402
 

@@ -128,15 +128,14 @@ def train(config: TrainConfig, on_event: Callable[[dict], None] | None = None,
         start_example = ckpt.inspect_checkpoint(latest, expected).input_position
     built = runner_graph.build_training_graph(config, start_example, dataset)
     proto = runner_graph.session_config(config)
-    saver = built.checkpoint
     with tf.compat.v1.Session(graph=built.graph, config=proto) as session:
         session.run(built.init_op)
         if latest:
-            saver.restore(session, latest)
+            built.checkpoint.restore(session, latest)
         step = int(session.run(built.global_step))
         sink.emit("started", global_step=step, restored=latest is not None,
                   device=",".join(built.devices), memory_fraction=config.memory_fraction)
-        return _train_loop(config, built, session, saver, sink, stop_event, step, latest)
+        return train_loop(config, built, session, sink, stop_event, step, latest)
 
 
 def _default_size(model_name: str) -> int:
@@ -145,8 +144,14 @@ def _default_size(model_name: str) -> int:
     return nets_factory.default_image_size(model_name)
 
 
-def _train_loop(config, built, session, saver, sink, stop_event, step, latest) -> TrainResult:
-    """Run steps until done or asked to stop; checkpoint along the way and at the end."""
+def train_loop(config: TrainConfig, built, session, sink: EventSink,
+               stop_event: threading.Event, step: int, latest: str | None) -> TrainResult:
+    """Run ``built``'s steps in ``session`` from ``step`` until done or asked to stop.
+
+    Samples, reports progress, checkpoints periodically and at the end. ``latest``
+    is the checkpoint the session was restored from (None for a fresh start).
+    """
+    saver = built.checkpoint
     train_dir = Path(config.train_dir)
     total = config.max_number_of_steps
     timer = StepTimer(plan_sampling(total - step, config.warmup_steps, config.num_sample_steps,
@@ -167,7 +172,8 @@ def _train_loop(config, built, session, saver, sink, stop_event, step, latest) -
         sink.emit("checkpoint", step=step, path=saved.path, seconds=saved.seconds,
                   size_mb=saved.size_mb)
 
-    while step < total and not stop_event.is_set():
+    sampled_only = False
+    while step < total and not stop_event.is_set() and not sampled_only:
         loss = float(session.run(fetches, feed_dict={key: step}))
         step += 1
         now = time.perf_counter()
@@ -177,8 +183,7 @@ def _train_loop(config, built, session, saver, sink, stop_event, step, latest) -
             sink.emit("sample", **sample)
             _write_json(train_dir / SAMPLE_FILE, {**sample, "step": step,
                                                   "job_id": config.job_id})
-            if config.sample_only:
-                stop_event.set()
+            sampled_only = config.sample_only
         if step % config.log_every_n_steps == 0 or step == total:
             remaining = timer.predicted_remaining_s(total - step)
             sink.emit("progress", step=step, loss=loss, step_time_s=seconds,

@@ -109,7 +109,7 @@ class JobCheckpoint:
     def save(self, session, step: int) -> Saved:
         """Write a checkpoint numbered ``step``; drop the oldest beyond max_to_keep."""
         start = time.perf_counter()
-        with session.as_default():
+        with session.graph.as_default(), session.as_default():
             path = self.manager.save(checkpoint_number=step)
         seconds = time.perf_counter() - start
         size = sum(os.path.getsize(p) for p in self.train_dir.glob(Path(path).name + ".*"))
@@ -119,10 +119,11 @@ class JobCheckpoint:
         """Load every variable from ``path``; the seconds it took."""
         start = time.perf_counter()
         try:
-            status = self.checkpoint.read(path)
-            status.assert_existing_objects_matched()
-            status.assert_consumed()
-            status.run_restore_ops(session=session)
+            with session.graph.as_default():
+                status = self.checkpoint.read(path)
+                status.assert_existing_objects_matched()
+                status.assert_consumed()
+                status.run_restore_ops(session=session)
         except Exception as exc:
             message = str(exc).strip().splitlines()
             raise CheckpointError(
