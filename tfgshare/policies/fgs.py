@@ -284,7 +284,7 @@ class _Round:
                 min_f[i] = f if f < min_f[i + 1] else min_f[i + 1]
                 min_u[i] = u if u < min_u[i + 1] else min_u[i + 1]
         for i, job in enumerate(jobs):
-            if self.place(job, sample_only, sizes[i][0]):
+            if self.place(job, sample_only, sizes[i]):
                 continue
             busy = on_fail(job) if on_fail is not None else False
             if rep is not None and not busy and not self.fits_somewhere(min_f[i + 1],
@@ -293,36 +293,33 @@ class _Round:
 
     def size(self, job: JobView, sample_only: bool = False) -> tuple[float, float]:
         """(fraction on this cluster's GPU size or inf if sizes differ, utilisation to check)."""
-        u = -1.0 if sample_only else util_of(job)
+        u = -1.0 if sample_only else (job.sample.gpu_util if job.sample is not None else 1.0)
         if self.rep is None:
             return (math.inf, u)
-        return (self.need(job, sample_only)(self.rep), u)
+        default = self.pol.sample_fraction if sample_only else None
+        return (fraction_for(job, self.rep, self.pol.headroom, self.reserve, default), u)
 
-    def place(self, job: JobView, sample_only: bool = False, f: float | None = None) -> bool:
-        """Start the job on best-fit fragments if it fits now (``f``: its fraction, if known)."""
-        u = 1.0 if sample_only else util_of(job)
-        need = self.need(job, sample_only)
-        # a job at least as big and as busy as one that just failed fails too
-        memo = (job.num_gpus, sample_only)
-        if self.rep is None:
-            f = None
-        elif f is None:
-            f = need(self.rep)
-        if f is not None:
+    def place(self, job: JobView, sample_only: bool = False,
+              size: tuple[float, float] | None = None) -> bool:
+        """Start the job on best-fit fragments if it fits now (``size``: from ``size()``)."""
+        f, u = size if size is not None else self.size(job, sample_only)
+        if f != math.inf:   # one GPU size: cheap checks before a search
             if f > self.free.max_free() + EPS:
                 return False
-            for f0, u0 in self.failed.get(memo, ()):
+            # a job at least as big and as busy as one that just failed fails too
+            for f0, u0 in self.failed.get((job.num_gpus, sample_only), ()):
                 if f >= f0 and u >= u0:
                     return False
-        placed = self._search(job.num_gpus, need, None if sample_only else u)
+        placed = self._search(job.num_gpus, self.need(job, sample_only),
+                              None if sample_only else u)
         if placed is None:
-            if f is not None:
-                fails = self.failed.setdefault(memo, [])
+            if f != math.inf:
+                fails = self.failed.setdefault((job.num_gpus, sample_only), [])
                 if len(fails) < 8:
                     fails.append((f, u))
             return False
         self.failed.clear()
-        self._take(job.id, u, placed)
+        self._take(job.id, 1.0 if sample_only else u, placed)
         self.actions.append(Start(job.id, to_fragments(placed), sample_only))
         self.acted.add(job.id)
         return True

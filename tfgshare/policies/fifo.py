@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Sequence
 
 from .base import Action, ClusterSnapshot, JobView
-from .exclusive import start_exclusive, whole_gpu
-from .placement import FreeMap
+from .exclusive import IdleMap, start_exclusive
 from .queueing import any_waiting, waiting_jobs
 
 
@@ -31,17 +30,16 @@ class Fifo:
         """Start waiting jobs in arrival order until the oldest one does not fit."""
         if not any_waiting(jobs):
             return []
-        free = FreeMap(cluster, jobs, max_tenants=1)
-        need = whole_gpu(cluster)
-        if free.count_fitting(need) == 0:
+        idle = IdleMap(cluster, jobs)
+        if idle.idle == 0:
             return []
         queue = waiting_jobs(jobs)
-        up = len(free.gpus)
+        up = len(idle.gpus)
         actions: list[Action] = []
         for job in queue:
             if job.num_gpus > up:
                 continue
-            start = start_exclusive(free, job, need)
+            start = start_exclusive(idle, job)
             if start is None:
                 break
             actions.append(start)

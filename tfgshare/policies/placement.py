@@ -114,6 +114,7 @@ class _Layout:
     order: dict[str, int]
     rep: dict[int, GPU]               # one GPU of each memory size
     empty: dict[int, list[tuple[float, int, str]]]   # sorted keys if all were empty
+    by_room: list[GPU]                # up GPUs, smallest whole-GPU room (MB) first
 
 
 _LAYOUTS: dict[tuple, tuple[object, _Layout]] = {}
@@ -126,7 +127,7 @@ def _layout(cluster: ClusterSnapshot) -> _Layout:
     if hit is not None and hit[0] is cluster.gpus:
         return hit[1]
     down = cluster.down_nodes
-    lay = _Layout({}, set(), {}, {}, {})
+    lay = _Layout({}, set(), {}, {}, {}, [])
     for i, g in enumerate(cluster.gpus):
         if down and g.node in down:
             continue
@@ -139,10 +140,18 @@ def _layout(cluster: ClusterSnapshot) -> _Layout:
         free = free_fraction(g, None, cluster.reserve_mb)
         if free >= MIN_FRACTION - EPS:
             lay.empty[g.memory_mb].append((free, i, g.id))
+    reserve = cluster.reserve_mb
+    lay.by_room = sorted(lay.gpus.values(), key=lambda g: (
+        free_fraction(g, None, reserve) * g.memory_mb, lay.order[g.id]))
     if len(_LAYOUTS) >= 8:
         _LAYOUTS.clear()
     _LAYOUTS[key] = (cluster.gpus, lay)
     return lay
+
+
+def by_room(cluster: ClusterSnapshot) -> list[GPU]:
+    """Up GPUs in best-fit order for whole-GPU jobs: smallest room first, then cluster order."""
+    return _layout(cluster).by_room
 
 
 def up_gpus(cluster: ClusterSnapshot) -> dict[str, GPU]:

@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Sequence
 
 from .base import Action, ClusterSnapshot, JobState, JobView
-from .exclusive import start_exclusive, whole_gpu
-from .placement import FreeMap
+from .exclusive import IdleMap, start_exclusive
 from .prediction import remaining_s
 from .queueing import WAITING, any_waiting
 
@@ -38,11 +37,10 @@ class Sjf:
         """Sample new jobs, then start the shortest predicted jobs that fit."""
         if not any_waiting(jobs):
             return []
-        free = FreeMap(cluster, jobs, max_tenants=1)
-        need = whole_gpu(cluster)
-        if free.count_fitting(need) == 0:
+        idle = IdleMap(cluster, jobs)
+        if idle.idle == 0:
             return []
-        up = len(free.gpus)
+        up = len(idle.gpus)
         sample = self.sample_on_admission
         heap = []   # (0 = sampling run first, predicted length, submit, id, job)
         for job in jobs:
@@ -56,9 +54,9 @@ class Sjf:
                              job.submit_time, job.id, job))
         heapq.heapify(heap)
         actions: list[Action] = []
-        while heap and free.count_fitting(need) > 0:
+        while heap and idle.idle > 0:
             first, _, _, _, job = heapq.heappop(heap)
-            start = start_exclusive(free, job, need, sample_only=first == 0)
+            start = start_exclusive(idle, job, sample_only=first == 0)
             if start is not None:
                 actions.append(start)
         return actions

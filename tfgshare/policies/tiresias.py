@@ -26,8 +26,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Sequence
 
 from .base import Action, ClusterSnapshot, JobState, JobView, Suspend
-from .exclusive import start_exclusive, whole_gpu
-from .placement import FreeMap, up_gpus
+from .exclusive import IdleMap, start_exclusive
 from .prediction import current_wait_s, run_s
 from .queueing import HOLDING, WAITING, any_waiting
 
@@ -66,17 +65,16 @@ class Tiresias:
         """Give GPUs to the best queues, preempting running jobs of worse queues."""
         if not any_waiting(jobs):
             return []
-        gpus = up_gpus(cluster)
-        up = len(gpus)
+        idle = IdleMap(cluster, jobs)
+        up = len(idle.gpus)
         keyed = []   # (queue, running first, submit, id, job) for jobs that may change
+        waiting = []
         pinned = 0   # GPUs of running jobs that must not be preempted now
-        busy: set[str] = set()
         best_waiting = worst_running = None
         smallest = up + 1
         for j in jobs:
             s = j.state
             if s in HOLDING:
-                busy.update(f.gpu for f in j.fragments)
                 if s is not JobState.RUNNING or (
                         j.last_start is not None and now - j.last_start < self.min_run_s):
                     pinned += j.num_gpus
@@ -87,17 +85,26 @@ class Tiresias:
                     worst_running = q
             elif s in WAITING and j.num_gpus <= up:
                 q = self.queue_of(j, now)
-                keyed.append((q, 1, j.submit_time, j.id, j))
+                waiting.append((q, 1, j.submit_time, j.id, j))
                 if best_waiting is None or q < best_waiting:
                     best_waiting = q
                 smallest = min(smallest, j.num_gpus)
         if best_waiting is None:
             return []
-        idle = up - sum(1 for g in busy if g in gpus)
-        if idle < smallest and (worst_running is None or worst_running <= best_waiting):
-            return []   # nothing fits and nobody may be preempted
-        free = FreeMap(cluster, jobs, max_tenants=1)
-        need = whole_gpu(cluster)
+        if worst_running is None or worst_running <= best_waiting:
+            # nobody may be preempted: fill the idle GPUs in priority order
+            if idle.idle < smallest:
+                return []
+            waiting.sort(key=lambda t: t[:4])
+            starts = []
+            for t in waiting:
+                start = start_exclusive(idle, t[4]) if idle.idle >= t[4].num_gpus else None
+                if start is not None:
+                    starts.append(start)
+                if idle.idle < smallest:
+                    break
+            return starts
+        keyed += waiting
         keyed.sort(key=lambda t: t[:4])
         left = up - pinned
         chosen: list[JobView] = []
@@ -113,8 +120,8 @@ class Tiresias:
         if not chosen:
             return []
         for v in victims:
-            free.release(v.fragments)
-        starts = [s for s in (start_exclusive(free, j, need) for j in chosen) if s is not None]
+            idle.release(f.gpu for f in v.fragments)
+        starts = [s for s in (start_exclusive(idle, j) for j in chosen) if s is not None]
         if not starts:
             return []   # nothing could be placed after all: preempt nobody
         return [Suspend(v.id) for v in victims] + starts
