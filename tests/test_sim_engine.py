@@ -175,6 +175,8 @@ def test_bad_actions_and_jobs_are_named(toy):
                                                 total_steps=5)], toy, get_policy("fifo"))
     with pytest.raises(ValueError, match="needs 4 GPUs but cluster 1x2 has 2"):
         simulate(load_cluster("1x2"), [job("x", 0, 5, gpus=4)], toy, get_policy("fifo"))
+    with pytest.raises(ValueError, match="needs 1000 MB, more than any GPU"):
+        simulate(load_cluster("1x1:1200"), [job("x", 0, 5)], toy, get_policy("fifo"))
     with pytest.raises(ValueError, match="appears twice"):
         simulate(load_cluster("1x1"), [job("x", 0, 5), job("x", 1, 5)], toy,
                  get_policy("fifo"))

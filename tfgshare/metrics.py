@@ -44,8 +44,9 @@ class JobRecord:
     ``waited_s`` is the time it did not run between submit and finish (queued,
     sampled-and-waiting, suspended). ``move_cost_s`` is the time its suspends,
     resumes and migrations cost it. ``predicted_total_s`` / ``actual_total_s``
-    are the remaining time predicted after sampling and the time it actually
-    took from then to finish (both None when it was never predicted).
+    are the remaining run time predicted right after sampling and the run time
+    (time holding GPUs, waits excluded) it actually took from then to finish;
+    both None when it was never predicted.
     """
 
     id: str

@@ -136,6 +136,7 @@ class Simulator:
     def _admit_all(self, jobs: Iterable, profiles: Profiles) -> list[SimJob]:
         out = []
         seen = set()
+        max_memory = max(g.memory_mb for g in self.cluster.gpus)
         for j in jobs:
             jid = str(j.id)
             if jid in seen:
@@ -154,6 +155,11 @@ class Simulator:
             if int(j.num_gpus) > self.cluster.num_gpus:
                 raise ValueError(f"job {jid} needs {j.num_gpus} GPUs but cluster "
                                  f"{self.cluster.name} has {self.cluster.num_gpus}")
+            if prof.memory_mb + self.cluster.reserve_mb > max_memory:
+                raise ValueError(f"job {jid}: {j.model} at batch size {j.batch_size} needs "
+                                 f"{prof.memory_mb:.0f} MB, more than any GPU of cluster "
+                                 f"{self.cluster.name} holds ({max_memory} MB less a "
+                                 f"{self.cluster.reserve_mb:.0f} MB reserve)")
             if not math.isfinite(j.submit_time) or j.submit_time < 0:
                 raise ValueError(f"job {jid}: submit time {j.submit_time!r} must be >= 0")
             out.append(SimJob(jid, float(j.submit_time), int(j.num_gpus), j.model,
