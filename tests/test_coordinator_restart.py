@@ -91,6 +91,8 @@ def test_sigkill_and_restart_keeps_jobs_and_readopts_running_ones(tmp_path, clea
     (on_n2,) = [j for j, (a, _) in starts.items() if a is n2]
     n1.event(on_n1[0], "progress", step=40, loss=1.0, step_time_s=0.1, images_per_sec=1.0,
              predicted_remaining_s=6.0)
+    # acknowledged means on disk: kill it the moment the answer arrives
+    ids += client.submit([s.JobSpec("vgg_16", max_number_of_steps=10)])
     first.kill()
 
     second = CoordinatorProcess(state, port)
@@ -128,4 +130,4 @@ def test_sigkill_and_restart_keeps_jobs_and_readopts_running_ones(tmp_path, clea
     n1b.event(on_n1[0], "finished", step=100, loss=0.5)
     n1b.exit(on_n1[0], 0)
     assert client.job(on_n1[0])["state"] == "finished"
-    assert len(client.jobs()) == 5
+    assert len(client.jobs()) == 6

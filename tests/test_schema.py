@@ -105,3 +105,21 @@ def test_runner_args_carry_only_set_flags():
     assert "--optimizer" not in args and args[-2:] == ["--foo", "1"]
     assert spec.requested_fraction is None
     assert s.JobSpec("vgg_16", memory_fraction=0.3).requested_fraction == 0.3
+
+
+from hypothesis import given, strategies as st  # noqa: E402
+
+_text = st.text(max_size=20)
+_specs = st.builds(
+    s.JobSpec, model_name=st.text(min_size=1, max_size=20), name=_text,
+    batch_size=st.integers(1, 4096), max_number_of_steps=st.integers(1, 10**9),
+    learning_rate=st.none() | st.floats(0, 10, allow_nan=False),
+    image_size=st.none() | st.integers(1, 2048), num_gpus=st.integers(1, 64),
+    memory_fraction=st.just("auto") | st.floats(0.001, 1.0),
+    priority=st.integers(-10, 10), extra=st.lists(_text, max_size=4))
+
+
+@given(st.lists(_specs, min_size=1, max_size=5))
+def test_any_valid_submit_round_trips(specs):
+    msg = s.Submit(jobs=specs)
+    assert s.decode(s.encode(msg)) == msg
