@@ -377,7 +377,14 @@ def test_prediction_error_reaches_the_report(make, agents):
     (row,) = client.metrics()["jobs"]
     assert row["predicted_s"] == pytest.approx(0.1)
     assert row["actual_s"] is not None and row["actual_s"] >= 0.2
-    assert client.metrics()["summary"]["pred_error_mean"] > 0
+    report_error = client.metrics()["summary"]["pred_error_mean"]
+    assert report_error > 0
+    time.sleep(0.2)                                  # a tick refreshes the gauges
+    gauge = ct.coord.metrics.registry.get_sample_value("tfgshare_prediction_error_mean")
+    assert gauge == pytest.approx(report_error)
+    registry = ct.coord.metrics.registry
+    assert registry.get_sample_value("tfgshare_jobs", {"state": "finished"}) == 1.0
+    assert registry.get_sample_value("tfgshare_jobs", {"state": "running"}) == 0.0
 
 
 def test_bad_coordinator_flags_and_state_file_are_named(tmp_path, capsys):

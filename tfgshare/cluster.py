@@ -21,7 +21,7 @@ from tfgshare.schema import GpuInfo, JobSpec, plain
 
 # LiveJob fields that are saved to the database (the rest is volatile)
 _VOLATILE = frozenset({"unknown", "gpu_memory_mb", "over_memory", "solo_util", "_view",
-                       "_spec_record"})
+                       "_spec_record", "_counted"})
 
 
 @dataclass(eq=False)
@@ -66,6 +66,15 @@ class LiveJob:
     solo_util: list[float] = field(default_factory=list)  # GPU util seen while sampling alone
     _view: JobView | None = field(default=None, repr=False)
     _spec_record: dict[str, Any] | None = field(default=None, repr=False)  # plain(spec)
+    _counted: tuple[str, bool, bool] | None = field(default=None, repr=False)  # in the counts
+
+    @property
+    def prediction_error(self) -> float | None:
+        """|predicted - actual| / actual run time after sampling, once finished."""
+        if self.state is not JobState.FINISHED or self.predicted_total_s is None:
+            return None
+        actual = self.run_time_s - self.run_at_prediction_s
+        return abs(self.predicted_total_s - actual) / actual if actual > 0 else None
 
     def touch(self) -> None:
         """Forget the cached view after a change."""
@@ -179,6 +188,9 @@ class Cluster:
         self.tenants: dict[str, dict[str, LiveJob]] = {}   # GPU id -> jobs holding it
         self.migrating: dict[str, LiveJob] = {}   # jobs with a migration target reserved
         self._views: dict[str, JobView] = {}       # what the policy sees, kept up to date
+        self.counts: dict[str, int] = {}          # jobs by state ("unknown" apart), kept up to date
+        self.over_count = 0                       # jobs over their fragment's memory
+        self.prediction_errors: list[float] = []  # of finished jobs
         self._gpus: tuple[GPU, ...] | None = None
 
     # ---- nodes -------------------------------------------------------------
@@ -268,8 +280,21 @@ class Cluster:
         return len(others)
 
     def refresh(self, job: LiveJob) -> None:
-        """Update the policy's view of a job after it changed."""
+        """Update the policy's view and the counts after a job changed."""
         job.touch()
+        counted = ("unknown" if job.unknown else job.state.value, bool(job.over_memory),
+                   job.state is JobState.FINISHED)
+        if counted != job._counted:
+            if job._counted is not None:
+                self.counts[job._counted[0]] -= 1
+                self.over_count -= job._counted[1]
+            self.counts[counted[0]] = self.counts.get(counted[0], 0) + 1
+            self.over_count += counted[1]
+            if counted[2] and not (job._counted and job._counted[2]):
+                err = job.prediction_error
+                if err is not None:
+                    self.prediction_errors.append(err)
+            job._counted = counted
         if job.state.done or job.unknown or (job.pinned and job.state.waiting):
             self._views.pop(job.id, None)
         else:

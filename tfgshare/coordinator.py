@@ -369,6 +369,7 @@ class Coordinator:
             text = "; ".join(over)
             if text != job.over_memory:
                 job.over_memory = text
+                self.cluster.refresh(job)
                 self._log(job, now, f"memory over its fragment: {text}" if text
                           else "memory back within its fragment")
         return {}

@@ -8,7 +8,7 @@ prints (``tfgshare.metrics``), built from the live jobs and the timeline.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
@@ -80,15 +80,10 @@ class CoordinatorMetrics:
 
     def update(self, cluster: Cluster, now: float) -> tuple[float, float, int]:
         """Refresh the gauges from the cluster; return (allocated, effective, queued)."""
-        counts = dict.fromkeys(STATES, 0)
-        over = 0
-        queued = 0
-        for job in cluster.jobs.values():
-            counts["unknown" if job.unknown else job.state.value] += 1
-            over += bool(job.over_memory)
-            queued += job.state.waiting
-        for state, n in counts.items():
-            self.jobs.labels(state).set(n)
+        counts = cluster.counts
+        for state in STATES:
+            self.jobs.labels(state).set(counts.get(state, 0))
+        queued = sum(counts.get(s.value, 0) for s in JobState if s.waiting)
         ngpus = sum(len(n.gpus) for n in cluster.up_nodes())
         allocated, effective, fragments = self.usage(cluster)
         self.gpus.set(ngpus)
@@ -96,9 +91,9 @@ class CoordinatorMetrics:
         self.fragments.set(fragments)
         self.util_alloc.set(allocated / ngpus if ngpus else 0.0)
         self.util_eff.set(effective / ngpus if ngpus else 0.0)
-        self.over.set(over)
-        err = prediction_error(cluster.jobs.values())
-        self.pred_error.set(math.nan if err is None else err)
+        self.over.set(cluster.over_count)
+        errors = cluster.prediction_errors
+        self.pred_error.set(sum(errors) / len(errors) if errors else math.nan)
         return allocated, effective, queued
 
 
@@ -117,17 +112,6 @@ def job_record(job: LiveJob, now: float) -> JobRecord:
         waited_s=waited, suspends=job.suspends, resumes=job.resumes,
         migrations=job.migrations, move_cost_s=job.move_cost_s,
         predicted_total_s=job.predicted_total_s, actual_total_s=actual)
-
-
-def prediction_error(jobs: Iterable[LiveJob]) -> float | None:
-    """Mean |predicted - actual| / actual over finished, predicted jobs."""
-    errs = []
-    for j in jobs:
-        if j.state is JobState.FINISHED and j.predicted_total_s is not None:
-            actual = j.run_time_s - j.run_at_prediction_s
-            if actual > 0:
-                errs.append(abs(j.predicted_total_s - actual) / actual)
-    return sum(errs) / len(errs) if errs else None
 
 
 def job_rows(cluster: Cluster, now: float) -> list[dict[str, Any]]:
