@@ -180,6 +180,8 @@ class Coordinator:
             sock.close(0)
             ctx.term()
             self.store.close()
+            log.info("stopped")
+            flush_logs()
 
     def _flush(self, sock: zmq.Socket) -> None:
         """Commit this turn's writes, then send its replies and agent commands."""
