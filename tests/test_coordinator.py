@@ -421,3 +421,22 @@ def test_a_failing_policy_does_not_stop_the_coordinator(tmp_path, agents):
         assert ct.thread.is_alive()
     finally:
         ct.close()
+
+
+def test_agent_that_cannot_suspend_a_job_sends_it_back_to_the_queue(make, agents):
+    ct, client = make(policy="fifo")
+    agent = agents(ct.address, "n1")
+    agent.register()
+    a, b = client.submit([spec(), spec()])
+    agent.wait_command(s.StartJob, a)
+    agent.auto_ack = False
+    client.suspend(a)
+    cmd = agent.wait_command(s.SuspendJob, a)
+    agent.send(s.reply_error(cmd, f"no runner for {a}"))
+    deadline = time.monotonic() + 5
+    while client.job(a)["state"] != "suspended (held)" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    info = client.job(a)
+    assert info["state"] == "suspended (held)" and "has no runner for it" in info["reason"]
+    agent.auto_ack = True
+    assert agent.wait_command(s.StartJob, b).attempt == 1   # its GPU is free again

@@ -520,14 +520,18 @@ class Coordinator:
         node = self.peers.get(peer, peer.hex())
         log.warning("node %s refused %s for %s: %s", node, kind, job_id, msg.reason)
         job = self.cluster.active.get(job_id)
-        if kind == "start_job" and job is not None and job.attempt == attempt \
-                and job.state.holds_gpu:
-            now = self.clock()
+        if job is None or job.attempt != attempt or not job.state.holds_gpu:
+            return
+        now = self.clock()
+        if kind == "start_job":
             job.retries += 1
             if job.retries > self.config.max_retries:
                 self._finish(job, JobState.FAILED, now, f"agent refused to start it: {msg.reason}")
             else:
                 self._requeue(job, now, f"agent refused to start it: {msg.reason}")
+        elif kind in ("suspend_job", "cancel_job", "adopt"):
+            # no such runner there: back to the queue from its last checkpoint
+            self._requeue(job, now, f"agent has no runner for it ({msg.reason})")
 
     # ---- transitions ---------------------------------------------------------------
 
