@@ -439,4 +439,5 @@ def test_agent_that_cannot_suspend_a_job_sends_it_back_to_the_queue(make, agents
     info = client.job(a)
     assert info["state"] == "suspended (held)" and "has no runner for it" in info["reason"]
     agent.auto_ack = True
+    assert agent.wait_command(s.KillJob, a)
     assert agent.wait_command(s.StartJob, b).attempt == 1   # its GPU is free again
