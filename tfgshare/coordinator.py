@@ -531,9 +531,9 @@ class Coordinator:
                 self._requeue(job, now, f"agent refused to start it: {msg.reason}")
         elif kind in ("suspend_job", "cancel_job", "adopt"):
             # no such runner there: make sure, and back to the queue from its checkpoint
-            node_ = self.cluster.nodes.get(job.node or "")
-            if node_ is not None:
-                self._send(node_, s.KillJob(job=job.id))
+            holder = self.cluster.nodes.get(job.node or "")
+            if holder is not None:
+                self._send(holder, s.KillJob(job=job.id))
             self._requeue(job, now, f"agent has no runner for it ({msg.reason})")
 
     # ---- transitions ---------------------------------------------------------------
