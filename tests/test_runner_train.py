@@ -78,7 +78,7 @@ def test_session_gets_the_memory_fraction(tmp_path, monkeypatch):
 
 
 def _prediction_errors(train_dir):
-    config = small_config(train_dir, max_number_of_steps=250, batch_size=32, warmup_steps=5,
+    config = small_config(train_dir, max_number_of_steps=200, batch_size=32, warmup_steps=5,
                           num_sample_steps=30, max_sample_share=0.15, log_every_n_steps=50,
                           deterministic=False)
     result, events = run(config)
@@ -158,18 +158,19 @@ def test_periodic_checkpoints_keep_the_newest(tmp_path):
 
 
 def test_two_towers_share_one_set_of_weights(tmp_path):
-    two, events = run(small_config(tmp_path, num_gpus=2, batch_size=8, max_number_of_steps=30,
-                                   optimizer="adam", learning_rate=0.002, log_every_n_steps=5))
+    two, events = run(small_config(tmp_path, num_gpus=2, batch_size=8, max_number_of_steps=20,
+                                   optimizer="momentum", learning_rate=0.02,
+                                   log_every_n_steps=5))
     assert two.devices == ["/cpu:0", "/cpu:0"]
     assert events[-1]["event"] == "finished"
     first, last = losses(events)[:2], losses(events)[-2:]
     assert sum(last) < sum(first)
-    one, _ = run(small_config(tmp_path / "one", max_number_of_steps=1, optimizer="adam"))
+    one, _ = run(small_config(tmp_path / "one", max_number_of_steps=1, optimizer="momentum"))
     assert sorted(checkpoint_values(two.checkpoint)) == sorted(checkpoint_values(one.checkpoint))
     # a two-tower job resumes on one device (migration to fewer GPUs)
-    moved, _ = run(small_config(tmp_path, num_gpus=1, max_number_of_steps=32, optimizer="adam",
-                                learning_rate=0.002))
-    assert moved.global_step == 32 and moved.restored_from.endswith("model.ckpt-30")
+    moved, _ = run(small_config(tmp_path, num_gpus=1, max_number_of_steps=22,
+                                optimizer="momentum", learning_rate=0.02))
+    assert moved.global_step == 22 and moved.restored_from.endswith("model.ckpt-20")
 
 
 def test_checkpoint_of_another_model_is_refused(tmp_path):
@@ -213,3 +214,34 @@ def test_bad_input_exits_with_a_clear_message(tmp_path, capsys, flags, words):
     assert code == rp.EXIT_BAD_INPUT
     assert words in capsys.readouterr().err
     assert words in list(rp.iter_events(events_file))[-1]["message"]
+
+
+def test_a_crash_loses_at_most_the_steps_since_the_last_periodic_checkpoint(tmp_path):
+    class Crash(Exception):
+        pass
+
+    def crash_at_step_8(event):
+        if event["event"] == "progress" and event["step"] == 8:
+            raise Crash
+
+    with pytest.raises(Crash):
+        runner.train(small_config(tmp_path, max_number_of_steps=20, save_interval_steps=5),
+                     on_event=crash_at_step_8)
+    resumed, events = run(small_config(tmp_path, max_number_of_steps=20, save_interval_steps=5))
+    assert events[0]["restored"] is True and events[0]["global_step"] == 5
+    assert resumed.global_step == 20
+
+
+def test_time_based_checkpoints(tmp_path, monkeypatch):
+    clock = [1000.0]
+    monkeypatch.setattr(runner.time, "monotonic", lambda: clock[0])
+
+    def tick(event):
+        if event["event"] == "progress":
+            clock[0] += 4.0   # every step "takes" four seconds
+
+    runner.train(small_config(tmp_path, max_number_of_steps=9, save_interval_secs=10),
+                 on_event=tick)
+    saved = sorted(int(p.name.split("-")[1].split(".")[0])
+                   for p in tmp_path.glob("model.ckpt-*.index"))
+    assert saved == [3, 6, 9]   # 12 s after the start, 12 s later, and the final save
