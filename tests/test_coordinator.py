@@ -441,3 +441,18 @@ def test_agent_that_cannot_suspend_a_job_sends_it_back_to_the_queue(make, agents
     agent.auto_ack = True
     assert agent.wait_command(s.KillJob, a)
     assert agent.wait_command(s.StartJob, b).attempt == 1   # its GPU is free again
+
+
+def test_malformed_runner_event_is_refused_and_the_job_keeps_running(make, agents):
+    ct, client = make()
+    agent = agents(ct.address, "n1")
+    agent.register()
+    (jid,) = client.submit([spec()])
+    agent.wait_command(s.StartJob, jid)
+    reply = agent.event(jid, "progress", step="seven")
+    assert isinstance(reply, s.Error) and "step must be a number" in reply.reason
+    reply = agent.event(jid, "sample", step_time_mean_s=None, peak_memory_mb=1.0)
+    assert isinstance(reply, s.Error) and "step_time_mean_s" in reply.reason
+    agent.event(jid, "progress", step=8, predicted_remaining_s=1.5)
+    info = client.job(jid)
+    assert info["state"] == "running" and info["steps_done"] == 8

@@ -421,17 +421,16 @@ class Coordinator:
         details = " ".join(f"{k}={_short(v)}" for k, v in ev.items() if k not in ("event", "time"))
         self._log(job, now, f"{msg.node} #{msg.attempt} {name} {details}".rstrip(),
                   decision=name in ("started", "sample", "suspended", "finished", "error"))
-        if name == "started":
-            job.steps_done = int(ev.get("global_step", job.steps_done) or 0)
-        elif name == "progress":
-            job.steps_done = int(ev.get("step", job.steps_done))
-            if ev.get("predicted_remaining_s") is not None:
-                job.predicted_remaining_s = float(ev["predicted_remaining_s"])
+        step = _number(ev, "global_step" if name == "started" else "step", int)
+        if step is not None and name in ("started", "progress", "finished", "suspended",
+                                         "checkpoint"):
+            job.steps_done = step
+        if name == "progress":
+            left = _number(ev, "predicted_remaining_s", float)
+            if left is not None:
+                job.predicted_remaining_s = left
         elif name == "sample":
             self._record_sample(job, ev, now)
-        elif name in ("finished", "suspended", "checkpoint"):
-            if ev.get("step") is not None:
-                job.steps_done = int(ev["step"])
         elif name == "error":
             job.reason = str(ev.get("message", ""))
         self._save(job)
@@ -898,6 +897,17 @@ def round_stats(seconds: Sequence[float]) -> dict[str, float | int | None]:
         return 1000 * ordered[min(len(ordered) - 1, int(q * len(ordered)))]
     return {"count": len(ordered), "p50_ms": pct(0.50), "p99_ms": pct(0.99),
             "max_ms": 1000 * ordered[-1]}
+
+
+def _number(event: dict[str, Any], key: str, kind: type) -> Any:
+    """``event[key]`` as an int or float, None when absent; RequestError when not a number."""
+    value = event.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise RequestError(f"event {event.get('event')!r}: {key} must be a number, "
+                           f"got {value!r}")
+    return kind(value)
 
 
 def _guess_id(data: bytes) -> str:
