@@ -935,7 +935,9 @@ def parser() -> argparse.ArgumentParser:
                                 description="Run the ZeroMQ coordinator.")
     p.add_argument("--bind", default=DEFAULT_ADDRESS, help="ZMQ address to bind (ROUTER)")
     p.add_argument("--state", required=True, help="SQLite state file (created if missing)")
-    p.add_argument("--policy", default="fgs", help="scheduling policy name")
+    from tfgshare.policies.registry import POLICY_NAMES
+    p.add_argument("--policy", default="fgs",
+                   help=f"scheduling policy (default fgs; one of {', '.join(POLICY_NAMES)})")
     p.add_argument("--policy-param", action="append", default=[], metavar="KEY=VALUE",
                    help="a policy parameter (JSON value), repeatable")
     p.add_argument("--checkpoint-root", default=None,
