@@ -1,18 +1,18 @@
 """``tfgshare demo``: a local cluster trains a mixed batch of small TF-Slim jobs.
 
 It starts a coordinator and one agent with two virtual GPUs on loopback (jobs
-train on the CPU), submits small lenet / cifarnet / mobilenet_v1 jobs, one of
-which needs most of a GPU and must wait for a fragment, shows live progress,
-suspends and resumes one job and migrates another to the other GPU, and ends
-with the per-job table and the utilisation figures. Every process it started
-is stopped at the end, on Ctrl-C and on error.
+train on the CPU), submits small lenet / cifarnet / mobilenet_v1 jobs, shows
+live progress, migrates one running job to the other GPU, suspends and resumes
+another, then submits a job that needs most of a GPU: both GPUs are partly used,
+so it waits for a fragment. It ends with the per-job table and the utilisation
+figures. Every process it started is stopped at the end, on Ctrl-C and on error.
 """
 
 from __future__ import annotations
 
 import argparse
 import shutil
-import sys
+import signal
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -30,59 +30,96 @@ from tfgshare.schema import JobSpec
 NODE = "node1"
 # model, image size, batch, steps, fraction: small enough for a 2-core CPU
 SMALL = [
-    ("lenet", None, 16, 1500, 0.3),
-    ("cifarnet", None, 8, 250, 0.3),
-    ("mobilenet_v1", 32, 8, 200, 0.3),
-    ("lenet", None, 16, 1000, 0.3),
-    ("mobilenet_v1", 32, 8, 150, 0.3),
+    ("lenet", None, 8, 300, 0.35),
+    ("cifarnet", None, 8, 100, 0.35),
+    ("mobilenet_v1", 32, 8, 40, 0.35),
+    ("lenet", None, 8, 200, 0.35),
+    ("mobilenet_v1", 32, 8, 40, 0.35),
 ]
-BIG = ("cifarnet", None, 8, 200, 0.9)   # needs almost a whole GPU: waits for one
+# submitted once the small jobs are spread over both GPUs: it waits for room
+BIG = ("cifarnet", None, 8, 60, 0.75)
+LATE_AFTER_S = 50.0   # submit it by then even if the moves have not happened yet
 MAX_JOBS = len(SMALL) + 1
-RUNNER_FLAGS = ["--warmup_steps", "2", "--num_sample_steps", "8", "--log_every_n_steps", "5",
+RUNNER_FLAGS = ["--warmup_steps", "1", "--num_sample_steps", "5", "--log_every_n_steps", "5",
                 "--save_interval_secs", "0"]
 
 
-def demo_jobs(n: int) -> list[JobSpec]:
-    """The demo's batch: ``n - 1`` small jobs, then the big one."""
-    rows = SMALL[:n - 1] + [BIG]
+def spec(row: tuple, name: str) -> JobSpec:
+    """A job of the catalogue as a JobSpec."""
+    model, size, batch, steps, fraction = row
     # the image size travels as a runner flag (the runner's name for it is --image_size)
-    return [JobSpec(model_name=m, name=f"demo-{i}-{m}", batch_size=b,
-                    max_number_of_steps=steps, memory_fraction=f,
-                    extra=RUNNER_FLAGS + (["--image_size", str(size)] if size else []))
-            for i, (m, size, b, steps, f) in enumerate(rows, 1)]
+    return JobSpec(model_name=model, name=name, batch_size=batch, max_number_of_steps=steps,
+                   memory_fraction=fraction,
+                   extra=RUNNER_FLAGS + (["--image_size", str(size)] if size else []))
+
+
+def demo_jobs(n: int) -> tuple[list[JobSpec], JobSpec]:
+    """The demo's first batch (``n - 1`` small jobs) and the big job submitted later."""
+    small = [spec(row, f"demo-{i}-{row[0]}") for i, row in enumerate(SMALL[:n - 1], 1)]
+    return small, spec(BIG, f"demo-{n}-{BIG[0]}-big")
 
 
 @dataclass
 class Script:
-    """The moves the demo forces: one suspend + resume, one migration."""
+    """What the demo forces: a migration to the other GPU, a suspend + resume, a late big job.
 
-    mover: str | None
-    holder: str | None
-    migrated: bool = False
+    A move goes to a running job that has made a few steps in its current
+    attempt and is not near its end; a migration is retried until the other GPU
+    has room. The big job is submitted once both moves are done (or after
+    ``LATE_AFTER_S``), when both GPUs hold small jobs, so it has to wait.
+    """
+
+    big: JobSpec
+    t0: float
+    mover: str | None = None
+    holder: str | None = None
+    big_id: str | None = None
     suspended_at: float | None = None
     resumed: bool = False
     notes: list[str] = field(default_factory=list)
+    _run_from: dict[str, int] = field(default_factory=dict)   # job -> steps when seen running
 
-    def step(self, client, jobs: dict[str, dict], now: float) -> None:
-        """Issue the next forced move when its job is ready for it."""
-        if self.mover and not self.migrated:
-            job = jobs[self.mover]
-            if job["state"] == "running" and job["steps_done"] >= 0.15 * job["total_steps"]:
+    def step(self, client, jobs: dict[str, dict], now: float) -> list[str]:
+        """Issue the moves that are due; return ids of jobs it submitted."""
+        for j in jobs.values():
+            if j["state"] == "running":
+                self._run_from.setdefault(j["id"], j["steps_done"])
+            else:
+                self._run_from.pop(j["id"], None)
+        ready = [j for j in jobs.values() if j["state"] == "running"
+                 and j["steps_done"] >= self._run_from[j["id"]] + 5
+                 and j["steps_done"] <= 0.7 * j["total_steps"]]
+        if self.mover is None:
+            for job in ready:
                 here = job["fragments"][0][0]
                 there = f"{NODE}:{1 - int(here.split(':')[1])}"
-                self._try(lambda: client.migrate(self.mover, there),
-                          f"migrate {self.mover} from {here} to {there}", "migrated")
-        if self.holder and self.suspended_at is None:
-            job = jobs[self.holder]
-            if job["state"] == "running" and job["steps_done"] >= 0.2 * job["total_steps"]:
-                if self._try(lambda: client.suspend(self.holder), f"suspend {self.holder}"):
-                    self.suspended_at = now
-        elif self.holder and not self.resumed and jobs[self.holder]["state"].startswith("suspended") \
-                and now - self.suspended_at > 3:
+                if self._try(lambda: client.migrate(job["id"], there),
+                             f"migrate {job['id']} from {here} to {there}"):
+                    self.mover = job["id"]
+                    break
+        if self.holder is None:
+            for job in ready:
+                if job["id"] != self.mover and self._try(lambda: client.suspend(job["id"]),
+                                                          f"suspend {job['id']}"):
+                    self.holder, self.suspended_at = job["id"], now
+                    break
+        elif not self.resumed and jobs[self.holder]["state"].startswith("suspended") \
+                and now - self.suspended_at > 2:
             self.resumed = self._try(lambda: client.resume(self.holder),
                                      f"resume {self.holder}")
+        if self.big_id is None and ((self.mover and self.resumed)
+                                    or now - self.t0 > LATE_AFTER_S):
+            (self.big_id,) = client.submit([self.big])
+            self.notes.append(f"submit {self.big_id}: {self.big.model_name} needing "
+                              f"{self.big.memory_fraction} of a GPU")
+            return [self.big_id]
+        return []
 
-    def _try(self, call, what: str, flag: str | None = None) -> bool:
+    @property
+    def done(self) -> bool:
+        return bool(self.mover and self.resumed and self.big_id)
+
+    def _try(self, call, what: str) -> bool:
         try:
             call()
         except Refused as exc:
@@ -90,8 +127,6 @@ class Script:
                 self.notes.append(f"{what} refused: {exc}")
             return False
         self.notes.append(what)
-        if flag:
-            setattr(self, flag, True)
         return True
 
 
@@ -122,7 +157,7 @@ def render(jobs: list[dict], nodes: list[dict], elapsed: float, notes: list[str]
 def main(argv: list[str] | None = None) -> int:
     """Run the demo; 0 when every job finished and the moves happened."""
     p = argparse.ArgumentParser(prog="tfgshare demo", description=__doc__.split("\n\n")[0])
-    p.add_argument("--jobs", type=int, default=5,
+    p.add_argument("--jobs", type=int, default=4,
                    help=f"jobs to submit, 2..{MAX_JOBS} (default 5)")
     p.add_argument("--policy", default="fgs", help="scheduling policy (default fgs)")
     p.add_argument("--dir", type=Path, help="where state and logs go (default: a temp dir)")
@@ -131,9 +166,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="give up after this many seconds (default 170)")
     p.add_argument("--plain", action="store_true", help="print changes instead of a live view")
     args = p.parse_args(argv)
-    if not 2 <= args.jobs <= MAX_JOBS:
-        p.error(f"--jobs must be between 2 and {MAX_JOBS}")
-    console = Console()
+    if not 3 <= args.jobs <= MAX_JOBS:
+        p.error(f"--jobs must be between 3 and {MAX_JOBS}")
+    console = Console(soft_wrap=True)
+    for sig in (signal.SIGTERM, signal.SIGINT):   # a kill also stops what we started
+        signal.signal(sig, _interrupt)
     root = args.dir or Path(tempfile.mkdtemp(prefix="tfgshare-demo-"))
     # every job looks GPU-bound on a CPU: let up to three share a GPU anyway,
     # and allow moves right after a start, so the demo shows both in minutes
@@ -148,12 +185,13 @@ def main(argv: list[str] | None = None) -> int:
         cluster.wait_nodes({NODE})
         console.print(f"coordinator {cluster.address}, agent {NODE} with 2 virtual 16 GiB GPUs")
         with cluster.client(timeout_s=5.0) as client:
-            ids = client.submit(demo_jobs(args.jobs))
+            small, big = demo_jobs(args.jobs)
+            ids = client.submit(small)
             console.print(f"submitted {len(ids)} jobs: {', '.join(ids)}")
-            ok = watch(client, ids, console, args, t0)
+            ok = watch(client, ids, Script(big, t0), console, args, t0)
             report = client.metrics()
         console.print()
-        console.print(report["report"])
+        console.print(report["report"], highlight=False)
         s = report.get("summary") or {}
         if s:
             console.print(f"\nGPU utilisation over the run: allocated "
@@ -173,18 +211,19 @@ def main(argv: list[str] | None = None) -> int:
                           f"logs: {root / 'logs'} (agent runs: {root / 'agents'})")
         elif args.dir is None:
             shutil.rmtree(root, ignore_errors=True)
+            console.print(f"removed {root} (--keep keeps the state and logs)")
         console.print(f"demo {'done' if ok else 'did not complete'} in {took:.0f}s; "
                       "all processes stopped")
     return 0 if ok else 1
 
 
-def watch(client, ids: list[str], console: Console, args, t0: float) -> bool:
+def _interrupt(signum, _frame):
+    raise KeyboardInterrupt
+
+
+def watch(client, ids: list[str], script: Script, console: Console, args, t0: float) -> bool:
     """Show progress until every job is done, forcing the scripted moves; True if all finished."""
-    jobs_by_id = {j["id"]: j for j in client.jobs()}
-    models = {i: jobs_by_id[i]["model"] for i in ids}
-    mover = next((i for i in ids if models[i] == "lenet"), ids[0])
-    holder = next((i for i in ids if models[i] == "cifarnet" and i != mover), ids[-1])
-    script = Script(mover, holder)
+    wanted = set(ids)
     live = None if args.plain or not console.is_terminal else Live(console=console,
                                                                    refresh_per_second=4)
     seen: dict[str, str] = {}
@@ -194,9 +233,9 @@ def watch(client, ids: list[str], console: Console, args, t0: float) -> bool:
             live.start()
         while True:
             now = time.monotonic()
-            jobs = [j for j in client.jobs() if j["id"] in models]
+            jobs = [j for j in client.jobs() if j["id"] in wanted]
             by_id = {j["id"]: j for j in jobs}
-            script.step(client, by_id, now)
+            wanted.update(script.step(client, by_id, now))
             if live:
                 live.update(render(jobs, client.nodes(), now - t0, script.notes))
             else:
@@ -209,7 +248,8 @@ def watch(client, ids: list[str], console: Console, args, t0: float) -> bool:
                 for n in script.notes[noted:]:
                     console.print(f"[{now - t0:6.1f}s] -> {n}")
                 noted = len(script.notes)
-            if all(j["state"] in ("finished", "failed", "cancelled") for j in jobs):
+            done = all(j["state"] in ("finished", "failed", "cancelled") for j in jobs)
+            if done and script.big_id in by_id:
                 break
             if now - t0 > args.timeout:
                 console.print(f"[red]not all jobs finished within {args.timeout:g}s[/]")
@@ -221,6 +261,6 @@ def watch(client, ids: list[str], console: Console, args, t0: float) -> bool:
     failed = [j["id"] for j in jobs if j["state"] != "finished"]
     if failed:
         console.print(f"[red]jobs not finished: {', '.join(failed)}[/]")
-    if not (script.migrated and script.resumed):
-        console.print("[yellow]the forced suspend/migration did not both happen[/]")
-    return not failed and script.migrated and script.resumed
+    if not script.done:
+        console.print("[yellow]the forced migration and suspend/resume did not both happen[/]")
+    return not failed and script.done

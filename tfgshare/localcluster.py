@@ -2,8 +2,9 @@
 
 Every process starts in its own session (process group) with its output in
 ``<root>/logs/<name>.log``; ``stop`` ends each of them, politely first (SIGTERM,
-so an agent checkpoints its runners) and then with SIGKILL. Runners die with
-their agent. The coordinator's state and the shared checkpoint directory live
+so an agent checkpoints its runners) and then with SIGKILL. Each dies with the
+process that started it (so a killed demo or test run leaves none behind), and
+runners die with their agent. The coordinator's state and the shared checkpoint directory live
 under ``root``.
 """
 
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tfgshare.client import Client
+from tfgshare.supervisor import die_with_parent
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -166,7 +168,8 @@ class LocalCluster:
         with open(self.log(name), "ab") as out:
             self.procs[name] = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out,
                                                 stderr=subprocess.STDOUT, env=env,
-                                                start_new_session=True)
+                                                start_new_session=True,
+                                                preexec_fn=die_with_parent(os.getpid()))
 
     def _check_alive(self, name: str) -> None:
         proc = self.procs.get(name)

@@ -125,7 +125,7 @@ class Supervisor:
             popen = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out,
                                      stderr=subprocess.STDOUT, env=env,
                                      start_new_session=True,
-                                     preexec_fn=_die_with_parent(os.getpid()))
+                                     preexec_fn=die_with_parent(os.getpid()))
         proc = RunnerProc(job, attempt, indices, events, log, popen, sample_only)
         self.runners[job] = proc
         return proc
@@ -253,8 +253,8 @@ def _signal(proc: RunnerProc, sig: int, group: bool = False) -> None:
         pass
 
 
-def _die_with_parent(parent_pid: int):
-    """A preexec hook: the child gets SIGKILL when its parent dies (Linux)."""
+def die_with_parent(parent_pid: int):
+    """A Popen preexec hook: the child gets SIGKILL when its parent dies (Linux)."""
     def hook() -> None:
         try:
             libc = ctypes.CDLL(None, use_errno=True)
