@@ -1,1 +1,12 @@
-"""Scheduling policies: pure functions of a cluster snapshot and the jobs."""
+"""Scheduling policies: pure functions of a cluster snapshot and the jobs.
+
+- ``base``: the interface (JobView, ClusterSnapshot, Start/Suspend/Migrate, Policy).
+- ``registry``: ``POLICY_NAMES`` and ``get_policy(name, **params)``.
+- ``placement``: fragment accounting (``usage``, ``free_fraction``, ``fraction_for``),
+  placement (``FreeMap``, ``best_fit``, ``gang_place``) and ``validate``.
+- ``exclusive``: whole-GPU placement for fifo, sjf and tiresias.
+- ``interference``: the predicted co-location slowdown model.
+- ``prediction``, ``queueing``: remaining time, waiting time, arrival order.
+- Policies: ``fifo``, ``sjf``, ``tiresias``, ``gandiva``, ``fgs``.
+- ``builders``: short constructors for hand-made clusters and jobs.
+"""

@@ -12,6 +12,7 @@ fewer idle GPUs; if no node can hold the gang, the fewest nodes.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Iterable
 
 from .base import ClusterSnapshot, Fragment, GPU, JobView, Start
@@ -26,12 +27,9 @@ class IdleMap:
         self.reserve_mb = cluster.reserve_mb
         self.gpus = up_gpus(cluster)
         self._order = by_room(cluster)
-        self.tenants: dict[str, int] = {}
-        for j in jobs:
-            if j.fragments and j.state in HOLDING:
-                for f in j.fragments:
-                    self.tenants[f.gpu] = self.tenants.get(f.gpu, 0) + 1
-        self.idle = len(self.gpus) - sum(1 for g in self.tenants if g in self.gpus)
+        self.tenants: dict[str, int] = Counter(
+            [f.gpu for j in jobs if j.fragments and j.state in HOLDING for f in j.fragments])
+        self.idle = len(self.gpus) - len(self.tenants.keys() & self.gpus.keys())
 
     def whole(self, gpu: GPU) -> float:
         """The fraction of a whole GPU: all of it less the context reserve."""

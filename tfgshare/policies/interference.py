@@ -50,7 +50,7 @@ def room_for(tenants: int, total_util: float, cap: float,
              overhead: float = DEFAULT_OVERHEAD) -> float:
     """``util_room`` from the tenants' count and summed utilisation alone."""
     limit = cap / (1.0 + overhead * tenants)   # the most max(1, total demand) may reach
-    if limit < 1.0 - 1e-12:
+    if limit < 1.0 - 1e-9:
         return -1.0
     room = limit - total_util
     return -1.0 if room < 0 else min(1.0, room)

@@ -27,8 +27,9 @@ from typing import ClassVar, Sequence
 
 from .base import Action, ClusterSnapshot, JobState, JobView, Suspend
 from .exclusive import IdleMap, start_exclusive
+from .placement import up_gpus
 from .prediction import current_wait_s, run_s
-from .queueing import HOLDING, WAITING, any_waiting
+from .queueing import HOLDING, WAITING
 
 
 @dataclass
@@ -63,36 +64,40 @@ class Tiresias:
     def decide(self, now: float, cluster: ClusterSnapshot,
                jobs: Sequence[JobView]) -> list[Action]:
         """Give GPUs to the best queues, preempting running jobs of worse queues."""
-        if not any_waiting(jobs):
-            return []
-        idle = IdleMap(cluster, jobs)
-        up = len(idle.gpus)
-        keyed = []   # (queue, running first, submit, id, job) for jobs that may change
-        waiting = []
-        pinned = 0   # GPUs of running jobs that must not be preempted now
-        best_waiting = worst_running = None
+        up = len(up_gpus(cluster))
+        waiting = []   # (queue, 1, submit, id, job)
+        running = []   # running jobs that may be preempted now
+        pinned = 0     # GPUs of jobs that must not be preempted now
+        best_waiting = None
+        most_served = -1.0
         smallest = up + 1
+        wanted = 0     # GPUs the waiting jobs ask for in all
         for j in jobs:
             s = j.state
-            if s in HOLDING:
-                if s is not JobState.RUNNING or (
-                        j.last_start is not None and now - j.last_start < self.min_run_s):
-                    pinned += j.num_gpus
-                    continue
-                q = self.queue_of(j, now)
-                keyed.append((q, 0, j.submit_time, j.id, j))
-                if worst_running is None or q > worst_running:
-                    worst_running = q
-            elif s in WAITING and j.num_gpus <= up:
-                q = self.queue_of(j, now)
-                waiting.append((q, 1, j.submit_time, j.id, j))
-                if best_waiting is None or q < best_waiting:
-                    best_waiting = q
-                smallest = min(smallest, j.num_gpus)
+            if s in WAITING:
+                if j.num_gpus <= up:
+                    q = self.queue_of(j, now)
+                    waiting.append((q, 1, j.submit_time, j.id, j))
+                    if best_waiting is None or q < best_waiting:
+                        best_waiting = q
+                    if j.num_gpus < smallest:
+                        smallest = j.num_gpus
+                    wanted += j.num_gpus
+            elif s is JobState.RUNNING and (
+                    j.last_start is None or now - j.last_start >= self.min_run_s):
+                running.append(j)
+                if j.attained_service_s > most_served:
+                    most_served = j.attained_service_s
+            elif s in HOLDING:
+                pinned += j.num_gpus
         if best_waiting is None:
             return []
-        if worst_running is None or worst_running <= best_waiting:
-            # nobody may be preempted: fill the idle GPUs in priority order
+        idle = IdleMap(cluster, jobs)
+        # a running job is in a worse queue than the best waiting one iff it
+        # has crossed that queue's upper threshold
+        if (wanted <= idle.idle or best_waiting >= len(self.thresholds)
+                or most_served < self.thresholds[best_waiting]):
+            # everyone fits, or nobody may be preempted: fill idle GPUs in priority order
             if idle.idle < smallest:
                 return []
             waiting.sort(key=lambda t: t[:4])
@@ -104,6 +109,7 @@ class Tiresias:
                 if idle.idle < smallest:
                     break
             return starts
+        keyed = [(self.queue_of(j, now), 0, j.submit_time, j.id, j) for j in running]
         keyed += waiting
         keyed.sort(key=lambda t: t[:4])
         left = up - pinned
