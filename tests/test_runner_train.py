@@ -55,6 +55,9 @@ def test_events_carry_the_protocol_fields(tmp_path):
         assert event["job_id"] == "job-3"
     assert list(rp.iter_events(events_file)) == events
     assert [e["step"] for e in events if e["event"] == "progress"] == list(range(1, 11))
+    # a checkpoint right after the sample (the job may be moved then), and at the end
+    assert [e["step"] for e in events if e["event"] == "checkpoint"] == [4, 10]
+    assert names.index("checkpoint") == names.index("sample") + 1
     assert events[0]["restored"] is False and events[0]["global_step"] == 0
 
 
@@ -84,12 +87,12 @@ def _prediction_errors(train_dir):
     result, events = run(config)
     by_name = {e["event"]: e for e in events}
     sample, finished = by_name["sample"], by_name["finished"]
-    assert (sample["warmup_steps"], sample["sampled_steps"]) == (5, 30)
+    assert (sample["warmup_steps"], sample["sampled_steps"]) == (5, 25)
     assert sample["memory_source"] == "process_rss_peak" and sample["peak_memory_mb"] > 10
     assert sample["images_per_sec"] == pytest.approx(32 / sample["step_time_mean_s"])
     on_disk = json.loads((train_dir / runner.SAMPLE_FILE).read_text())
     assert on_disk["predicted_total_s"] == sample["predicted_total_s"]
-    assert on_disk["step"] == 35
+    assert on_disk["step"] == 30
     assert result.sample == {k: v for k, v in sample.items() if k not in ("event", "time")}
     saving = sum(e["seconds"] for e in events if e["event"] == "checkpoint")
     measured_rest = finished["time"] - sample["time"] - saving
@@ -150,7 +153,7 @@ def test_sample_only_checkpoints_and_suspends(tmp_path):
 
 def test_periodic_checkpoints_keep_the_newest(tmp_path):
     result, events = run(small_config(tmp_path, max_number_of_steps=14, save_interval_steps=3,
-                                      max_to_keep=2))
+                                      max_to_keep=2, num_sample_steps=0))
     assert [e["step"] for e in events if e["event"] == "checkpoint"] == [3, 6, 9, 12, 14]
     kept = sorted(p.name for p in tmp_path.glob("model.ckpt-*.index"))
     assert kept == ["model.ckpt-12.index", "model.ckpt-14.index"]
@@ -240,8 +243,8 @@ def test_time_based_checkpoints(tmp_path, monkeypatch):
         if event["event"] == "progress":
             clock[0] += 4.0   # every step "takes" four seconds
 
-    runner.train(small_config(tmp_path, max_number_of_steps=9, save_interval_secs=10),
-                 on_event=tick)
+    runner.train(small_config(tmp_path, max_number_of_steps=9, save_interval_secs=10,
+                              num_sample_steps=0), on_event=tick)
     saved = sorted(int(p.name.split("-")[1].split(".")[0])
                    for p in tmp_path.glob("model.ckpt-*.index"))
     assert saved == [3, 6, 9]   # 12 s after the start, 12 s later, and the final save

@@ -148,7 +148,8 @@ def train_loop(config: TrainConfig, built, session, sink: EventSink,
                stop_event: threading.Event, step: int, latest: str | None) -> TrainResult:
     """Run ``built``'s steps in ``session`` from ``step`` until done or asked to stop.
 
-    Samples, reports progress, checkpoints periodically and at the end. ``latest``
+    Samples, reports progress, checkpoints after the sample, periodically and at
+    the end. ``latest``
     is the checkpoint the session was restored from (None for a fresh start).
     """
     saver = built.checkpoint
@@ -184,6 +185,11 @@ def train_loop(config: TrainConfig, built, session, sink: EventSink,
             _write_json(train_dir / SAMPLE_FILE, {**sample, "step": step,
                                                   "job_id": config.job_id})
             sampled_only = config.sample_only
+            if not sampled_only and step < total:
+                # the scheduler may move the job now; this save also builds the
+                # save ops, so a later suspend pays only for writing
+                save()
+                tick = time.perf_counter()
         if step % config.log_every_n_steps == 0 or step == total:
             remaining = timer.predicted_remaining_s(total - step)
             sink.emit("progress", step=step, loss=loss, step_time_s=seconds,

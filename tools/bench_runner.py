@@ -93,8 +93,12 @@ def bench_overhead(model: str, batch: int, blocks: int, steps: int, work: Path) 
             "overhead_pct": (ours / bare - 1) * 100}
 
 
-def bench_suspend(model: str, batch: int, work: Path) -> dict:
-    """Checkpoint save/restore times and size for ``model`` at its default size."""
+def bench_suspend(model: str, batch: int, work: Path, repeats: int = 3) -> dict:
+    """Checkpoint save/restore times and size for ``model`` at its default size.
+
+    Saves alternate between tf.train.Checkpoint (the runner's) and a plain Saver of
+    the same variables, ``repeats`` times each, so disk and load noise hit both.
+    """
     import tensorflow as tf
 
     from tfgshare import runner_graph
@@ -106,32 +110,41 @@ def bench_suspend(model: str, batch: int, work: Path) -> dict:
     start = time.perf_counter()
     built = runner_graph.build_training_graph(config)
     build_s = time.perf_counter() - start
+    prefix = str(work / f"saver-{model}" / "model.ckpt")
+    with built.graph.as_default():
+        start = time.perf_counter()
+        saver = tf.compat.v1.train.Saver(var_list=built.variables, max_to_keep=1)
+        saver_build_s = time.perf_counter() - start
     session = _session(built, config)
-    first_step_s = _timed_step(session, built)
-    saved = built.checkpoint.save(session, 1)          # suspend
+    _timed_step(session, built)
+    first = built.checkpoint.save(session, 1)          # suspend: the first save builds its ops
+    saves, saver_saves = [], []
+    for step in range(2, 2 + repeats):
+        _timed_step(session, built)
+        saved = built.checkpoint.save(session, step)
+        saves.append(saved.seconds)
+        with built.graph.as_default():
+            start = time.perf_counter()
+            saver.save(session, prefix, write_meta_graph=False)
+            saver_saves.append(time.perf_counter() - start)
     session.close()
 
     session = _session(built, config)                  # resume: restore, then one step
-    start = time.perf_counter()
-    built.checkpoint.restore(session, saved.path)
-    restore_s = time.perf_counter() - start
+    restore_s = built.checkpoint.restore(session, saved.path)
     resume_step_s = _timed_step(session, built)
-
-    prefix = str(work / f"saver-{model}" / "model.ckpt")
+    saver_restores = []
     with built.graph.as_default():
-        saver = tf.compat.v1.train.Saver(var_list=built.variables, max_to_keep=1)
-        start = time.perf_counter()
-        saver.save(session, prefix, write_meta_graph=False)
-        saver_save_s = time.perf_counter() - start
-        start = time.perf_counter()
-        saver.restore(session, prefix)
-        saver_restore_s = time.perf_counter() - start
+        for _ in range(repeats):
+            start = time.perf_counter()
+            saver.restore(session, prefix)
+            saver_restores.append(time.perf_counter() - start)
     session.close()
-    return {"model": model, "size": built.image_size, "batch": batch,
-            "variables": len(built.variables), "build_s": build_s,
-            "first_step_s": first_step_s, "save_s": saved.seconds, "size_mb": saved.size_mb,
-            "restore_s": restore_s, "resume_s": restore_s + resume_step_s,
-            "saver_save_s": saver_save_s, "saver_restore_s": saver_restore_s}
+    return {"model": model, "size": built.image_size, "build_s": build_s,
+            "size_mb": saved.size_mb, "first_save_s": first.seconds,
+            "save_s": statistics.median(saves), "restore_s": restore_s,
+            "resume_s": restore_s + resume_step_s, "saver_build_s": saver_build_s,
+            "saver_save_s": statistics.median(saver_saves),
+            "saver_restore_s": statistics.median(saver_restores)}
 
 
 def _timed_step(session, built) -> float:
@@ -169,16 +182,16 @@ def main(argv: list[str] | None = None) -> int:
                       f"| {r['runner_ms']:.2f} | {r['overhead_pct']:+.1f}% |", flush=True)
             print()
         if not args.overhead_only:
-            print("| model | image | batch | graph build s | suspend (save) s | checkpoint MB "
-                  "| resume (restore + first step) s | restore alone s | Saver save s "
-                  "| Saver restore s |")
-            print("|---|---|---|---|---|---|---|---|---|---|")
+            print("| model | image | graph build s | checkpoint MB | suspend: first save s "
+                  "| later saves, median s | resume: restore + first step s | restore alone s "
+                  "| Saver build s | Saver save, median s | Saver restore, median s |")
+            print("|---|---|---|---|---|---|---|---|---|---|---|")
             for model in args.models:
                 r = bench_suspend(model, 1, work)
-                print(f"| {r['model']} | {r['size']} | {r['batch']} | {r['build_s']:.1f} "
-                      f"| {r['save_s']:.2f} | {r['size_mb']:.0f} | {r['resume_s']:.2f} "
-                      f"| {r['restore_s']:.2f} | {r['saver_save_s']:.2f} "
-                      f"| {r['saver_restore_s']:.2f} |", flush=True)
+                print(f"| {r['model']} | {r['size']} | {r['build_s']:.1f} | {r['size_mb']:.0f} "
+                      f"| {r['first_save_s']:.2f} | {r['save_s']:.2f} | {r['resume_s']:.2f} "
+                      f"| {r['restore_s']:.2f} | {r['saver_build_s']:.2f} "
+                      f"| {r['saver_save_s']:.2f} | {r['saver_restore_s']:.2f} |", flush=True)
     return 0
 
 
