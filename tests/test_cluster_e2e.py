@@ -113,7 +113,7 @@ def test_suspend_resume_on_other_gpu_and_live_migration_keep_every_step(make_clu
     cluster.start_coordinator()
     cluster.start_agent("n1", "2x16GiB")
     cluster.wait_nodes({"n1"})
-    steps = 500
+    steps = 400
     with cluster.client() as c:
         (j,) = c.submit([lenet(steps, 0.3)])
         info = wait_until("the job to run", lambda: (job_in(c, j, "running") or {})
@@ -148,7 +148,7 @@ def test_killed_agent_job_resumes_on_another_agent_from_its_checkpoint(make_clus
     cluster.start_agent("n1", "1x16GiB")
     cluster.start_agent("n2", "1x16GiB")
     cluster.wait_nodes({"n1", "n2"})
-    steps = 400
+    steps = 250
     with cluster.client() as c:
         (j,) = c.submit([lenet(steps, 0.5, save_every=50)])
 
@@ -183,7 +183,7 @@ def test_coordinator_killed_and_restarted_loses_no_job_and_readopts_runners(make
     cluster.start_agent("n1", "2x16GiB")
     cluster.wait_nodes({"n1"})
     with cluster.client() as c:
-        ids = c.submit([lenet(400, 0.4), lenet(400, 0.4), lenet(100, 0.9, name="waits")])
+        ids = c.submit([lenet(300, 0.4), lenet(300, 0.4), lenet(100, 0.9)])
 
         def two_running():
             jobs = [c.job(j) for j in ids[:2]]
@@ -204,7 +204,7 @@ def test_coordinator_killed_and_restarted_loses_no_job_and_readopts_runners(make
         wait_until("every job to finish",
                    lambda: all(job_in(c, j, "finished") for j in ids), timeout=200)
     for j in ids[:2]:
-        assert progress_steps(cluster, j) == list(range(1, 401))
+        assert progress_steps(cluster, j) == list(range(1, 301))
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:

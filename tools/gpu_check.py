@@ -25,8 +25,10 @@ from pathlib import Path
 
 import yaml
 
-from tfgshare import gpus as gpus_mod
-from tfgshare.supervisor import EventOut, ExitOut, Supervisor
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tfgshare import gpus as gpus_mod  # noqa: E402
+from tfgshare.supervisor import EventOut, ExitOut, Supervisor  # noqa: E402
 
 PAPER_MODELS = ("inception_v3", "resnet_v1_50", "vgg_16", "alexnet_v2")
 
