@@ -27,8 +27,9 @@ def load_workload(trace: str, profiles: Profiles, cluster_gpus: int, *, seed: in
     """Jobs of ``trace`` ("philly" or a trace file) to replay on ``cluster_gpus`` GPUs.
 
     ``num_jobs`` keeps the earliest submitted jobs (after the VC and time
-    filters), so arrivals keep the trace's density. Jobs without a model get one
-    from ``philly.mapping.assign_models`` with these profiles. Jobs wider than
+    filters), so arrivals keep the trace's density. Jobs without a model (or
+    step count) get one from ``philly.mapping.assign_models`` with these
+    profiles; jobs that name a model keep it. Jobs wider than
     the cluster could never start and are set aside in ``too_wide``.
     """
     if num_jobs is not None and num_jobs < 1:
@@ -38,10 +39,11 @@ def load_workload(trace: str, profiles: Profiles, cluster_gpus: int, *, seed: in
         raise ValueError(f"trace {trace!r} has no jobs left after the filters")
     if time_compression != 1.0:
         jobs = compress_time(jobs, time_compression)
-    if any(not j.model or j.total_steps < 1 for j in jobs):
-        known = set(profiles.models())
-        if all(j.model in known and j.total_steps >= 1 for j in jobs if j.model):
-            jobs = assign_models(jobs, profiles.step_times(), seed)
+    bare = [i for i, j in enumerate(jobs) if not j.model or j.total_steps < 1]
+    if bare:
+        given = assign_models([jobs[i] for i in bare], profiles.step_times(), seed)
+        for i, job in zip(bare, given):
+            jobs[i] = job
     fits = [j for j in jobs if j.num_gpus <= cluster_gpus]
     wide = [j for j in jobs if j.num_gpus > cluster_gpus]
     return Workload(fits, wide)
