@@ -69,7 +69,7 @@ def watch(sup: Supervisor, source, jobs: list[str], timeout_s: float, until=None
             w.util.append(tel.gpus[0].util)
         if all(j in w.exits for j in jobs) or (until and until(w)):
             return w
-        time.sleep(0.25)
+        time.sleep(0.1)
     raise TimeoutError(f"runners {jobs} did not finish within {timeout_s:.0f}s")
 
 
@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--continuity-model", default="resnet_v1_50")
     p.add_argument("--continuity-image-size", type=int, default=64)
     p.add_argument("--continuity-batch", type=int, default=8)
-    p.add_argument("--continuity-steps", type=int, default=14)
+    p.add_argument("--continuity-steps", type=int, default=400)
     p.add_argument("--profile-fraction", type=float, default=0.9)
     p.add_argument("--reserve-mb", type=float, default=1024,
                    help="CUDA context allowance over the fraction (MiB)")
