@@ -43,12 +43,17 @@ def _session(built, config):
 
 
 def bench_overhead(model: str, batch: int, blocks: int, steps: int, work: Path) -> dict:
-    """Median step time of the runner loop vs a bare loop, alternating blocks."""
+    """Median step time of the runner loop vs a bare loop, alternating blocks.
+
+    Each runner block is a ``train_loop`` call that ends with a checkpoint (not
+    counted in step times); sampling is off so blocks do not also checkpoint
+    after their sample.
+    """
     from tfgshare import runner_graph
 
     config = TrainConfig(train_dir=str(work / f"overhead-{model}"), model_name=model,
                          batch_size=batch, optimizer="momentum", learning_rate=0.01,
-                         save_interval_secs=0, log_every_n_steps=10,
+                         save_interval_secs=0, log_every_n_steps=10, num_sample_steps=0,
                          events_file=str(work / f"overhead-{model}.jsonl"),
                          max_number_of_steps=10**9)
     config.check()
@@ -60,12 +65,15 @@ def bench_overhead(model: str, batch: int, blocks: int, steps: int, work: Path) 
 
     sink = EventSink(config.events_file, lambda event: None, "bench")
     step = 0
+    key = built.graph.step_key
     for _ in range(3):   # warm-up
         session.run(built.train_tensor)
     for _ in range(blocks):
+        # the bare loop feeds the same step key, so both draw fresh dropout masks
+        # each step (as TF-Slim's stateful random ops would)
         tick = time.perf_counter()
-        for _ in range(steps):
-            session.run(built.train_tensor)
+        for i in range(steps):
+            session.run(built.train_tensor, {key: i})
             now = time.perf_counter()
             bare_times.append(now - tick)
             tick = now
