@@ -456,3 +456,28 @@ def test_malformed_runner_event_is_refused_and_the_job_keeps_running(make, agent
     agent.event(jid, "progress", step=8, predicted_remaining_s=1.5)
     info = client.job(jid)
     assert info["state"] == "running" and info["steps_done"] == 8
+
+
+def test_requests_are_answered_while_a_slow_policy_decides(tmp_path, agents):
+    import threading
+
+    class Slow:
+        name = "slow"
+        deciding = threading.Event()
+
+        def decide(self, now, cluster, jobs):
+            self.deciding.set()
+            time.sleep(1.5)
+            return []
+
+    policy = Slow()
+    ct = CoordinatorThread(tmp_path / "state.db", policy=policy)
+    try:
+        agents(ct.address, "n1").register()
+        with Client(ct.address, timeout_s=1.0) as client:
+            (jid,) = client.submit([spec()])
+            assert policy.deciding.wait(5)
+            assert client.job(jid)["state"] == "queued"   # answered mid-round
+            assert client.submit([spec()]) == ["j2"]
+    finally:
+        ct.close()

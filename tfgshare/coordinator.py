@@ -1,12 +1,14 @@
 """The ZeroMQ coordinator: admits jobs, runs the policy, drives the node agents.
 
-One thread, one ROUTER socket, one event loop. Each turn it reads the waiting
-frames, handles them (see ``tfgshare.schema`` for the messages), commits the
-database and only then sends the replies: whatever anyone hears is already on
-disk. Then, if anything that can change a decision happened (or the policy
-tick came), it runs a scheduling round, commits, and sends the agent commands.
-Under a stream of events rounds are spaced by twice the last round's time, so
-they never take more than about a third of the loop.
+One ROUTER socket, one event loop that owns all state. Each turn it reads the
+waiting frames, handles them (see ``tfgshare.schema`` for the messages),
+commits the database and only then sends the replies: whatever anyone hears is
+already on disk. If anything that can change a decision happened (or the
+policy tick came), it hands the policy an immutable snapshot on a worker
+thread and keeps serving; when the policy has decided, the loop carries out
+the actions that still hold (the cluster may have moved on meanwhile),
+commits, and sends the agent commands. So a slow policy delays decisions, not
+answers. Under a stream of events rounds are spaced by their own length.
 
 Checkpoints live in a shared directory (``--checkpoint-root``, like NFS on a
 real cluster): a job's train_dir is ``<checkpoint_root>/<job id>`` on every
@@ -29,6 +31,7 @@ import sys
 import threading
 import time
 from array import array
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -149,13 +152,30 @@ class Coordinator:
             log.info("listening on %s (policy %s, state %s, checkpoints %s)", self.endpoint,
                      getattr(self.policy, "name", "?"), self.config.state, self.checkpoint_root)
             self.ready.set()
-            poller = zmq.Poller()
-            poller.register(sock, zmq.POLLIN)
-            next_tick = next_round = self.clock()
+            self._serve_loop(sock, stop)
+        finally:
+            self.ready.set()
+            sock.close(0)
+            ctx.term()
+            self.store.close()
+            log.info("stopped")
+            flush_logs()
+
+    def _serve_loop(self, sock: zmq.Socket, stop: threading.Event) -> None:
+        """The loop; a policy round runs on a worker thread while frames keep being served."""
+        wake_r, wake_w = os.pipe()        # the worker writes a byte when a round is decided
+        os.set_blocking(wake_r, False)
+        worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="policy")
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        poller.register(wake_r, zmq.POLLIN)
+        in_flight: Future | None = None
+        next_tick = next_round = self.clock()
+        try:
             while not stop.is_set():
                 now = self.clock()
                 wait = next_tick - now
-                if self._dirty:
+                if self._dirty and in_flight is None:
                     wait = min(wait, next_round - now)
                 if poller.poll(min(max(wait, 0.0), 0.2) * 1000):
                     for _ in range(self.config.max_batch):
@@ -168,20 +188,24 @@ class Coordinator:
                 if now >= next_tick:
                     next_tick = now + self.config.tick
                     _guarded(self.tick, now)
-                self._flush(sock)            # replies go out before the next round
-                if self._dirty and now >= next_round:
-                    _guarded(self.schedule, now)
+                self._flush(sock)            # replies go out before any round's commands
+                if in_flight is not None and in_flight.done():
+                    _drain(wake_r)
+                    plan, in_flight = in_flight.result(), None
+                    _guarded(self._apply, plan)
                     self._flush(sock)
-                    # rounds take at most about a third of the loop under a stream of events
+                    # under a stream of events, rounds are spaced by their own length
                     last = self.round_times[-1] if len(self.round_times) else 0.0
-                    next_round = self.clock() + max(self.config.round_gap, 2 * last)
+                    next_round = self.clock() + max(self.config.round_gap, last)
+                if in_flight is None and self._dirty and now >= next_round:
+                    plan = self._plan(now)
+                    if plan is not None:
+                        in_flight = worker.submit(self._decide, plan)
+                        in_flight.add_done_callback(lambda _f: os.write(wake_w, b"."))
         finally:
-            self.ready.set()
-            sock.close(0)
-            ctx.term()
-            self.store.close()
-            log.info("stopped")
-            flush_logs()
+            worker.shutdown(wait=True)
+            os.close(wake_r)
+            os.close(wake_w)
 
     def _flush(self, sock: zmq.Socket) -> None:
         """Commit this turn's writes, then send its replies and agent commands."""
@@ -651,22 +675,35 @@ class Coordinator:
     # ---- scheduling --------------------------------------------------------------
 
     def schedule(self, now: float) -> list:
-        """One scheduling round: ask the policy, check its actions, carry them out."""
+        """One scheduling round, all in this thread: plan, decide, carry out."""
+        plan = self._plan(now)
+        return [] if plan is None else self._apply(self._decide(plan))
+
+    def _plan(self, now: float) -> "_Round | None":
+        """Start a round: what the policy sees now (None when it has nothing to decide)."""
         self._dirty = False
         t0 = time.perf_counter()
         snapshot = self.cluster.snapshot()
         views = self.cluster.views()
         if not snapshot.gpus or not views:
-            return []
+            return None
+        return _Round(now, snapshot, views, t0)
+
+    def _decide(self, plan: "_Round") -> "_Round":
+        """Ask the policy (pure: safe on the worker thread); a failure means no actions."""
         t1 = time.perf_counter()
         try:
-            actions = self.policy.decide(now, snapshot, views)
+            plan.actions = self.policy.decide(plan.now, plan.snapshot, plan.views)
         except Exception:   # a policy bug must not take the cluster down
             log.exception("policy %s failed; no actions this round",
                           getattr(self.policy, "name", "?"))
-            return []
-        decide = time.perf_counter() - t1
-        actions, errors = self.cluster.check_actions(actions)
+        plan.decide_s = time.perf_counter() - t1
+        return plan
+
+    def _apply(self, plan: "_Round") -> list:
+        """Carry out the actions that still hold now (the cluster may have moved on)."""
+        now = self.clock()
+        actions, errors = self.cluster.check_actions(plan.actions)
         name = getattr(self.policy, "name", "?")
         for e in errors:
             log.info("policy %s: not done now: %s", name, e)
@@ -678,10 +715,10 @@ class Coordinator:
                 self._ask_suspend(job, now, f"policy {name}")
             elif isinstance(action, Migrate):
                 self._ask_suspend(job, now, f"policy {name}", target=tuple(action.fragments))
-        took = time.perf_counter() - t0
+        took = time.perf_counter() - plan.started
         if len(self.round_times) < 1_000_000:
             self.round_times.append(took)
-            self.decide_times.append(decide)
+            self.decide_times.append(plan.decide_s)
         self.metrics.rounds.observe(took)
         return actions
 
@@ -876,13 +913,34 @@ class Coordinator:
         return answer
 
 
+@dataclass
+class _Round:
+    """One scheduling round: the policy's input, its answer, and timings."""
+
+    now: float
+    snapshot: Any
+    views: list
+    started: float
+    actions: list = field(default_factory=list)
+    decide_s: float = 0.0
+
+
+def _drain(fd: int) -> None:
+    """Read whatever bytes wait on a non-blocking pipe."""
+    try:
+        while os.read(fd, 4096):
+            pass
+    except BlockingIOError:
+        pass
+
+
 _REPLIED: Any = object()   # a handler that queued its own reply returns this
 
 
-def _guarded(step: Callable[[float], Any], now: float) -> None:
-    """Run one periodic step; log a failure instead of stopping the loop."""
+def _guarded(step: Callable[[Any], Any], arg: Any) -> None:
+    """Run one step of the loop; log a failure instead of stopping the loop."""
     try:
-        step(now)
+        step(arg)
     except Exception:
         log.exception("%s failed", step.__name__)
 
