@@ -223,7 +223,7 @@ def test_refused_token_stops_the_agent(setup):
     assert "bad token" in agent.fatal
 
 
-def test_silent_coordinator_makes_the_agent_reconnect(ctx, tmp_path):
+def test_silent_coordinator_makes_the_agent_kill_its_runners_and_reconnect(ctx, tmp_path):
     coord = FakeCoordinator(ctx)
     cfg = AgentConfig(coordinator=coord.address, node="n1", work_dir=tmp_path,
                       heartbeat_s=0.05, register_retry_s=0.2, lost_after_s=0.5)
@@ -231,14 +231,22 @@ def test_silent_coordinator_makes_the_agent_reconnect(ctx, tmp_path):
                   Supervisor(tmp_path, runner_cmd=write_fake_runner(tmp_path)), ctx)
     try:
         pump(agent, coord, lambda: agent.registered)
-        coord.sock.close(linger=0)              # the coordinator vanishes
+        coord.send(start_msg(tmp_path, steps=100000, gpu=0))
+        pump(agent, coord, lambda: "j1" in agent.sup.runners and agent.sup.runners["j1"].step)
+        coord.sock.close(linger=0)              # the coordinator vanishes (or the network)
         end = time.monotonic() + 10
         while agent.registered and time.monotonic() < end:
             agent.step(timeout_ms=10)
         assert not agent.registered
+        while agent.sup.runners and time.monotonic() < end:   # fenced: its job may move
+            agent.step(timeout_ms=10)
+        assert not agent.sup.runners
         coord2 = FakeCoordinator(ctx, coord.address)   # back on the same address
-        pump(agent, coord2, lambda: agent.registered)
+        pump(agent, coord2, lambda: agent.registered and exits(coord2))
         assert coord2.of_type("register")[0].node == "n1"
+        assert coord2.of_type("register")[0].jobs == []
+        (ex,) = exits(coord2)                   # the kill is reported once re-joined
+        assert ex.exit_code == 137 and "coordinator silent" in ex.reason
     finally:
         agent.shutdown(timeout_s=1)
 

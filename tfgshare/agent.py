@@ -7,9 +7,12 @@ forwards each runner's events and exit, and sends heartbeats with telemetry.
 
 Checkpoints live in a shared directory: the coordinator names each job's
 ``train_dir`` under its checkpoint root, the same path on every node, so a job
-resumed elsewhere restores from it. If the coordinator goes quiet or forgets
-the agent (a restart), the agent registers again and reports the runners it
-still has, so they are adopted; the exits it could not deliver are resent.
+resumed elsewhere restores from it. If the coordinator forgets the agent (a
+restart), the agent registers again and reports the runners it still has, so
+they are adopted; the exits it could not deliver are resent. If the coordinator
+goes silent for as long as it takes to declare a node lost, the agent kills its
+runners first (their jobs may be resumed elsewhere from the same checkpoint
+directory), then reconnects.
 """
 
 from __future__ import annotations
@@ -50,7 +53,8 @@ class AgentConfig:
     suspend_timeout_s: float = 60.0
     register_retry_s: float = 1.0
     runner_cmd: list[str] | None = None  # None: python -m tfgshare.runner
-    lost_after_s: float | None = None    # silence before reconnecting; None: 4 heartbeats, >= 5s
+    lost_after_s: float | None = None    # silence before fencing and reconnecting;
+    #                                      None: 4 heartbeats, at least 5 s
 
 
 class Agent:
@@ -112,8 +116,18 @@ class Agent:
             self._heartbeat()
         lost_after = self.cfg.lost_after_s or max(5.0, 4 * self.heartbeat_s)
         if self.registered and now - self._last_heard > lost_after:
-            log.warning("coordinator silent for %.0fs; reconnecting", now - self._last_heard)
+            self._fence(now - self._last_heard)
             self._connect()
+
+    def _fence(self, silent_s: float) -> None:
+        """Kill every runner: by now the coordinator may have resumed their jobs elsewhere."""
+        log.warning("coordinator silent for %.0fs; killing %d runner(s) and reconnecting",
+                    silent_s, len(self.sup.runners))
+        for job in list(self.sup.runners):
+            proc = self.sup.kill(job, f"killed: coordinator silent for {silent_s:.0f}s, so "
+                                      "the job may run elsewhere now")
+            proc.popen.wait(timeout=10)
+        self._forward(self.sup.poll())     # exits, sent once registered again
 
     def shutdown(self, timeout_s: float = 20.0) -> None:
         """Suspend every runner to its checkpoint, report the exits, close the socket."""

@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     root = args.dir or Path(tempfile.mkdtemp(prefix="tfgshare-demo-"))
     # every job looks GPU-bound on a CPU: let up to three share a GPU anyway,
     # and allow moves right after a start, so the demo shows both in minutes
-    cluster = LocalCluster(root, policy=args.policy, node_timeout=8.0, coordinator_flags=(
+    cluster = LocalCluster(root, policy=args.policy, coordinator_flags=(
         ["--policy-param", "slowdown_cap=3.0", "--policy-param", "min_run_s=0"]
         if args.policy == "fgs" else []))
     ok, t0 = False, time.monotonic()

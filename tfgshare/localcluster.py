@@ -38,7 +38,7 @@ class LocalCluster:
     host: str = "127.0.0.1"          # where the coordinator binds and agents connect
     port: int = 0                    # 0: a free port, chosen at the first start
     policy: str = "fgs"
-    node_timeout: float = 6.0
+    node_timeout: float = 10.0
     tick: float = 0.5
     coordinator_flags: list[str] = field(default_factory=list)
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)

@@ -148,11 +148,11 @@ class Supervisor:
             _signal(proc, signal.SIGTERM)
         return proc
 
-    def kill(self, job: str) -> RunnerProc:
-        """Kill ``job``'s runner at once (SIGKILL to its process group)."""
+    def kill(self, job: str, why: str = "killed on request") -> RunnerProc:
+        """Kill ``job``'s runner at once (SIGKILL to its process group); ``why`` is reported."""
         proc = self._get(job)
         proc.stopping = "kill"
-        proc.note = proc.note or "killed on request"
+        proc.note = why
         _signal(proc, signal.SIGKILL, group=True)
         return proc
 
@@ -190,8 +190,7 @@ class Supervisor:
             out += self.poll()
             time.sleep(0.05)
         for job in list(self.runners):
-            self.runners[job].note = f"still running {timeout_s:g}s after the agent stopped: killed"
-            self.kill(job)
+            self.kill(job, f"still running {timeout_s:g}s after the agent stopped: killed")
         while self.runners:
             out += self.poll()
             time.sleep(0.02)
