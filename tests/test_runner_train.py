@@ -248,3 +248,11 @@ def test_time_based_checkpoints(tmp_path, monkeypatch):
     saved = sorted(int(p.name.split("-")[1].split(".")[0])
                    for p in tmp_path.glob("model.ckpt-*.index"))
     assert saved == [3, 6, 9]   # 12 s after the start, 12 s later, and the final save
+
+
+def test_in_process_run_leaves_op_determinism_as_it_was(tmp_path):
+    import tensorflow as tf
+
+    run(small_config(tmp_path, max_number_of_steps=1, deterministic=True))
+    with tf.Graph().as_default():
+        tf.random.uniform([2])   # raises while op determinism is on and no seed is set

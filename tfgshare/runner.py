@@ -89,11 +89,35 @@ def peak_memory(devices: list[str]) -> tuple[float, str]:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "process_rss_peak"
 
 
-def _enable_determinism() -> None:
+@contextlib.contextmanager
+def _op_determinism(enabled: bool):
+    """TensorFlow op determinism on (when ``enabled``) for the block, then as it was.
+
+    Restoring matters to in-process callers: determinism makes unseeded random
+    ops raise, which would break their later TensorFlow work.
+    """
+    if not enabled:
+        yield
+        return
     import tensorflow as tf
 
+    try:
+        from tensorflow.python.util import _pywrap_determinism as switch
+    except ImportError:  # a TensorFlow without the switch: enable and leave it on
+        switch = None
+    was_on = switch.is_enabled() if switch else True
+    env_before = os.environ.get("TF_DETERMINISTIC_OPS")
     os.environ["TF_DETERMINISTIC_OPS"] = "1"
     tf.config.experimental.enable_op_determinism()
+    try:
+        yield
+    finally:
+        if switch and not was_on:
+            switch.enable(False)
+            if env_before is None:
+                os.environ.pop("TF_DETERMINISTIC_OPS", None)
+            else:
+                os.environ["TF_DETERMINISTIC_OPS"] = env_before
 
 
 def train(config: TrainConfig, on_event: Callable[[dict], None] | None = None,
@@ -107,18 +131,21 @@ def train(config: TrainConfig, on_event: Callable[[dict], None] | None = None,
     """
     config.check()
     _import_tensorflow_quietly()
+    stop_event = stop_event or threading.Event()
+    sink = EventSink(config.events_file, on_event, config.job_id)
+    Path(config.train_dir).mkdir(parents=True, exist_ok=True)
+    with _op_determinism(config.deterministic):
+        return _build_and_train(config, sink, stop_event)
+
+
+def _build_and_train(config: TrainConfig, sink: EventSink,
+                     stop_event: threading.Event) -> TrainResult:
     import tensorflow as tf
 
     from tfgshare import runner_checkpoint as ckpt
     from tfgshare import runner_graph
 
-    stop_event = stop_event or threading.Event()
-    sink = EventSink(config.events_file, on_event, config.job_id)
     train_dir = Path(config.train_dir)
-    train_dir.mkdir(parents=True, exist_ok=True)
-    if config.deterministic:
-        _enable_determinism()
-
     dataset = runner_graph.load_dataset(config)
     image_size = config.image_size or _default_size(config.model_name)
     latest = ckpt.latest_checkpoint(train_dir)
