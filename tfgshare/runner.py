@@ -26,7 +26,7 @@ from tfgshare.runner_config import TrainConfig, parse_args
 from tfgshare.runner_events import EventSink
 from tfgshare.runner_timing import StepTimer, plan_sampling
 
-SAMPLE_FILE = "sample.json"
+SAMPLE_FILE = rp.SAMPLE_FILE
 
 
 @dataclass

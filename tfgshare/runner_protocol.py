@@ -8,6 +8,11 @@ A runner is started as ``python -m tfgshare.runner [slim flags] --train_dir DIR
 asks it to finish the current step, save a checkpoint and exit with
 ``EXIT_SUSPENDED``. Started again on the same ``--train_dir`` it restores and
 continues at the next step, on any device.
+
+Each run first warms up and samples its step time; the ``sample`` event is also
+written to ``<train_dir>/sample.json`` (``SAMPLE_FILE``), and a checkpoint follows
+it, so the job can be moved right after sampling. In-process callers use
+``tfgshare.runner.train(TrainConfig, on_event, stop_event)`` instead.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ EXIT_OK = 0               # reached --max_number_of_steps
 EXIT_BAD_INPUT = 2        # bad flags: unknown model, impossible size, missing dataset
 EXIT_CHECKPOINT_ERROR = 3  # corrupt or mismatched checkpoint in --train_dir
 EXIT_SUSPENDED = 75       # checkpointed on request (signal or --sample_only) and exited
+
+SAMPLE_FILE = "sample.json"  # in --train_dir: the latest sample event, plus "step"
 
 # signals that ask a runner to finish its step, checkpoint and exit EXIT_SUSPENDED
 SUSPEND_SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
