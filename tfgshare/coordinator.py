@@ -100,6 +100,7 @@ class Coordinator:
         self.ready = threading.Event()
         self.round_times = array("d")                # seconds per scheduling round
         self.decide_times = array("d")               # ... of which in policy.decide
+        self.decide_cpu_times = array("d")           # CPU seconds of policy.decide
         self._out: list[tuple[list[bytes], s.Message]] = []
         self._cmds: list[tuple[list[bytes], s.Message]] = []
         self._logs: list[tuple[str, float, str]] = []
@@ -691,13 +692,14 @@ class Coordinator:
 
     def _decide(self, plan: "_Round") -> "_Round":
         """Ask the policy (pure: safe on the worker thread); a failure means no actions."""
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.thread_time()
         try:
             plan.actions = self.policy.decide(plan.now, plan.snapshot, plan.views)
         except Exception:   # a policy bug must not take the cluster down
             log.exception("policy %s failed; no actions this round",
                           getattr(self.policy, "name", "?"))
         plan.decide_s = time.perf_counter() - t1
+        plan.decide_cpu_s = time.thread_time() - c1
         return plan
 
     def _apply(self, plan: "_Round") -> list:
@@ -719,6 +721,7 @@ class Coordinator:
         if len(self.round_times) < 1_000_000:
             self.round_times.append(took)
             self.decide_times.append(plan.decide_s)
+            self.decide_cpu_times.append(plan.decide_cpu_s)
         self.metrics.rounds.observe(took)
         return actions
 
@@ -909,6 +912,7 @@ class Coordinator:
         answer = run_report(self.cluster, self.metrics, getattr(self.policy, "name", "?"), now)
         answer["rounds"] = round_stats(self.round_times[msg.since_round:])
         answer["decide"] = round_stats(self.decide_times[msg.since_round:])
+        answer["decide_cpu"] = round_stats(self.decide_cpu_times[msg.since_round:])
         answer["rounds_total"] = len(self.round_times)
         return answer
 
@@ -923,6 +927,7 @@ class _Round:
     started: float
     actions: list = field(default_factory=list)
     decide_s: float = 0.0
+    decide_cpu_s: float = 0.0
 
 
 def _drain(fd: int) -> None:
