@@ -80,8 +80,10 @@ class Fgs:
     defrag: bool = True
     # most suspends and migrations issued in one decision
     max_moves: int = 8
-    # most promoted jobs that make room or hold a reservation in one decision
-    max_reservations: int = 2
+    # most promoted jobs that make room or hold a reservation in one decision:
+    # one, the longest waiting, keeps each decision cheap (a scan of all GPUs)
+    # while the others still go first whenever room frees
+    max_reservations: int = 1
 
     def __post_init__(self) -> None:
         checks = [
@@ -366,15 +368,23 @@ class _Round:
         empty GPU would not do.
         """
         free = self.free.free(gid)
-        tenants = self.free.tenants(gid)
+        use = self.free.use.get(gid)
+        if use is None:   # idle
+            return (0.0, 0, ()) if free >= f - EPS else None
+        tenants = use.tenants
         cap = self.pol.max_cotenants
         if free >= f - EPS and tenants < cap and self.calm(gid, util):
             return (0.0, 0, ())
         hs = [h for h in self.holders.get(gid, ()) if h.id not in self.acted]
         if not hs:
             return None
-        hs.sort(key=lambda h: (ready[h.id], -_frac_on(h, gid), h.id))
         r = reserve_fraction(self.free.gpus[gid], self.reserve)
+        if len(hs) == 1 and tenants == 1:   # the common case: one tenant to move
+            h = hs[0]
+            if free + _frac_on(h, gid) + r >= f - EPS:
+                return (ready[h.id], 1, hs)
+            return None
+        hs.sort(key=lambda h: (ready[h.id], -_frac_on(h, gid), h.id))
         gone: list[JobView] = []
         wait = 0.0
         for h in hs:
@@ -392,10 +402,14 @@ class _Round:
         ready = self.readiness(job.num_gpus)
         costs = []
         closed, order = self.free.closed, self.free.order
+        fractions: dict[int, float] = {}   # memory size -> the job's fraction
         for gid, gpu in self.free.gpus.items():
             if gid in closed:
                 continue
-            c = self.clear_cost(gid, need(gpu), util, ready)
+            f = fractions.get(gpu.memory_mb)
+            if f is None:
+                f = fractions[gpu.memory_mb] = need(gpu)
+            c = self.clear_cost(gid, f, util, ready)
             if c is not None:
                 costs.append((c[0], c[1], order[gid], gid, c[2]))
                 if job.num_gpus == 1 and c[0] == 0 and c[1] <= 1:
@@ -437,22 +451,27 @@ class _Round:
         """Clear fragments for ``job`` by migrating single-GPU tenants into others' free room."""
         need, util = self.need(job), util_of(job)
         k = job.num_gpus
-        total = sum(max(0.0, self.free.free(g)) for g in self.free.gpus)
-        first = next(iter(self.free.gpus.values()))
-        if total < k * need(first) - EPS:
+        fm = self.free
+        first = next(iter(fm.gpus.values()))
+        if fm.total_free() < k * need(first) - EPS:
             return
-        cands, ready = [], []
-        for gid, gpu in self.free.gpus.items():
-            if gid in self.free.closed:
+        # GPUs that could take the job now (fewer than k, or it would have been placed)
+        chosen: list[str] = []
+        band = min(BANDS, int(max(0.0, util) * BANDS))
+        while len(chosen) < k - 1:
+            got = fm.best_fit(need, chosen, lambda g: self.calm(g, util), band)
+            if got is None:
+                break
+            chosen.append(got[0])
+        # used GPUs that a move of small tenants could clear, nearest to fitting first
+        cands = []
+        for gid in fm.use:
+            gpu = fm.gpus.get(gid)
+            if gpu is None or gid in fm.closed or gid in chosen:
                 continue
-            short = need(gpu) - self.free.free(gid)
-            if self.room(gid, need(gpu), util):
-                ready.append((-short, self.free.order[gid], gid))
-            elif any(self._may_consolidate(h) for h in self.holders.get(gid, ())):
-                cands.append((short, self.free.order[gid], gid))
-        ready.sort()
+            if any(self._may_consolidate(h) for h in self.holders.get(gid, ())):
+                cands.append((need(gpu) - fm.free(gid), fm.order[gid], gid))
         cands.sort()
-        chosen: list[str] = [gid for _, _, gid in ready[:k - 1]]
         plan: list[tuple[JobView, list[tuple[str, float]]]] = []
         for _, _, gid in cands[:CONSOLIDATE_TRIES + k]:
             if len(chosen) == k:

@@ -115,6 +115,7 @@ class _Layout:
     rep: dict[int, GPU]               # one GPU of each memory size
     empty: dict[int, list[tuple[float, int, str]]]   # sorted keys if all were empty
     by_room: list[GPU]                # up GPUs, smallest whole-GPU room (MB) first
+    whole: float                      # sum of their whole-GPU fractions
 
 
 _LAYOUTS: dict[tuple, tuple[object, _Layout]] = {}
@@ -127,7 +128,7 @@ def _layout(cluster: ClusterSnapshot) -> _Layout:
     if hit is not None and hit[0] is cluster.gpus:
         return hit[1]
     down = cluster.down_nodes
-    lay = _Layout({}, set(), {}, {}, {}, [])
+    lay = _Layout({}, set(), {}, {}, {}, [], 0.0)
     for i, g in enumerate(cluster.gpus):
         if down and g.node in down:
             continue
@@ -141,6 +142,7 @@ def _layout(cluster: ClusterSnapshot) -> _Layout:
         if free >= MIN_FRACTION - EPS:
             lay.empty[g.memory_mb].append((free, i, g.id))
     reserve = cluster.reserve_mb
+    lay.whole = sum(free_fraction(g, None, reserve) for g in lay.gpus.values())
     lay.by_room = sorted(lay.gpus.values(), key=lambda g: (
         free_fraction(g, None, reserve) * g.memory_mb, lay.order[g.id]))
     if len(_LAYOUTS) >= 8:
@@ -189,6 +191,7 @@ class FreeMap:
         self.sizes = lay.sizes          # memory sizes of the up GPUs (read only)
         self.order = lay.order
         self._rep = lay.rep
+        self._whole = lay.whole
         self.closed: set[str] = set()   # GPUs reserved for the rest of this plan
         self.version = 0                # bumped on every change, for callers' caches
         self._max_free: tuple | None = None
@@ -237,6 +240,15 @@ class FreeMap:
         """How many jobs hold a fragment of this GPU now."""
         u = self.use.get(gpu_id)
         return u.tenants if u else 0
+
+    def total_free(self) -> float:
+        """Free room summed over all up GPUs (each as it could take one more tenant)."""
+        total = self._whole
+        for gid in self.use:
+            g = self.gpus.get(gid)
+            if g is not None:
+                total += max(0.0, self.free(gid)) - free_fraction(g, None, self.reserve_mb)
+        return total
 
     def _searched(self, min_band: int | None) -> list[tuple[int, int, list]]:
         """(memory size, band, sorted keys) of the non-empty groups searched, in fixed order."""
