@@ -27,7 +27,7 @@ class SimConfig:
     step_noise: float = 0.05             # relative s.d. of a sampled step time
     memory_noise: float = 0.03           # measured peak exceeds the true one by up to ~this
     tick_s: float | None = 60.0          # call the policy at least this often while jobs wait
-    refresh_s: float = 60.0              # running jobs report progress this often ...
+    refresh_s: float = 300.0             # running jobs report progress this often ...
     refresh_share: float = 0.10          # ... or this share of their predicted remaining time
     check: bool = False                  # validate every action list and invariant (slow)
 
