@@ -175,7 +175,6 @@ class _Round:
         self.jobs = jobs
         self._holders: dict[str, list[JobView]] | None = None
         self._fits_memo: tuple[tuple, bool] | None = None   # last fits_somewhere answer
-        self._rooms: dict[tuple[int, float], float] = {}   # (tenants, util) -> room_for
         self.free = FreeMap(cluster, jobs, max_tenants=pol.max_cotenants,
                             band=self.band, empty_band=BANDS)
         self.up = len(self.free.gpus)
@@ -240,11 +239,9 @@ class _Round:
 
     def band(self, use: GpuUse) -> int:
         """A GPU's utilisation room in steps of 1/BANDS (-1: no room), from its tenants."""
-        room = self._rooms.get((use.tenants, use.util))
-        if room is None:
-            room = self._rooms[(use.tenants, use.util)] = room_for(
-                use.tenants, use.util, self.pol.slowdown_cap, self.pol.interference_overhead)
-        return -1 if room < 0 else min(BANDS, int(room * BANDS))
+        room = room_for(use.tenants, use.util, self.pol.slowdown_cap,
+                        self.pol.interference_overhead)
+        return -1 if room < 0 else (BANDS if room >= 1.0 else int(room * BANDS))
 
     def _take(self, job_id: str, util: float, placed: list[tuple[str, float]]) -> None:
         self.free.take(placed, util)

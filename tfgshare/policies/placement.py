@@ -62,17 +62,19 @@ def usage(cluster: ClusterSnapshot, jobs: Iterable[JobView]) -> dict[str, GpuUse
     GPUs that nobody holds are absent from the result.
     """
     use: dict[str, GpuUse] = {}
+    get = use.get
     for job in jobs:
         if not job.fragments or job.state not in HOLDING:
             continue
         util = job.sample.gpu_util if job.sample is not None else 1.0
         for frag in job.fragments:
-            u = use.get(frag.gpu)
+            u = get(frag.gpu)
             if u is None:
-                u = use[frag.gpu] = GpuUse()
-            u.used += frag.fraction
-            u.tenants += 1
-            u.util += util
+                use[frag.gpu] = GpuUse(frag.fraction, 1, util)
+            else:
+                u.used += frag.fraction
+                u.tenants += 1
+                u.util += util
     return use
 
 
@@ -206,14 +208,20 @@ class FreeMap:
             keys = [k for k in empty if k[2] not in use] if use else list(empty)
             self._groups[(mem, empty_band if band is not None else 0)] = keys
         full = max_tenants if max_tenants is not None else 1 << 30
+        groups, bands, frees, order = self._groups, self._band, self._free, lay.order
+        lowest = MIN_FRACTION - EPS
         for gid, u in use.items():
             g = gpus.get(gid)
             if g is None or u.tenants >= full:
                 continue   # not searchable; its free room is worked out when asked
-            free = self._free[gid] = free_fraction(g, u, reserve)
-            if free >= MIN_FRACTION - EPS:
-                b = self._band[gid] = band(u) if band is not None else 0
-                self._groups.setdefault((g.memory_mb, b), []).append((free, lay.order[gid], gid))
+            mem = g.memory_mb
+            free = frees[gid] = 1.0 - u.used - (u.tenants + 1) * reserve / mem  # free_fraction
+            if free >= lowest:
+                b = bands[gid] = band(u) if band is not None else 0
+                keys = groups.get((mem, b))
+                if keys is None:
+                    keys = groups[(mem, b)] = []
+                keys.append((free, order[gid], gid))
         if use:
             for keys in self._groups.values():
                 keys.sort()
