@@ -55,11 +55,18 @@ def worlds(draw):
     return now, cluster, jobs
 
 
+VARIANTS = [(name, {}) for name in POLICY_NAMES] + [
+    ("fgs", {"min_run_s": 0.0, "max_reservations": 3}),       # moves happen more often
+    ("tiresias", {"min_run_s": 0.0, "thresholds": (100.0, 5000.0)}),
+]
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(world=worlds(), name=st.sampled_from(POLICY_NAMES))
-def test_every_action_is_valid_and_decisions_are_deterministic(world, name):
+@given(world=worlds(), variant=st.sampled_from(VARIANTS))
+def test_every_action_is_valid_and_decisions_are_deterministic(world, variant):
     now, cluster, jobs = world
-    pol = get_policy(name)
+    name, params = variant
+    pol = get_policy(name, **params)
     acts = pol.decide(now, cluster, jobs)
     assert validate(acts, cluster, jobs, max_tenants=CAPS[name]) == []
     assert pol.decide(now, cluster, list(reversed(jobs))) == acts
