@@ -306,7 +306,8 @@ class _Round:
         """Start the job on best-fit fragments if it fits now (``size``: from ``size()``)."""
         f, u = size if size is not None else self.size(job, sample_only)
         if f != math.inf:   # one GPU size: cheap checks before a search
-            if f > self.free.max_free() + EPS:
+            band = None if sample_only else min(BANDS, int(max(0.0, u) * BANDS))
+            if f > self.free.max_free(band) + EPS:
                 return False
             # a job at least as big and as busy as one that just failed fails too
             for f0, u0 in self.failed.get((job.num_gpus, sample_only), ()):

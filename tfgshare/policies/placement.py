@@ -196,7 +196,7 @@ class FreeMap:
         self._whole = lay.whole
         self.closed: set[str] = set()   # GPUs reserved for the rest of this plan
         self.version = 0                # bumped on every change, for callers' caches
-        self._max_free: tuple | None = None
+        self._max_free: tuple[int, dict] = (-1, {})   # (version, min_band -> max free)
         self._bandf = band
         self._empty_band = empty_band
         self._band: dict[str, int] = {}  # band of each GPU that has tenants
@@ -273,14 +273,16 @@ class FreeMap:
 
     def max_free(self, min_band: int | None = None) -> float:
         """The largest fraction any open GPU could give one more tenant (0 if none)."""
-        memo = self._max_free
-        if memo is not None and memo[0] == (self.version, min_band):
-            return memo[1]
-        best = 0.0
-        for _, _, keys in self._searched(min_band):
-            if keys[-1][0] > best:
-                best = keys[-1][0]
-        self._max_free = ((self.version, min_band), best)
+        if self._max_free[0] != self.version:
+            self._max_free = (self.version, {})
+        memo = self._max_free[1]
+        best = memo.get(min_band)
+        if best is None:
+            best = 0.0
+            for _, _, keys in self._searched(min_band):
+                if keys[-1][0] > best:
+                    best = keys[-1][0]
+            memo[min_band] = best
         return best
 
     def count_fitting(self, need: float | Need, min_band: int | None = None) -> int:
