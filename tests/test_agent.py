@@ -271,3 +271,17 @@ def test_agent_and_cluster_code_never_import_tensorflow():
             "assert 'tensorflow' not in sys.modules, 'tensorflow was imported'")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_runner_understands_every_flag_the_agent_passes_for_a_spec(tmp_path):
+    from tfgshare.runner_config import parse_args
+    spec = schema.JobSpec(model_name="mobilenet_v1", batch_size=8, max_number_of_steps=50,
+                          optimizer="sgd", learning_rate=0.05,
+                          learning_rate_decay_type="fixed", weight_decay=0.0001,
+                          image_size=32, num_classes=10, extra=["--log_every_n_steps", "5"])
+    config = parse_args(spec.runner_args() + ["--train_dir", str(tmp_path)])
+    assert (config.model_name, config.batch_size, config.max_number_of_steps) == (
+        "mobilenet_v1", 8, 50)
+    assert (config.optimizer, config.learning_rate, config.learning_rate_decay_type,
+            config.weight_decay) == ("sgd", 0.05, "fixed", 0.0001)
+    assert (config.image_size, config.num_classes, config.log_every_n_steps) == (32, 10, 5)

@@ -146,6 +146,9 @@ def build_parser(prog: str = "tfgshare train") -> argparse.ArgumentParser:
         kind = {"int": int, "float": float}.get(str(f.type).split(" ")[0], str)
         if f.name == "train_dir":
             parser.add_argument("--train_dir", required=True, help=help_)
+        elif f.name == "image_size":   # also TF-Slim's name, which JobSpec.runner_args uses
+            parser.add_argument("--image_size", "--train_image_size", type=int,
+                                default=f.default, help=help_)
         elif f.name == "optimizer":
             parser.add_argument("--optimizer", choices=OPTIMIZERS, default=f.default)
         elif f.name == "learning_rate_decay_type":
