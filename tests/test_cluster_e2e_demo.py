@@ -44,7 +44,7 @@ def test_demo_batch_is_small_jobs_then_a_big_one():
     assert [s.model_name for s in small] == ["lenet", "cifarnet", "mobilenet_v1"]
     assert all(s.memory_fraction < 0.5 for s in small)
     assert big.memory_fraction == BIG[-1] and 2 * 0.35 + big.memory_fraction > 1
-    assert "--image_size" in small[2].extra       # mobilenet at a small size
+    assert small[2].image_size == 32              # mobilenet at a small size
 
 
 def test_script_moves_only_jobs_that_made_progress_in_this_attempt():

@@ -47,10 +47,8 @@ RUNNER_FLAGS = ["--warmup_steps", "1", "--num_sample_steps", "5", "--log_every_n
 def spec(row: tuple, name: str) -> JobSpec:
     """A job of the catalogue as a JobSpec."""
     model, size, batch, steps, fraction = row
-    # the image size travels as a runner flag (the runner's name for it is --image_size)
     return JobSpec(model_name=model, name=name, batch_size=batch, max_number_of_steps=steps,
-                   memory_fraction=fraction,
-                   extra=RUNNER_FLAGS + (["--image_size", str(size)] if size else []))
+                   image_size=size, memory_fraction=fraction, extra=list(RUNNER_FLAGS))
 
 
 def demo_jobs(n: int) -> tuple[list[JobSpec], JobSpec]:
