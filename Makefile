@@ -20,7 +20,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -ra
 
-# Each benchmark rewrites its own section of docs/benchmarks.md.
+# Every benchmark in tools/; docs/benchmarks.md records their figures and how they were taken.
 BENCHES := philly slim_data runner policies simulator coordinator agent
 bench: $(STAMP)
 	for b in $(BENCHES); do $(BIN)/python tools/bench_$$b.py || exit 1; done
