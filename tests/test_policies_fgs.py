@@ -1,5 +1,7 @@
 """fgs on hand-built clusters: sampling, sizing, shortest-first, aging, moves, caps."""
 
+from dataclasses import replace
+
 import pytest
 
 from tfgshare.policies.base import JobState, Migrate, Start, Suspend
@@ -79,7 +81,7 @@ def _crowded(now_started):
 
 def test_starving_large_job_gets_a_reservation_while_small_jobs_are_young():
     c, jobs = _crowded(now_started=5 * H - 100)
-    pol = fgs(min_run_s=300)
+    pol = fgs(min_run_s=300, max_wait_s=4 * H)
     assert pol.starving(jobs[2], 5 * H)
     assert check(pol, 5 * H, c, jobs) == []        # "small" would fit, but GPUs are reserved
     # without the aging bound the small job backfills at once
@@ -89,7 +91,7 @@ def test_starving_large_job_gets_a_reservation_while_small_jobs_are_young():
 
 def test_starving_large_job_suspends_small_jobs_after_min_run_time():
     c, jobs = _crowded(now_started=5 * H - 400)
-    acts = check(fgs(min_run_s=300), 5 * H, c, jobs)
+    acts = check(fgs(min_run_s=300, max_wait_s=4 * H), 5 * H, c, jobs)
     assert acts[:2] == [Suspend("a"), Suspend("b")]
     assert acts[2].job == "big" and {f.gpu for f in acts[2].fragments} == {"n0:0", "n0:1"}
     assert acts[2].fragments[0].fraction == pytest.approx(WHOLE)
@@ -103,7 +105,7 @@ def test_promoted_job_moves_a_small_job_when_there_is_room_elsewhere():
             make_job("b", submit=2, on={"n0:1": 0.5}, memory_mb=7000, gpu_util=0.3,
                      last_start=0),
             make_job("p", submit=0, state=JobState.SAMPLED, memory_mb=12000, total_steps=10 ** 6)]
-    acts = check(fgs(), 5 * H, c, jobs)
+    acts = check(fgs(max_wait_s=4 * H), 5 * H, c, jobs)
     assert acts[0] == Migrate("a", acts[0].fragments) and acts[0].fragments[0].gpu == "n0:1"
     assert acts[1].job == "p" and acts[1].fragments[0].gpu == "n0:0"
 
@@ -156,7 +158,7 @@ def test_busy_jobs_are_left_alone_and_bad_params_are_named():
     c = make_cluster(1, 1)
     jobs = [make_job("s", state=JobState.SAMPLING, on={"n0:0": 0.5}),
             make_job("p", submit=0, state=JobState.SAMPLED, memory_mb=15000, total_steps=10 ** 6)]
-    acts = check(fgs(), 10 * H, c, jobs)
+    acts = check(fgs(max_wait_s=4 * H), 10 * H, c, jobs)
     assert all(a.job != "s" for a in acts) and acts == []
     with pytest.raises(ValueError, match="slowdown_cap must be >= 1"):
         fgs(slowdown_cap=0.5)
@@ -178,3 +180,17 @@ def test_every_threshold_is_a_named_parameter():
                  "slowdown_cap", "min_run_s", "defrag"):
         assert name in params
     assert fgs(max_cotenants=2).max_cotenants == 2
+
+
+def test_jobs_that_were_starved_themselves_are_not_evicted():
+    c, jobs = _crowded(now_started=5 * H - 400)
+    jobs = [replace(j, waited_s=10 * H) if j.id in ("a", "b") else j for j in jobs]
+    acts = check(fgs(min_run_s=300, max_wait_s=4 * H), 5 * H, c, jobs)
+    assert not any(isinstance(a, (Suspend, Migrate)) for a in acts)
+
+
+def test_far_reservations_leave_gpus_to_others():
+    c, jobs = _crowded(now_started=5 * H - 100)     # a, b movable only in 200 s
+    assert check(fgs(min_run_s=300, max_wait_s=4 * H), 5 * H, c, jobs) == []
+    acts = check(fgs(min_run_s=300, max_wait_s=4 * H, reserve_horizon_s=100), 5 * H, c, jobs)
+    assert [a.job for a in acts] == ["small"]

@@ -4,12 +4,14 @@ After Chung, Tong and Chen, "A fine-grained GPU sharing and job scheduling for
 deep learning jobs on the cloud", J. Supercomputing 81(2), 2025, as read in
 docs (PAPER.md). Each decision, in order:
 
-1. **Promoted jobs** (waited past a bound, see ``starving``) go first, oldest
-   first. One that cannot be placed makes room: small running jobs (no more
+1. **Promoted jobs** (waited past a bound, see ``starving``): the
+   ``max_reservations`` longest waiting go first (the others keep their
+   shortest-first place until their turn). One that cannot be placed makes room: small running jobs (no more
    GPUs than it, past ``min_run_s``) on the GPUs that free soonest are moved
    elsewhere (migrate) or suspended. If those jobs are still inside their
-   ``min_run_s``, or bigger jobs must finish first, the GPUs are reserved:
-   nothing else starts on them this round.
+   ``min_run_s``, or bigger jobs must finish first, the GPUs are reserved
+   (nothing else starts on them this round) if they free within
+   ``reserve_horizon_s``.
 2. **Sampling**: a new job (no sample, no prediction) runs its sampling phase
    (``sample_only``) on a best-fit ``sample_fraction`` fragment.
 3. **Shortest predicted remaining time first** for the other waiting jobs, each
@@ -61,8 +63,10 @@ class Fgs:
     # promote a waiting job once it has waited more than this times its
     # predicted remaining time (bounds its slowdown near 1 + ratio)
     max_wait_ratio: float = 2.0
-    # ... or more than this many seconds in all (bounds the wait of large jobs)
-    max_wait_s: float = 4 * 3600.0
+    # ... or more than this many seconds in all (bounds the wait of large
+    # jobs). A day: Philly's long jobs run for days, and on an overloaded 64-GPU
+    # replay a 4 h bound promoted most jobs, costing 15-20 % mean JCT
+    max_wait_s: float = 24 * 3600.0
     # ... but never before this many seconds of waiting, so short jobs stay in
     # shortest-first order instead of being promoted after seconds
     promote_floor_s: float = 600.0
@@ -80,9 +84,15 @@ class Fgs:
     defrag: bool = True
     # most suspends and migrations issued in one decision
     max_moves: int = 8
-    # most promoted jobs that make room or hold a reservation in one decision:
-    # one, the longest waiting, keeps each decision cheap (a scan of all GPUs)
-    # while the others still go first whenever room frees
+    # hold GPUs idle for a promoted job only if they can be cleared within this
+    # many seconds; a farther reservation would idle capacity for long, and the
+    # job still goes first whenever room frees (half an hour: a few times
+    # min_run_s, short against the hours-long jobs that get promoted)
+    reserve_horizon_s: float = 1800.0
+    # how many promoted jobs (the longest waiting) go first and make room or
+    # hold a reservation in one decision: one keeps each decision cheap (a
+    # scan of all GPUs) and, under overload, keeps the others in shortest-first
+    # order instead of degrading to FIFO; each promoted job gets its turn
     max_reservations: int = 1
 
     def __post_init__(self) -> None:
@@ -99,6 +109,7 @@ class Fgs:
             (self.min_run_s >= 0, "min_run_s must be >= 0"),
             (self.max_moves >= 0, "max_moves must be >= 0"),
             (self.max_reservations >= 0, "max_reservations must be >= 0"),
+            (self.reserve_horizon_s >= 0, "reserve_horizon_s must be >= 0"),
         ]
         bad = [msg for ok, msg in checks if not ok]
         if bad:
@@ -138,6 +149,12 @@ class Fgs:
             return []
         r = _Round(self, now, cluster, jobs)
         promoted.sort()
+        # only the longest waiting promoted jobs jump the queue and make room;
+        # the others keep their shortest-first place until their turn comes
+        for t in promoted[self.max_reservations:]:
+            left = remaining_s(t[2])
+            ordinary.append((math.inf if left is None else left, t[0], t[1], t[2]))
+        promoted = promoted[:self.max_reservations]
         to_sample.sort()
         ordinary.sort()
         reservations = self.max_reservations
@@ -331,8 +348,17 @@ class _Round:
 
     def movable(self, holder: JobView, size: int) -> bool:
         """Whether a running job may be moved now for a job of ``size`` GPUs."""
+        return self.evictable(holder, size) and self.settled(holder)
+
+    def evictable(self, holder: JobView, size: int) -> bool:
+        """Whether a running job may ever be moved for a job of ``size`` GPUs.
+
+        Not one that already waited past its own bound (it was promoted once):
+        otherwise promoted jobs would take turns suspending each other.
+        """
         return (holder.state is JobState.RUNNING and holder.id not in self.acted
-                and holder.num_gpus <= size and self.settled(holder))
+                and holder.num_gpus <= size
+                and not self.pol._overdue(holder.waited_s, remaining_s(holder)))
 
     def settled(self, job: JobView) -> bool:
         """Whether the job has run at least ``min_run_s`` since its last start."""
@@ -351,8 +377,7 @@ class _Round:
         """Seconds until this tenant's room could be had: 0 if it may move now."""
         if self.movable(holder, size):
             return 0.0
-        if holder.state is JobState.RUNNING and holder.num_gpus <= size \
-                and holder.id not in self.acted:
+        if self.evictable(holder, size):
             return self.pol.min_run_s - (self.now - holder.last_start)
         if holder.state is not JobState.RUNNING:
             return 1.0   # sampling or suspending: gone soon, but not movable
@@ -416,8 +441,10 @@ class _Round:
         if chosen is None:
             return
         victims = {v.id: v for c in chosen for v in c[4]}
-        if max(c[0] for c in chosen) > 0 or len(victims) > self.moves_left:
-            self.free.close(c[3] for c in chosen)
+        wait = max(c[0] for c in chosen)
+        if wait > 0 or len(victims) > self.moves_left:
+            if wait <= self.pol.reserve_horizon_s:
+                self.free.close(c[3] for c in chosen)
             return
         for v in victims.values():
             self._release(v)
