@@ -126,6 +126,71 @@ class Fgs:
             return True
         return left is not None and waited > self.max_wait_ratio * left
 
+    def _free_map(self, cluster: ClusterSnapshot, jobs: Sequence[JobView],
+                  held: dict[str, tuple]) -> FreeMap:
+        """A FreeMap of the cluster as ``held`` holds it, to plan this round on.
+
+        Built once and then kept up to date between rounds from the holders that
+        changed (a cache only: a fresh build gives the same map), so a round
+        costs O(changed holders) instead of a rebuild over every GPU in use.
+        """
+        key = (cluster.down_nodes, cluster.reserve_mb, self.max_cotenants,
+               self.slowdown_cap, self.interference_overhead)
+        cache = self.__dict__.get("_cache")
+        if cache is not None and cache[3] is cluster.gpus and cache[0] == key:
+            base, before, on_gpu = cache[1], cache[2], cache[4]
+            gpus = base.gpus
+            dirty: set[str] = set()
+            for jid, was in before.items():
+                cur = held.get(jid)
+                if cur is None or cur[1] != was[1] or (cur[0] is not was[0]
+                                                       and cur[0] != was[0]):
+                    for f in was[0]:
+                        on_gpu[f.gpu].pop(jid, None)
+                        dirty.add(f.gpu)
+            ok = True
+            for jid, cur in held.items():
+                was = before.get(jid)
+                if was is None or cur[1] != was[1] or (cur[0] is not was[0]
+                                                       and cur[0] != was[0]):
+                    for f in cur[0]:
+                        if f.gpu not in gpus:
+                            ok = False
+                        on_gpu.setdefault(f.gpu, {})[jid] = (f.fraction, cur[1])
+                        dirty.add(f.gpu)
+            if ok:
+                # each changed GPU summed afresh in the jobs' order, as usage() does,
+                # so the map is the one a fresh build gives, to the last bit
+                order = {jid: n for n, jid in enumerate(held)} if dirty else {}
+                for gid in dirty:
+                    hs = on_gpu.get(gid)
+                    if not hs:
+                        on_gpu.pop(gid, None)
+                        base.set_use(gid, None)
+                        continue
+                    items = sorted(hs.items(), key=lambda kv: order[kv[0]])
+                    used, util = items[0][1]
+                    for _, (f, u) in items[1:]:
+                        used += f
+                        util += u
+                    base.set_use(gid, GpuUse(used, len(items), util))
+                self._cache = (key, base, held, cluster.gpus, on_gpu)
+                return base.copy()
+        cap, overhead = self.slowdown_cap, self.interference_overhead
+
+        def band(use: GpuUse) -> int:
+            room = room_for(use.tenants, use.util, cap, overhead)
+            return -1 if room < 0 else (BANDS if room >= 1.0 else int(room * BANDS))
+
+        base = FreeMap(cluster, jobs, max_tenants=self.max_cotenants, band=band,
+                       empty_band=BANDS)
+        on_gpu = {}
+        for jid, (frags, util) in held.items():
+            for f in frags:
+                on_gpu.setdefault(f.gpu, {})[jid] = (f.fraction, util)
+        self._cache = (key, base, held, cluster.gpus, on_gpu)
+        return base.copy()
+
     def decide(self, now: float, cluster: ClusterSnapshot,
                jobs: Sequence[JobView]) -> list[Action]:
         """Promoted jobs, then sampling, then shortest remaining first; make room as needed."""
@@ -133,9 +198,13 @@ class Fgs:
         # so sorting never compares jobs
         to_sample, promoted, ordinary = [], [], []
         queued = JobState.QUEUED
+        held: dict[str, tuple] = {}   # job id -> (fragments, utilisation) of GPU holders
         for j in jobs:
             state = j.state
             if state not in WAITING:
+                if j.fragments and state in HOLDING:
+                    held[j.id] = (j.fragments, j.sample.gpu_util if j.sample is not None
+                                  else 1.0)
                 continue
             if state is queued and j.sample is None and j.predicted_remaining_s is None:
                 to_sample.append((j.submit_time, j.id, j))
@@ -147,7 +216,7 @@ class Fgs:
                 ordinary.append((math.inf if left is None else left, j.submit_time, j.id, j))
         if not (to_sample or promoted or ordinary):
             return []
-        r = _Round(self, now, cluster, jobs)
+        r = _Round(self, now, cluster, jobs, self._free_map(cluster, jobs, held))
         promoted.sort()
         # only the longest waiting promoted jobs jump the queue and make room;
         # the others keep their shortest-first place until their turn comes
@@ -184,7 +253,7 @@ class _Round:
     """The state of one ``decide`` call: free room, tenants, and actions so far."""
 
     def __init__(self, pol: Fgs, now: float, cluster: ClusterSnapshot,
-                 jobs: Sequence[JobView]):
+                 jobs: Sequence[JobView], free: FreeMap | None = None):
         self.pol = pol
         self.now = now
         self.cluster = cluster
@@ -192,8 +261,8 @@ class _Round:
         self.jobs = jobs
         self._holders: dict[str, list[JobView]] | None = None
         self._fits_memo: tuple[tuple, bool] | None = None   # last fits_somewhere answer
-        self.free = FreeMap(cluster, jobs, max_tenants=pol.max_cotenants,
-                            band=self.band, empty_band=BANDS)
+        self.free = free if free is not None else FreeMap(
+            cluster, jobs, max_tenants=pol.max_cotenants, band=self.band, empty_band=BANDS)
         self.up = len(self.free.gpus)
         self.moves_left = pol.max_moves
         # (gang size, sampling) -> (fraction, utilisation) that found no room

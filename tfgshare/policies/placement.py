@@ -230,6 +230,20 @@ class FreeMap:
             self._bands.setdefault(mem, []).append(b)
         self._mems = sorted(self._bands)
 
+    def copy(self) -> "FreeMap":
+        """An independent copy to plan on (cheap: GPU uses are shared, never changed in place)."""
+        c = object.__new__(FreeMap)
+        c.__dict__.update(self.__dict__)
+        c.use = dict(self.use)
+        c.closed = set(self.closed)
+        c._max_free = (-1, {})
+        c._band = dict(self._band)
+        c._free = dict(self._free)
+        c._groups = {k: list(v) for k, v in self._groups.items()}
+        c._bands = {k: list(v) for k, v in self._bands.items()}
+        c._mems = list(self._mems)
+        return c
+
     def _open(self, u: GpuUse | None, free: float) -> bool:
         if free < MIN_FRACTION - EPS:
             return False
@@ -419,20 +433,25 @@ class FreeMap:
                 self.version += 1
 
     def _move(self, gid: str, d_used: float, d_tenants: int, d_util: float = 0.0) -> None:
+        u = self.use.get(gid)
+        # a new GpuUse, never changed in place: copies of this map share them
+        if u is None:
+            u = GpuUse(0.0 + d_used, d_tenants, 0.0 + d_util)
+        else:
+            u = GpuUse(u.used + d_used, u.tenants + d_tenants, u.util + d_util)
+        self.set_use(gid, u)
+
+    def set_use(self, gid: str, u: GpuUse | None) -> None:
+        """Replace what the tenants of ``gid`` hold (None or no tenants: idle)."""
         g = self.gpus[gid]
         self.version += 1
         self._drop(gid)
-        u = self.use.get(gid)
-        if u is None:
-            u = self.use[gid] = GpuUse()
-        u.used += d_used
-        u.tenants += d_tenants
-        u.util += d_util
-        if u.tenants <= 0:
-            del self.use[gid]
+        if u is None or u.tenants <= 0:
+            self.use.pop(gid, None)
             u = None
             self._band.pop(gid, None)
         else:
+            self.use[gid] = u
             self._band[gid] = self._bandf(u) if self._bandf is not None else 0
         free = self._free[gid] = free_fraction(g, u, self.reserve_mb)
         if gid not in self.closed and self._open(u, free):
