@@ -199,6 +199,15 @@ class Fgs:
         to_sample, promoted, ordinary = [], [], []
         queued = JobState.QUEUED
         held: dict[str, tuple] = {}   # job id -> (fragments, utilisation) of GPU holders
+        # per waiting view (views are immutable; callers keep unchanged ones):
+        # (view, remaining or None, a, b, bound): it has waited a + max(0, now - b)
+        # (total_wait_s) and is promoted once that passes bound (_overdue)
+        ckey = (self.max_wait_ratio, self.max_wait_s, self.promote_floor_s)
+        old = self.__dict__.get("_waiting")
+        if old is None or old[0] != ckey:
+            old = (ckey, {})
+        seen, memo = old[1], {}
+        floor, cap_s, ratio = self.promote_floor_s, self.max_wait_s, self.max_wait_ratio
         for j in jobs:
             state = j.state
             if state not in WAITING:
@@ -209,11 +218,24 @@ class Fgs:
             if state is queued and j.sample is None and j.predicted_remaining_s is None:
                 to_sample.append((j.submit_time, j.id, j))
                 continue
-            left = remaining_s(j)
-            if self._overdue(total_wait_s(j, now), left):
+            c = seen.get(j.id)
+            if c is None or c[0] is not j:
+                left = remaining_s(j)
+                if j.last_wait_start is None and j.last_start is None:
+                    a, b = 0.0, j.submit_time
+                else:
+                    a = j.waited_s
+                    b = j.last_wait_start if j.last_wait_start is not None else j.submit_time
+                bound = max(floor, cap_s if left is None else min(cap_s, ratio * left))
+                c = (j, left, a, b, bound)
+            memo[j.id] = c
+            left = c[1]
+            b = c[3]
+            if c[2] + (now - b if now > b else 0.0) > c[4]:
                 promoted.append((j.submit_time, j.id, j))
             else:
                 ordinary.append((math.inf if left is None else left, j.submit_time, j.id, j))
+        self._waiting = (ckey, memo)
         if not (to_sample or promoted or ordinary):
             return []
         r = _Round(self, now, cluster, jobs, self._free_map(cluster, jobs, held))
@@ -337,7 +359,7 @@ class _Round:
 
     def fits_somewhere(self, f: float, u: float) -> bool:
         """Whether some open GPU has room ``f`` for a tenant of utilisation ``u``."""
-        if f == math.inf:
+        if f == math.inf or f > self.free.max_free() + EPS:
             return False
         query = (self.free.version, f, u)
         if self._fits_memo is None or self._fits_memo[0] != query:
@@ -364,20 +386,62 @@ class _Round:
         if n == 0:
             return
         rep = self.rep
-        sizes = [self.size(j, sample_only) for j in jobs]
-        if rep is not None:   # the smallest need among the jobs from i on
-            min_f, min_u = [math.inf] * (n + 1), [math.inf] * (n + 1)
-            for i in range(n - 1, -1, -1):
-                f, u = sizes[i]
-                min_f[i] = f if f < min_f[i + 1] else min_f[i + 1]
-                min_u[i] = u if u < min_u[i + 1] else min_u[i + 1]
+        if rep is None:
+            for job in jobs:
+                if not self.place(job, sample_only) and on_fail is not None:
+                    on_fail(job)
+            return
+        sizes = self.sizes(jobs, sample_only)
+        # the smallest need among the jobs from i on
+        min_f, min_u = [math.inf] * (n + 1), [math.inf] * (n + 1)
+        for i in range(n - 1, -1, -1):
+            f, u = sizes[i]
+            min_f[i] = f if f < min_f[i + 1] else min_f[i + 1]
+            min_u[i] = u if u < min_u[i + 1] else min_u[i + 1]
+        free = self.free
+        quiet = on_fail is None   # on_fail said False once: it does nothing more
+        version, tops = -1, {}
         for i, job in enumerate(jobs):
+            f, u = sizes[i]
+            if quiet:   # the cheap first check of place(), inline
+                if free.version != version:
+                    version, tops = free.version, {}
+                band = None if sample_only else (BANDS if u >= 1.0 else int(max(0.0, u)
+                                                                            * BANDS))
+                top = tops.get(band)
+                if top is None:
+                    top = tops[band] = free.max_free(band)
+                if f > top + EPS:
+                    if not self.fits_somewhere(min_f[i + 1], min_u[i + 1]):
+                        break
+                    continue
             if self.place(job, sample_only, sizes[i]):
                 continue
-            busy = on_fail(job) if on_fail is not None else False
-            if rep is not None and not busy and not self.fits_somewhere(min_f[i + 1],
-                                                                        min_u[i + 1]):
-                break
+            busy = on_fail(job) if not quiet else False
+            if not busy:
+                quiet = True
+                if not self.fits_somewhere(min_f[i + 1], min_u[i + 1]):
+                    break
+
+    def sizes(self, jobs: list[JobView], sample_only: bool) -> list[tuple[float, float]]:
+        """``size()`` of each job (one GPU size only), cached per view between rounds."""
+        pol, rep, headroom, reserve = self.pol, self.rep, self.pol.headroom, self.reserve
+        key = (rep.memory_mb, headroom, reserve, pol.sample_fraction)
+        cache = pol.__dict__.get("_sizes")
+        if cache is None or cache[0] != key or len(cache[1]) > 2 * len(self.jobs) + 1000:
+            cache = pol._sizes = (key, {})
+        seen = cache[1]
+        default = pol.sample_fraction if sample_only else None
+        out = []
+        for j in jobs:
+            c = seen.get(j.id)
+            if c is None or c[0] is not j or c[1] is not sample_only:
+                u = -1.0 if sample_only else (j.sample.gpu_util if j.sample is not None
+                                              else 1.0)
+                c = seen[j.id] = (j, sample_only,
+                                  (fraction_for(j, rep, headroom, reserve, default), u))
+            out.append(c[2])
+        return out
 
     def size(self, job: JobView, sample_only: bool = False) -> tuple[float, float]:
         """(fraction on this cluster's GPU size or inf if sizes differ, utilisation to check)."""
