@@ -141,33 +141,45 @@ class Fgs:
             base, before, on_gpu = cache[1], cache[2], cache[4]
             gpus = base.gpus
             dirty: set[str] = set()
-            for jid, was in before.items():
-                cur = held.get(jid)
-                if cur is None or cur[1] != was[1] or (cur[0] is not was[0]
-                                                       and cur[0] != was[0]):
+            ok = True
+            before = dict(before)
+            pop = before.pop
+            for jid, cur in held.items():
+                was = pop(jid, None)
+                if was is not None and (cur[0] is was[0] or cur[0] == was[0]) \
+                        and cur[1] == was[1]:
+                    continue
+                if was is not None:
                     for f in was[0]:
                         on_gpu[f.gpu].pop(jid, None)
                         dirty.add(f.gpu)
-            ok = True
-            for jid, cur in held.items():
-                was = before.get(jid)
-                if was is None or cur[1] != was[1] or (cur[0] is not was[0]
-                                                       and cur[0] != was[0]):
-                    for f in cur[0]:
-                        if f.gpu not in gpus:
-                            ok = False
-                        on_gpu.setdefault(f.gpu, {})[jid] = (f.fraction, cur[1])
-                        dirty.add(f.gpu)
+                for f in cur[0]:
+                    if f.gpu not in gpus:
+                        ok = False
+                    on_gpu.setdefault(f.gpu, {})[jid] = (f.fraction, cur[1])
+                    dirty.add(f.gpu)
+            for jid, was in before.items():   # gone
+                for f in was[0]:
+                    on_gpu[f.gpu].pop(jid, None)
+                    dirty.add(f.gpu)
             if ok:
                 # each changed GPU summed afresh in the jobs' order, as usage() does,
                 # so the map is the one a fresh build gives, to the last bit
-                order = {jid: n for n, jid in enumerate(held)} if dirty else {}
+                order = None
                 for gid in dirty:
+                    if gid not in gpus:   # on a down node: not planned on
+                        continue
                     hs = on_gpu.get(gid)
                     if not hs:
                         on_gpu.pop(gid, None)
                         base.set_use(gid, None)
                         continue
+                    if len(hs) == 1:
+                        (used, util), = hs.values()
+                        base.set_use(gid, GpuUse(used, 1, util))
+                        continue
+                    if order is None:
+                        order = {jid: n for n, jid in enumerate(held)}
                     items = sorted(hs.items(), key=lambda kv: order[kv[0]])
                     used, util = items[0][1]
                     for _, (f, u) in items[1:]:
