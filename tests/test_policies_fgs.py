@@ -25,12 +25,44 @@ def check(pol, now, c, jobs):
 
 
 def test_new_jobs_are_sampled_on_a_best_fit_half_gpu():
+    # the former placement, still available with these parameters
+    c = make_cluster(1, 2)
+    jobs = [make_job("r", on={"n0:1": 0.4}, memory_mb=5000, gpu_util=0.3),
+            make_job("new", submit=1)]
+    (a,) = check(fgs(sample_on_idle=False, sample_memory_mb=None), 10, c, jobs)
+    assert a == Start("new", a.fragments, sample_only=True)
+    assert a.fragments[0].gpu == "n0:1" and a.fragments[0].fraction == 0.5
+
+
+def test_new_jobs_sample_alone_on_an_idle_gpu():
     c = make_cluster(1, 2)
     jobs = [make_job("r", on={"n0:1": 0.4}, memory_mb=5000, gpu_util=0.3),
             make_job("new", submit=1)]
     (a,) = check(fgs(), 10, c, jobs)
     assert a == Start("new", a.fragments, sample_only=True)
-    assert a.fragments[0].gpu == "n0:1" and a.fragments[0].fraction == 0.5
+    assert a.fragments[0].gpu == "n0:0" and a.fragments[0].fraction == pytest.approx(WHOLE)
+
+
+def test_without_an_idle_gpu_sampling_goes_to_the_least_loaded_one():
+    c = make_cluster(1, 2)
+    jobs = [make_job("busy", on={"n0:0": 0.2}, memory_mb=3000, gpu_util=0.9),
+            make_job("light", on={"n0:1": 0.2}, memory_mb=3000, gpu_util=0.2),
+            make_job("new", submit=1)]
+    (a,) = check(fgs(sample_memory_mb=6000), 10, c, jobs)
+    assert a.sample_only and a.fragments[0].gpu == "n0:1"
+    assert a.fragments[0].fraction == pytest.approx(6000 / 16000)
+
+
+def test_default_sampling_fragment_holds_a_paper_model_on_a_12gb_gpu():
+    c = make_cluster(1, 2, memory_mb=12288)
+    jobs = [make_job("r", on={"n0:0": 0.01}, memory_mb=100, gpu_util=0.1),
+            make_job("s", on={"n0:1": 0.01}, memory_mb=100, gpu_util=0.1),
+            make_job("new", submit=1)]
+    # no GPU is idle and none has room for the sampling fragment
+    assert check(fgs(), 10, c, jobs) == []
+    (a,) = check(fgs(), 10, c, jobs[1:])
+    f = a.fragments[0]
+    assert f.gpu == "n0:0" and f.fraction * 12288 >= 11500   # vgg_16 at batch 64
 
 
 def test_fragment_is_sized_from_sampled_memory_with_headroom():

@@ -13,7 +13,8 @@ docs (PAPER.md). Each decision, in order:
    (nothing else starts on them this round) if they free within
    ``reserve_horizon_s``.
 2. **Sampling**: a new job (no sample, no prediction) runs its sampling phase
-   (``sample_only``) on a best-fit ``sample_fraction`` fragment.
+   (``sample_only``) alone on an idle GPU, else on the least-loaded GPU with
+   room for ``sample_memory_mb`` (``sample_on_idle``; see the parameters).
 3. **Shortest predicted remaining time first** for the other waiting jobs, each
    on the smallest free fragment that fits (best fit) sized from its sampled
    peak memory plus ``headroom``, with at most ``max_cotenants`` jobs on a GPU
@@ -36,7 +37,8 @@ from typing import Callable, ClassVar, Collection, Sequence
 from .base import (Action, ClusterSnapshot, JobState, JobView, Migrate, Start,
                    Suspend)
 from .interference import room_for
-from .placement import EPS, FreeMap, GpuUse, fraction_for, reserve_fraction, to_fragments
+from .placement import (EPS, FreeMap, GpuUse, exclusive_fraction, fraction_for,
+                        reserve_fraction, to_fragments)
 from .prediction import remaining_s, total_wait_s
 from .queueing import HOLDING, WAITING, arrival_key
 
@@ -54,8 +56,23 @@ class Fgs:
     # A few dozen steps give a stable mean step time at a cost of well under a
     # minute for the four slim models.
     sample_steps: int = 30
-    # fragment given to a job's sampling phase when it requests none: half a GPU
-    # holds any of the four slim models at their default batch sizes on 16 GB.
+    # Where a job that requests no fraction runs its sampling phase. A sampling
+    # fragment must hold the job's true peak (unknown until sampled: a fragment
+    # too small fails at start-up) and its neighbours slow the measured step
+    # time (a prediction off by their slowdown). So, with sample_on_idle:
+    # the job samples alone on an idle GPU (the whole GPU less the reserve:
+    # nothing joins it while it samples, and any model that fits the GPU fits);
+    # with no idle GPU, on the least-loaded GPU (most utilisation room, then
+    # tightest fit) with room for a fragment of sample_memory_mb.
+    sample_on_idle: bool = True
+    # sampling fragment in MB when no GPU is idle (clipped to the GPU less its
+    # reserve). 11,800 MB holds the largest of the paper's four models in our
+    # profiles (vgg_16 at batch 64, about 11,500 MB) and still fits a 12 GB
+    # GPU (12,288 MB less a 300 MB reserve = 11,988 MB); a fraction (0.5 was
+    # 6 GB on Philly's 12 GB GPUs) failed thousands of starts. None: use
+    # sample_fraction instead.
+    sample_memory_mb: float | None = 11800.0
+    # sampling fragment as a fraction of the GPU, only when sample_memory_mb is None
     sample_fraction: float = 0.5
     # safety margin over the sampled peak memory (allocator rounding, later
     # peaks the first steps did not reach)
@@ -99,6 +116,8 @@ class Fgs:
         checks = [
             (self.sample_steps >= 1, "sample_steps must be >= 1"),
             (0 < self.sample_fraction <= 1, "sample_fraction must be in (0, 1]"),
+            (self.sample_memory_mb is None or self.sample_memory_mb > 0,
+             "sample_memory_mb must be > 0 or None"),
             (self.headroom >= 0, "headroom must be >= 0"),
             (self.max_wait_ratio > 0, "max_wait_ratio must be > 0"),
             (self.max_wait_s > 0, "max_wait_s must be > 0"),
@@ -312,9 +331,37 @@ class _Round:
         """The job's fraction as a function of the GPU."""
         reserve, headroom = self.reserve, self.pol.headroom
         if sample_only:
-            default = self.pol.sample_fraction
-            return lambda g: fraction_for(job, g, headroom, reserve, default)
+            return lambda g: fraction_for(job, g, headroom, reserve, self.sample_default(g))
         return lambda g: fraction_for(job, g, headroom, reserve)
+
+    def sample_default(self, gpu) -> float:
+        """The sampling fragment on this GPU for a job that requests none (not idle)."""
+        mb = self.pol.sample_memory_mb
+        return self.pol.sample_fraction if mb is None else mb / gpu.memory_mb
+
+    def place_sample(self, job: JobView) -> list[tuple[str, float]] | None:
+        """Fragments for a sampling phase: alone on idle GPUs, else on the least loaded."""
+        k = job.num_gpus
+        if self.pol.sample_on_idle:
+            reserve = self.reserve
+            whole = job.requested_fraction is None
+            # only an idle GPU has the whole GPU less one reserve free
+            got = self.free.gang_place(k, lambda g: exclusive_fraction(g, reserve))
+            if got is not None:
+                if whole:
+                    return got
+                return [(gid, fraction_for(job, self.free.gpus[gid], self.pol.headroom,
+                                           reserve)) for gid, _ in got]
+            need = self.need(job, True)
+            f = need(self.rep) if self.rep is not None else 0.0
+            for band in range(BANDS, -1, -1):   # most utilisation room first
+                if self.free.max_free(band) + EPS < f:
+                    continue
+                got = self.free.gang_place(k, need, min_band=band)
+                if got is not None:
+                    return got
+            return self.free.gang_place(k, need)
+        return self.free.gang_place(k, self.need(job, True))
 
     @property
     def holders(self) -> dict[str, list[JobView]]:
@@ -438,12 +485,12 @@ class _Round:
     def sizes(self, jobs: list[JobView], sample_only: bool) -> list[tuple[float, float]]:
         """``size()`` of each job (one GPU size only), cached per view between rounds."""
         pol, rep, headroom, reserve = self.pol, self.rep, self.pol.headroom, self.reserve
-        key = (rep.memory_mb, headroom, reserve, pol.sample_fraction)
+        key = (rep.memory_mb, headroom, reserve, pol.sample_fraction, pol.sample_memory_mb)
         cache = pol.__dict__.get("_sizes")
         if cache is None or cache[0] != key or len(cache[1]) > 2 * len(self.jobs) + 1000:
             cache = pol._sizes = (key, {})
         seen = cache[1]
-        default = pol.sample_fraction if sample_only else None
+        default = self.sample_default(rep) if sample_only else None
         out = []
         for j in jobs:
             c = seen.get(j.id)
@@ -460,7 +507,7 @@ class _Round:
         u = -1.0 if sample_only else (job.sample.gpu_util if job.sample is not None else 1.0)
         if self.rep is None:
             return (math.inf, u)
-        default = self.pol.sample_fraction if sample_only else None
+        default = self.sample_default(self.rep) if sample_only else None
         return (fraction_for(job, self.rep, self.pol.headroom, self.reserve, default), u)
 
     def place(self, job: JobView, sample_only: bool = False,
@@ -475,8 +522,10 @@ class _Round:
             for f0, u0 in self.failed.get((job.num_gpus, sample_only), ()):
                 if f >= f0 and u >= u0:
                     return False
-        placed = self._search(job.num_gpus, self.need(job, sample_only),
-                              None if sample_only else u)
+        if sample_only:
+            placed = self.place_sample(job)
+        else:
+            placed = self._search(job.num_gpus, self.need(job), u)
         if placed is None:
             if f != math.inf:
                 fails = self.failed.setdefault((job.num_gpus, sample_only), [])
