@@ -34,13 +34,16 @@ def test_new_jobs_are_sampled_on_a_best_fit_half_gpu():
     assert a.fragments[0].gpu == "n0:1" and a.fragments[0].fraction == 0.5
 
 
-def test_new_jobs_sample_alone_on_an_idle_gpu():
+def test_new_jobs_sample_on_an_idle_gpu_when_asked():
     c = make_cluster(1, 2)
     jobs = [make_job("r", on={"n0:1": 0.4}, memory_mb=5000, gpu_util=0.3),
             make_job("new", submit=1)]
-    (a,) = check(fgs(), 10, c, jobs)
+    (a,) = check(fgs(sample_on_idle=True, sample_memory_mb=5000), 10, c, jobs)
     assert a == Start("new", a.fragments, sample_only=True)
-    assert a.fragments[0].gpu == "n0:0" and a.fragments[0].fraction == pytest.approx(WHOLE)
+    assert a.fragments[0].gpu == "n0:0" and a.fragments[0].fraction == pytest.approx(5000 / 16000)
+    # best fit instead puts it beside the busy tenant
+    (b,) = check(fgs(sample_memory_mb=5000), 10, c, jobs)
+    assert b.fragments[0].gpu == "n0:1"
 
 
 def test_without_an_idle_gpu_sampling_goes_to_the_least_loaded_one():
@@ -48,7 +51,7 @@ def test_without_an_idle_gpu_sampling_goes_to_the_least_loaded_one():
     jobs = [make_job("busy", on={"n0:0": 0.2}, memory_mb=3000, gpu_util=0.9),
             make_job("light", on={"n0:1": 0.2}, memory_mb=3000, gpu_util=0.2),
             make_job("new", submit=1)]
-    (a,) = check(fgs(sample_memory_mb=6000), 10, c, jobs)
+    (a,) = check(fgs(sample_on_idle=True, sample_memory_mb=6000), 10, c, jobs)
     assert a.sample_only and a.fragments[0].gpu == "n0:1"
     assert a.fragments[0].fraction == pytest.approx(6000 / 16000)
 
