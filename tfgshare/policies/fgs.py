@@ -282,7 +282,14 @@ class Fgs:
             ordinary.append((math.inf if left is None else left, t[0], t[1], t[2]))
         promoted = promoted[:self.max_reservations]
         to_sample.sort()
-        ordinary.sort()
+        # the queue rarely changes between rounds: reuse the last order if it did not
+        last = self.__dict__.get("_order")
+        if last is not None and last[0] == ordinary:
+            ordinary = last[1]
+        else:
+            unsorted = list(ordinary)
+            ordinary.sort()
+            self._order = (unsorted, ordinary)
         reservations = self.max_reservations
         defrag = self.defrag
 
@@ -460,6 +467,7 @@ class _Round:
         free = self.free
         quiet = on_fail is None   # on_fail said False once: it does nothing more
         version, tops = -1, {}
+        last = None   # (version, f, u) of the last break check that found room
         for i, job in enumerate(jobs):
             f, u = sizes[i]
             if quiet:   # the cheap first check of place(), inline
@@ -471,8 +479,11 @@ class _Round:
                 if top is None:
                     top = tops[band] = free.max_free(band)
                 if f > top + EPS:
-                    if not self.fits_somewhere(min_f[i + 1], min_u[i + 1]):
-                        break
+                    q = (version, min_f[i + 1], min_u[i + 1])
+                    if q != last:
+                        if not self.fits_somewhere(q[1], q[2]):
+                            break
+                        last = q
                     continue
             if self.place(job, sample_only, sizes[i]):
                 continue
