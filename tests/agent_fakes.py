@@ -1,6 +1,6 @@
 """A tiny stand-in job runner for the agent's unit tests (no TensorFlow).
 
-It follows ``tfgshare.runner_protocol``: JSON-lines events, exit codes, and
+It follows ``tfgshare.runner.protocol``: JSON-lines events, exit codes, and
 SIGUSR1/SIGTERM = checkpoint after the current step and exit 75. Its
 "checkpoint" is the global step in ``<train_dir>/step``. Extra flags:
 ``--step_time S`` (seconds per step) and ``--ignore_signals`` (never stops).

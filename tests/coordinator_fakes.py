@@ -14,7 +14,7 @@ from pathlib import Path
 import zmq
 
 from tfgshare import schema as s
-from tfgshare.coordinator import Coordinator, CoordinatorConfig
+from tfgshare.coordinator.server import Coordinator, CoordinatorConfig
 
 
 class CoordinatorThread:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tfgshare.runner_config import TrainConfig
+from tfgshare.runner.config import TrainConfig
 
 SKIP_KEYS = ("_CHECKPOINTABLE_OBJECT_GRAPH", "save_counter", "job_spec")
 

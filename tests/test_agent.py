@@ -11,9 +11,9 @@ import zmq
 
 from agent_fakes import write_fake_runner
 from tfgshare import schema
-from tfgshare.agent import Agent, AgentConfig
-from tfgshare.gpus import VirtualGpus, parse_virtual_gpus
-from tfgshare.supervisor import Supervisor
+from tfgshare.agent.node import Agent, AgentConfig
+from tfgshare.agent.gpus import VirtualGpus, parse_virtual_gpus
+from tfgshare.agent.supervisor import Supervisor
 
 
 class FakeCoordinator:
@@ -266,7 +266,7 @@ def test_agent_command_line_errors_are_clear(args, words):
 
 
 def test_agent_and_cluster_code_never_import_tensorflow():
-    code = ("import sys, tfgshare.agent, tfgshare.gpus, tfgshare.supervisor, "
+    code = ("import sys, tfgshare.agent.node, tfgshare.agent.gpus, tfgshare.agent.supervisor, "
             "tfgshare.localcluster, tfgshare.demo; "
             "assert 'tensorflow' not in sys.modules, 'tensorflow was imported'")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -274,7 +274,7 @@ def test_agent_and_cluster_code_never_import_tensorflow():
 
 
 def test_runner_understands_every_flag_the_agent_passes_for_a_spec(tmp_path):
-    from tfgshare.runner_config import parse_args
+    from tfgshare.runner.config import parse_args
     spec = schema.JobSpec(model_name="mobilenet_v1", batch_size=8, max_number_of_steps=50,
                           optimizer="sgd", learning_rate=0.05,
                           learning_rate_decay_type="fixed", weight_decay=0.0001,

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from agent_fakes import write_fake_runner
-from tfgshare.supervisor import EventOut, ExitOut, Supervisor
+from tfgshare.agent.supervisor import EventOut, ExitOut, Supervisor
 
 
 def run_until_exit(sup: Supervisor, job: str, timeout: float = 30.0):
@@ -149,7 +149,7 @@ def test_runner_dies_with_a_killed_agent(tmp_path):
     cmd = write_fake_runner(tmp_path)
     script = textwrap.dedent(f"""
         import sys, time
-        from tfgshare.supervisor import Supervisor
+        from tfgshare.agent.supervisor import Supervisor
         sup = Supervisor({str(tmp_path / 'work')!r}, runner_cmd={cmd!r})
         p = sup.start("j1", 1, ["--max_number_of_steps", "100000"], {str(tmp_path / 'c')!r},
                       [(0, 0.5)], virtual=True)

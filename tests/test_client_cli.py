@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from coordinator_fakes import CoordinatorThread, FakeAgent
-from tfgshare import client_cli as cli
+from tfgshare.client import commands as cli
 from tfgshare import schema as s
 from tfgshare.cli import main as tfgshare
 from tfgshare.policies.registry import get_policy
@@ -161,7 +161,7 @@ def test_watch_returns_once_every_job_is_done(capsys, cluster):
 
 
 def ct_submit(ct) -> list[str]:
-    from tfgshare.client import Client
+    from tfgshare.client.api import Client
     with Client(ct.address) as c:
         return c.submit([s.JobSpec("alexnet_v2", max_number_of_steps=5)])
 
@@ -171,8 +171,10 @@ def test_coordinator_and_client_never_import_tensorflow(tmp_path):
 import sys, threading
 sys.path.insert(0, {str(REPO / 'tests')!r})
 from coordinator_fakes import CoordinatorThread, FakeAgent
-from tfgshare import client_cli, coordinator, cli
-from tfgshare.client import Client
+from tfgshare.client import commands as client_cli
+from tfgshare import cli
+import tfgshare.coordinator.server
+from tfgshare.client.api import Client
 from tfgshare import schema as s
 ct = CoordinatorThread({str(tmp_path / 'state.db')!r})   # the default policy
 agent = FakeAgent(ct.address, "n1")

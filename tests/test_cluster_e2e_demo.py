@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tfgshare.client import Refused
+from tfgshare.client.api import Refused
 from tfgshare.demo import BIG, LATE_AFTER_S, Script, demo_jobs
 
 

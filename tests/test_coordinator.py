@@ -8,7 +8,7 @@ import pytest
 
 from coordinator_fakes import CoordinatorThread, FakeAgent
 from tfgshare import schema as s
-from tfgshare.client import Client, Refused
+from tfgshare.client.api import Client, Refused
 from tfgshare.policies.registry import POLICY_NAMES, get_policy
 
 SHARING_POLICY = "fgs" if "fgs" in POLICY_NAMES else "gandiva"
@@ -388,7 +388,7 @@ def test_prediction_error_reaches_the_report(make, agents):
 
 
 def test_bad_coordinator_flags_and_state_file_are_named(tmp_path, capsys):
-    from tfgshare.coordinator import config_from_args, main
+    from tfgshare.coordinator.server import config_from_args, main
     for argv, words in [(["--state", "x", "--tick", "0"], "--tick must be > 0"),
                         (["--state", "x", "--node-timeout", "-1"], "--node-timeout must be > 0"),
                         (["--state", "x", "--policy-param", "oops"], "KEY=VALUE"),

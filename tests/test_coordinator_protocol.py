@@ -8,7 +8,7 @@ import pytest
 
 from coordinator_fakes import CoordinatorThread, FakeAgent
 from tfgshare import schema as s
-from tfgshare.client import Client
+from tfgshare.client.api import Client
 from tfgshare.policies.registry import get_policy
 
 

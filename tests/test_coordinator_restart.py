@@ -14,7 +14,7 @@ import pytest
 
 from coordinator_fakes import FakeAgent
 from tfgshare import schema as s
-from tfgshare.client import Client, Unreachable
+from tfgshare.client.api import Client, Unreachable
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -9,7 +9,7 @@ import types
 
 import pytest
 
-from tfgshare import gpus
+from tfgshare.agent import gpus
 
 
 def test_parse_virtual_gpus_counts_sizes_and_indices():

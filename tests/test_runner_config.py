@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
-from tfgshare.runner_config import TrainConfig, parse_args
-from tfgshare.runner_protocol import EXIT_BAD_INPUT, BadInputError
+from tfgshare.runner.config import TrainConfig, parse_args
+from tfgshare.runner.protocol import EXIT_BAD_INPUT, BadInputError
 
 
 def test_slim_flag_names_parse_into_config(tmp_path):
@@ -65,9 +65,9 @@ def test_missing_dataset_dir_is_bad_input(tmp_path):
 
 def test_light_runner_modules_do_not_import_tensorflow():
     code = ("import sys\n"
-            "import tfgshare.runner, tfgshare.runner_config, tfgshare.runner_timing\n"
-            "import tfgshare.runner_events, tfgshare.runner_protocol\n"
-            "from tfgshare.runner_config import TrainConfig\n"
+            "import tfgshare.runner.main, tfgshare.runner.config, tfgshare.runner.timing\n"
+            "import tfgshare.runner.events, tfgshare.runner.protocol\n"
+            "from tfgshare.runner.config import TrainConfig\n"
             "TrainConfig(train_dir='x').check()\n"
             "bad = [m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'tf_slim')]\n"
             "assert not bad, bad\n")

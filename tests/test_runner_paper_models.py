@@ -7,7 +7,7 @@ pytest.importorskip("tensorflow")
 from runner_helpers import checkpoint_values, small_config  # noqa: E402
 
 from slim_models.nets_factory import PAPER_MODELS, min_image_size  # noqa: E402
-from tfgshare import runner  # noqa: E402
+from tfgshare.runner import main as runner  # noqa: E402
 
 
 @pytest.mark.slow

@@ -15,8 +15,8 @@ pytest.importorskip("tensorflow")
 
 from runner_helpers import assert_same_state, checkpoint_values, small_config  # noqa: E402
 
-from tfgshare import runner  # noqa: E402
-from tfgshare import runner_protocol as rp  # noqa: E402
+from tfgshare.runner import main as runner  # noqa: E402
+from tfgshare.runner import protocol as rp  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 PYTHONPATH = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
@@ -118,6 +118,6 @@ def test_tfgshare_train_command_rejects_bad_input(tmp_path):
 
 
 def runner_checkpoint_latest(train_dir: str) -> str:
-    from tfgshare.runner_checkpoint import latest_checkpoint
+    from tfgshare.runner.checkpoint import latest_checkpoint
 
     return latest_checkpoint(train_dir)

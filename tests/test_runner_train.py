@@ -11,9 +11,9 @@ pytest.importorskip("tensorflow")
 
 from runner_helpers import assert_same_state, checkpoint_values, small_config  # noqa: E402
 
-from tfgshare import runner  # noqa: E402
-from tfgshare import runner_protocol as rp  # noqa: E402
-from tfgshare.runner_protocol import CheckpointError  # noqa: E402
+from tfgshare.runner import main as runner  # noqa: E402
+from tfgshare.runner import protocol as rp  # noqa: E402
+from tfgshare.runner.protocol import CheckpointError  # noqa: E402
 
 
 def run(config, stop_at=None):

@@ -12,20 +12,20 @@ import sys
 # name -> (module:function, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("tfgshare.demo:main", "run a local coordinator, an agent and a mixed batch of jobs"),
-    "train": ("tfgshare.runner:main", "train one TF-Slim job standalone (slim flags)"),
+    "train": ("tfgshare.runner.main:main", "train one TF-Slim job standalone (slim flags)"),
     "convert-images": ("slim_models.datasets.convert:main", "write a folder of class sub-folders as slim TFRecords"),
     "simulate": ("tfgshare.sim.cli:main", "replay a trace under several policies and compare them"),
-    "coordinator": ("tfgshare.coordinator:main", "run the ZeroMQ coordinator"),
-    "agent": ("tfgshare.agent:main", "run a node agent"),
-    "submit": ("tfgshare.client_cli:submit", "submit a job (MODEL [slim flags]) or many (-f jobs.yaml)"),
-    "status": ("tfgshare.client_cli:status", "show jobs as a table, or one job"),
-    "watch": ("tfgshare.client_cli:watch", "live progress per job"),
-    "nodes": ("tfgshare.client_cli:nodes", "show nodes, GPUs and fragments"),
-    "logs": ("tfgshare.client_cli:logs", "show a job's log"),
-    "cancel": ("tfgshare.client_cli:cancel", "cancel a job"),
-    "suspend": ("tfgshare.client_cli:suspend", "suspend a job to its checkpoint"),
-    "resume": ("tfgshare.client_cli:resume", "resume a suspended job"),
-    "migrate": ("tfgshare.client_cli:migrate", "move a job to NODE:GPU"),
+    "coordinator": ("tfgshare.coordinator.server:main", "run the ZeroMQ coordinator"),
+    "agent": ("tfgshare.agent.node:main", "run a node agent"),
+    "submit": ("tfgshare.client.commands:submit", "submit a job (MODEL [slim flags]) or many (-f jobs.yaml)"),
+    "status": ("tfgshare.client.commands:status", "show jobs as a table, or one job"),
+    "watch": ("tfgshare.client.commands:watch", "live progress per job"),
+    "nodes": ("tfgshare.client.commands:nodes", "show nodes, GPUs and fragments"),
+    "logs": ("tfgshare.client.commands:logs", "show a job's log"),
+    "cancel": ("tfgshare.client.commands:cancel", "cancel a job"),
+    "suspend": ("tfgshare.client.commands:suspend", "suspend a job to its checkpoint"),
+    "resume": ("tfgshare.client.commands:resume", "resume a suspended job"),
+    "migrate": ("tfgshare.client.commands:migrate", "move a job to NODE:GPU"),
 }
 
 

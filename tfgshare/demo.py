@@ -23,7 +23,7 @@ from rich.live import Live
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 
-from tfgshare.client import ClientError, Refused
+from tfgshare.client.api import ClientError, Refused
 from tfgshare.localcluster import LocalCluster
 from tfgshare.schema import JobSpec
 

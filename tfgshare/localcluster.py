@@ -19,8 +19,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tfgshare.client import Client
-from tfgshare.supervisor import die_with_parent
+from tfgshare.client.api import Client
+from tfgshare.agent.supervisor import die_with_parent
 
 
 def free_port(host: str = "127.0.0.1") -> int:

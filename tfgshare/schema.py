@@ -191,7 +191,7 @@ class Heartbeat(Message):
 
 @dataclass(kw_only=True)
 class JobEvent(Message):
-    """One runner event (see ``tfgshare.runner_protocol.EVENTS``), forwarded."""
+    """One runner event (see ``tfgshare.runner.protocol.EVENTS``), forwarded."""
 
     TYPE: ClassVar[str] = "job_event"
     node: str

@@ -26,9 +26,9 @@ import zmq
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tfgshare import schema  # noqa: E402
-from tfgshare.agent import Agent, AgentConfig  # noqa: E402
-from tfgshare.gpus import VirtualGpus, parse_virtual_gpus  # noqa: E402
-from tfgshare.supervisor import Supervisor  # noqa: E402
+from tfgshare.agent.node import Agent, AgentConfig  # noqa: E402
+from tfgshare.agent.gpus import VirtualGpus, parse_virtual_gpus  # noqa: E402
+from tfgshare.agent.supervisor import Supervisor  # noqa: E402
 
 BURST = r'''
 import json, sys, time

@@ -36,9 +36,9 @@ import zmq
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tfgshare import client_cli  # noqa: E402
+from tfgshare.client import commands as client_cli  # noqa: E402
 from tfgshare import schema as s  # noqa: E402
-from tfgshare.client import Client  # noqa: E402
+from tfgshare.client.api import Client  # noqa: E402
 
 
 class SimAgents:

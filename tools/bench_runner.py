@@ -26,15 +26,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tfgshare import runner  # noqa: E402
-from tfgshare.runner_config import TrainConfig  # noqa: E402
-from tfgshare.runner_events import EventSink  # noqa: E402
+from tfgshare.runner import main as runner  # noqa: E402
+from tfgshare.runner.config import TrainConfig  # noqa: E402
+from tfgshare.runner.events import EventSink  # noqa: E402
 
 
 def _session(built, config):
     import tensorflow as tf
 
-    from tfgshare import runner_graph
+    from tfgshare.runner import graph as runner_graph
 
     session = tf.compat.v1.Session(graph=built.graph,
                                    config=runner_graph.session_config(config))
@@ -49,7 +49,7 @@ def bench_overhead(model: str, batch: int, blocks: int, steps: int, work: Path) 
     counted in step times); sampling is off so blocks do not also checkpoint
     after their sample.
     """
-    from tfgshare import runner_graph
+    from tfgshare.runner import graph as runner_graph
 
     config = TrainConfig(train_dir=str(work / f"overhead-{model}"), model_name=model,
                          batch_size=batch, optimizer="momentum", learning_rate=0.01,
@@ -109,7 +109,7 @@ def bench_suspend(model: str, batch: int, work: Path, repeats: int = 3) -> dict:
     """
     import tensorflow as tf
 
-    from tfgshare import runner_graph
+    from tfgshare.runner import graph as runner_graph
 
     train_dir = work / f"suspend-{model}"
     config = TrainConfig(train_dir=str(train_dir), model_name=model, batch_size=batch,

@@ -27,8 +27,8 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tfgshare import gpus as gpus_mod  # noqa: E402
-from tfgshare.supervisor import EventOut, ExitOut, Supervisor  # noqa: E402
+from tfgshare.agent import gpus as gpus_mod  # noqa: E402
+from tfgshare.agent.supervisor import EventOut, ExitOut, Supervisor  # noqa: E402
 
 PAPER_MODELS = ("inception_v3", "resnet_v1_50", "vgg_16", "alexnet_v2")
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from tfgshare.runner_protocol import CheckpointError
+from tfgshare.runner.protocol import CheckpointError
 
 CHECKPOINT_NAME = "model.ckpt"
 SPEC_VARIABLE = "tfgshare/job_spec"

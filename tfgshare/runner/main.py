@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from tfgshare import runner_protocol as rp
-from tfgshare.runner_config import TrainConfig, parse_args
-from tfgshare.runner_events import EventSink
-from tfgshare.runner_timing import StepTimer, plan_sampling
+from tfgshare.runner import protocol as rp
+from tfgshare.runner.config import TrainConfig, parse_args
+from tfgshare.runner.events import EventSink
+from tfgshare.runner.timing import StepTimer, plan_sampling
 
 SAMPLE_FILE = rp.SAMPLE_FILE
 
@@ -142,8 +142,8 @@ def _build_and_train(config: TrainConfig, sink: EventSink,
                      stop_event: threading.Event) -> TrainResult:
     import tensorflow as tf
 
-    from tfgshare import runner_checkpoint as ckpt
-    from tfgshare import runner_graph
+    from tfgshare.runner import checkpoint as ckpt
+    from tfgshare.runner import graph as runner_graph
 
     train_dir = Path(config.train_dir)
     dataset = runner_graph.load_dataset(config)

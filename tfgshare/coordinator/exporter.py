@@ -12,7 +12,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from tfgshare.cluster import Cluster, LiveJob
+from tfgshare.coordinator.cluster import Cluster, LiveJob
 from tfgshare.metrics import JobRecord, Timeline, compute_report, format_duration, format_table
 from tfgshare.policies.base import JobState
 

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from tfgshare.runner_protocol import BadInputError
+from tfgshare.runner.protocol import BadInputError
 
 OPTIMIZERS = ("sgd", "momentum", "rmsprop", "adam")
 DECAY_TYPES = ("fixed", "exponential", "polynomial")

@@ -12,7 +12,7 @@ continues at the next step, on any device.
 Each run first warms up and samples its step time; the ``sample`` event is also
 written to ``<train_dir>/sample.json`` (``SAMPLE_FILE``), and a checkpoint follows
 it, so the job can be moved right after sampling. In-process callers use
-``tfgshare.runner.train(TrainConfig, on_event, stop_event)`` instead.
+``tfgshare.runner.main.train(TrainConfig, on_event, stop_event)`` instead.
 """
 
 from __future__ import annotations

@@ -30,9 +30,9 @@ from pathlib import Path
 
 import zmq
 
-from tfgshare import gpus as gpus_mod
+from tfgshare.agent import gpus as gpus_mod
 from tfgshare import schema
-from tfgshare.supervisor import EventOut, ExitOut, Supervisor
+from tfgshare.agent.supervisor import EventOut, ExitOut, Supervisor
 
 log = logging.getLogger("tfgshare.agent")
 

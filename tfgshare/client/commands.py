@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tfgshare import schema as s
-from tfgshare.client import Client, ClientError, Refused, Unreachable, default_address
+from tfgshare.client.api import Client, ClientError, Refused, Unreachable, default_address
 
 # slim flags that map onto JobSpec fields: flag -> (field, type)
 _SLIM_FLAGS: dict[str, tuple[str, Callable[[str], Any]]] = {

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tfgshare import runner_protocol as rp
+from tfgshare.runner import protocol as rp
 
 _PR_SET_PDEATHSIG = 1
 

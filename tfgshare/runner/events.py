@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from tfgshare.runner_protocol import EVENTS
+from tfgshare.runner.protocol import EVENTS
 
 
 class EventSink:

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
-from tfgshare.runner_checkpoint import POSITION_VARIABLE, SPEC_VARIABLE, JobCheckpoint
-from tfgshare.runner_config import TrainConfig
-from tfgshare.runner_protocol import BadInputError
-from tfgshare.runner_rng import KeyedRandomGraph
+from tfgshare.runner.checkpoint import POSITION_VARIABLE, SPEC_VARIABLE, JobCheckpoint
+from tfgshare.runner.config import TrainConfig
+from tfgshare.runner.protocol import BadInputError
+from tfgshare.runner.rng import KeyedRandomGraph
 
 AUX_LOSS_WEIGHT = 0.4  # TF-Slim's weight for inception's auxiliary logits
 

@@ -1,0 +1,9 @@
+"""The node agent: offers a node's GPUs to the coordinator and runs its job attempts.
+
+- ``node``: the ``Agent`` (register, heartbeat, commands) and ``main`` (``tfgshare agent``).
+- ``supervisor``: one runner process per job attempt, its events, exits and telemetry.
+- ``gpus``: GPU discovery through NVML, or configured virtual GPUs.
+
+May import: ``tfgshare.schema``, ``paths``, ``runner.protocol`` (the runner contract).
+Never TensorFlow (runners are separate processes), the coordinator or the simulator.
+"""

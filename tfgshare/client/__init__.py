@@ -1,0 +1,9 @@
+"""Talking to a coordinator: the client library and the CLI commands built on it.
+
+- ``api``: ``Client`` (one request, one reply; clear errors when unreachable or refused).
+- ``commands``: ``tfgshare submit | status | watch | nodes | logs | cancel | suspend |
+  resume | migrate``.
+
+May import: ``tfgshare.schema``, ``metrics`` and ``slim_models``' light name checks.
+Never TensorFlow, the coordinator, the agent or the simulator.
+"""

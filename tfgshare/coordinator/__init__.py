@@ -1,0 +1,14 @@
+"""The coordinator: admits jobs, keeps their state, runs the policy, drives the agents.
+
+- ``server``: the ``Coordinator`` (ZeroMQ ROUTER loop, framing, the policy worker
+  thread) and ``main`` (``tfgshare coordinator``).
+- ``agents``: the agent-facing protocol; ``clients``: the client-facing API.
+- ``transitions``: the job state machine's moves; ``cluster``: live jobs, nodes and
+  fragment accounting; ``rounds``: scheduling rounds.
+- ``store``: the SQLite state; ``exporter``: Prometheus metrics and the run report.
+- ``config``, ``errors``, ``logs``: settings and flags, request errors, logging.
+
+May import: ``tfgshare.schema``, ``metrics``, ``paths``, ``policies``,
+``runner.protocol`` (the runner contract, no TensorFlow) and ``slim_models``'
+light name checks. Never TensorFlow, the agent, the client or the simulator.
+"""

@@ -1,0 +1,261 @@
+"""The agent-facing protocol: register, heartbeat, runner events and exits, command replies."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tfgshare import schema as s
+from tfgshare.coordinator.cluster import LiveJob, Node, split_gpu_id
+from tfgshare.coordinator.errors import REPLIED, RequestError, number, short
+from tfgshare.coordinator.logs import log
+from tfgshare.policies.base import JobState, SampleRecord
+from tfgshare.runner import protocol as rp
+
+
+class AgentProtocol:
+    """Handlers for the messages node agents send (mixed into ``Coordinator``)."""
+
+    def _on_register(self, peer: bytes, msg: s.Register) -> dict[str, Any]:
+        if self.config.token is not None and msg.token != self.config.token:
+            raise RequestError("register refused: wrong or missing token")
+        if not msg.gpus:
+            raise RequestError("register refused: the node offers no GPUs")
+        indices = [g.index for g in msg.gpus]
+        if len(set(indices)) != len(indices):
+            raise RequestError(f"register refused: duplicate GPU indices {indices}")
+        now = self.clock()
+        node = self.cluster.nodes.get(msg.node)
+        if node is not None and node.identity is not None and node.identity != peer:
+            self.peers.pop(node.identity, None)
+        gpus = {g.index: g for g in msg.gpus}
+        if node is None:
+            node = self.cluster.nodes[msg.node] = Node(msg.node, gpus)
+        node.gpus, node.identity, node.last_seen, node.lost = gpus, peer, now, False
+        self.peers[peer] = node.name
+        self.cluster.nodes_changed()
+        self.store.save_node(node.name, {"gpus": [vars(g) for g in msg.gpus]})
+        log.info("node %s joined with %d GPUs (%s), reporting %d runners", node.name,
+                 len(gpus), ", ".join(f"{g.index}:{g.name} {g.memory_mb} MiB" for g in msg.gpus),
+                 len(msg.jobs))
+        # reply first, then adoption outcomes
+        self._out.append(([peer], s.reply_ok(msg, heartbeat_s=self.heartbeat_s,
+                                             checkpoint_root=str(self.checkpoint_root))))
+        reported = {}
+        for rj in msg.jobs:
+            job = self.cluster.active.get(rj.job)
+            if (job is not None and job.node == node.name and job.state.holds_gpu
+                    and (rj.attempt is None or rj.attempt == job.attempt)
+                    and all(split_gpu_id(f.gpu)[1] in gpus for f in job.fragments)):
+                reported[job.id] = rj
+                job.unknown = False
+                job.steps_done = max(job.steps_done, rj.step)
+                self._log(job, now, f"re-adopted on {node.name} (pid {rj.pid}, "
+                                    f"step {rj.step}, attempt {job.attempt})")
+                self._send(node, s.AdoptJob(job=job.id, attempt=job.attempt), job)
+                if job.cancel_requested:
+                    self._send(node, s.CancelJob(job=job.id, attempt=job.attempt), job)
+                elif job.state is JobState.SUSPENDING:
+                    self._send(node, s.SuspendJob(job=job.id, attempt=job.attempt), job)
+                self._save(job)
+            else:
+                log.info("node %s: runner of %s is not wanted here; asking to kill it",
+                         node.name, rj.job)
+                self._send(node, s.KillJob(job=rj.job))
+        for job in [j for j in self.cluster.holders() if j.node == node.name]:
+            if job.id not in reported:
+                job.unknown = False
+                self._requeue(job, now, f"node {node.name} re-registered without it")
+        self._dirty = True
+        return REPLIED
+
+    def _on_heartbeat(self, peer: bytes, msg: s.Heartbeat) -> dict[str, Any]:
+        node = self._agent_node(peer, msg.node)
+        now = self.clock()
+        node.last_seen = now
+        for g in msg.gpus:
+            node.gpu_util[g.index] = g.util
+            node.gpu_memory_used_mb[g.index] = g.memory_used_mb
+        for jt in msg.jobs:
+            job = self.cluster.active.get(jt.job)
+            if job is None or job.node != node.name or not job.state.holds_gpu:
+                continue
+            if jt.step > job.steps_done:
+                job.steps_done = jt.step
+                self.cluster.refresh(job)
+            job.gpu_memory_mb = dict(jt.gpu_memory_mb)
+            if job.state is JobState.SAMPLING:
+                self._note_solo_util(job, node)
+            over = []
+            for f in job.fragments:
+                index = split_gpu_id(f.gpu)[1]
+                used = jt.gpu_memory_mb.get(index)
+                info = node.gpus.get(index)
+                if used is not None and info is not None and used > f.fraction * info.memory_mb:
+                    over.append(f"uses {used:.0f} MiB on {f.gpu}, its fragment is "
+                                f"{f.fraction * info.memory_mb:.0f} MiB")
+            text = "; ".join(over)
+            if text != job.over_memory:
+                job.over_memory = text
+                self.cluster.refresh(job)
+                self._log(job, now, f"memory over its fragment: {text}" if text
+                          else "memory back within its fragment")
+        return {}
+
+    def _note_solo_util(self, job: LiveJob, node: Node) -> None:
+        """Keep the GPU utilisation of a sampling job that has its GPUs to itself."""
+        if self.cluster.co_tenants(job):
+            return
+        for f in job.fragments:
+            util = node.gpu_util.get(split_gpu_id(f.gpu)[1])
+            if util is not None:
+                job.solo_util.append(util)
+
+    def _agent_node(self, peer: bytes, name: str) -> Node:
+        registered = self.peers[peer]
+        if name != registered:
+            raise RequestError(f"this agent registered as node {registered!r}, not {name!r}")
+        return self.cluster.nodes[registered]
+
+    def _current(self, peer: bytes, msg: s.JobEvent | s.JobExit) -> LiveJob | None:
+        """The job a report is about, or None when the report is stale."""
+        node = self._agent_node(peer, msg.node)
+        job = self._job(msg.job)
+        if (job.node != node.name or job.attempt != msg.attempt or not job.state.holds_gpu
+                or job.unknown):
+            log.info("ignored stale %s for %s attempt %d from %s (job is %s, attempt %d on %s)",
+                     msg.TYPE, job.id, msg.attempt, node.name, job.display_state,
+                     job.attempt, job.node)
+            return None
+        return job
+
+    def _on_job_event(self, peer: bytes, msg: s.JobEvent) -> dict[str, Any]:
+        job = self._current(peer, msg)
+        if job is None:
+            late = self._late(msg)
+            if late is not None and msg.event.get("event") == "sample" and late.sample is None:
+                self._record_sample(late, msg.event, self.clock())
+                if late.state is JobState.QUEUED:
+                    late.state = JobState.SAMPLED
+                self._save(late)
+                self._log(late, self.clock(), "sampling record arrived after it was re-queued")
+                return {}
+            return {"stale": True}
+        now = self.clock()
+        ev = msg.event
+        name = ev.get("event", "?")
+        details = " ".join(f"{k}={short(v)}" for k, v in ev.items() if k not in ("event", "time"))
+        self._log(job, now, f"{msg.node} #{msg.attempt} {name} {details}".rstrip(),
+                  decision=name in ("started", "sample", "suspended", "finished", "error"))
+        step = number(ev, "global_step" if name == "started" else "step", int)
+        if step is not None and name in ("started", "progress", "finished", "suspended",
+                                         "checkpoint"):
+            job.steps_done = step
+        if name == "progress":
+            left = number(ev, "predicted_remaining_s", float)
+            if left is not None:
+                job.predicted_remaining_s = left
+        elif name == "sample":
+            self._record_sample(job, ev, now)
+        elif name == "error":
+            job.reason = str(ev.get("message", ""))
+        self._save(job)
+        return {}
+
+    def _record_sample(self, job: LiveJob, ev: dict[str, Any], now: float) -> None:
+        try:
+            step_time = float(ev["step_time_mean_s"])
+            peak = float(ev["peak_memory_mb"])
+        except (KeyError, TypeError, ValueError):
+            raise RequestError("sample event needs numeric step_time_mean_s and "
+                               "peak_memory_mb") from None
+        co = self.cluster.co_tenants(job)
+        util = ev.get("gpu_util")
+        if not isinstance(util, (int, float)) or isinstance(util, bool):
+            # measured by the agent while the job sampled alone, else the safe guess
+            seen = job.solo_util
+            util = sum(seen) / len(seen) if seen else 1.0
+        job.sample = SampleRecord(step_time_s=step_time, peak_memory_mb=peak, co_tenants=co,
+                                  gpu_util=min(1.0, max(0.0, float(util))))
+        remaining = ev.get("predicted_remaining_s")
+        if remaining is None:
+            remaining = max(0, job.spec.max_number_of_steps - job.steps_done) * step_time
+        job.predicted_remaining_s = float(remaining)
+        if job.predicted_total_s is None:
+            job.predicted_total_s = float(remaining)
+            job.run_at_prediction_s = job.run_time_s + (now - (job.last_start or now))
+
+    def _late(self, msg: s.JobEvent | s.JobExit) -> LiveJob | None:
+        """The job, if this report is from its last attempt and it has not restarted since.
+
+        A runner can end while its node is away (or the coordinator is down): the
+        job is re-queued, and the agent sends the report when it is back.
+        """
+        job = self.cluster.active.get(msg.job)
+        if job is not None and job.attempt == msg.attempt and job.state.waiting:
+            return job
+        return None
+
+    def _on_job_exit(self, peer: bytes, msg: s.JobExit) -> dict[str, Any]:
+        job = self._current(peer, msg)
+        if job is None:
+            late = self._late(msg)
+            if late is not None and msg.exit_code == rp.EXIT_OK:
+                self._finish(late, JobState.FINISHED, self.clock(),
+                             f"exit 0, reported after it was re-queued")
+                return {}
+            return {"stale": True}
+        now = self.clock()
+        code = msg.exit_code
+        why = f"exit {code}" + (f" ({msg.reason})" if msg.reason else "")
+        if job.move_started is not None:
+            job.move_cost_s += now - job.move_started
+            job.move_started = None
+        if code == rp.EXIT_OK:
+            self._finish(job, JobState.FINISHED, now, why)
+        elif job.cancel_requested:
+            self._finish(job, JobState.CANCELLED, now, f"cancelled, runner {why}")
+        elif code == rp.EXIT_SUSPENDED:
+            if job.migrate_to is not None:
+                self._complete_migration(job, now)
+            elif job.sample_only:
+                self._to_waiting(job, JobState.SAMPLED if job.sample else JobState.QUEUED, now,
+                                 "sampled" if job.sample else "sampling ended without a record")
+            else:
+                self._to_waiting(job, JobState.SUSPENDED, now, f"suspended to its checkpoint")
+        elif code in (rp.EXIT_BAD_INPUT, rp.EXIT_CHECKPOINT_ERROR):
+            kind = "bad input" if code == rp.EXIT_BAD_INPUT else "checkpoint error"
+            detail = msg.reason or job.reason
+            self._finish(job, JobState.FAILED, now, f"{kind}: {detail}" if detail else kind)
+        else:
+            job.retries += 1
+            if job.retries > self.config.max_retries:
+                self._finish(job, JobState.FAILED, now,
+                             f"crashed ({why}) {job.retries} times; giving up")
+            else:
+                self._requeue(job, now, f"crashed ({why}); retry {job.retries} of "
+                                        f"{self.config.max_retries} from its checkpoint")
+        return {}
+
+    def _on_reply(self, peer: bytes, msg: s.Message) -> None:
+        sent = self.pending.pop(msg.id, None)
+        if sent is None or not isinstance(msg, s.Error):
+            return
+        job_id, attempt, kind, _node = sent
+        node = self.peers.get(peer, peer.hex())
+        log.warning("node %s refused %s for %s: %s", node, kind, job_id, msg.reason)
+        job = self.cluster.active.get(job_id)
+        if job is None or job.attempt != attempt or not job.state.holds_gpu:
+            return
+        now = self.clock()
+        if kind == "start_job":
+            job.retries += 1
+            if job.retries > self.config.max_retries:
+                self._finish(job, JobState.FAILED, now, f"agent refused to start it: {msg.reason}")
+            else:
+                self._requeue(job, now, f"agent refused to start it: {msg.reason}")
+        elif kind in ("suspend_job", "cancel_job", "adopt"):
+            # no such runner there: make sure, and back to the queue from its checkpoint
+            holder = self.cluster.nodes.get(job.node or "")
+            if holder is not None:
+                self._send(holder, s.KillJob(job=job.id))
+            self._requeue(job, now, f"agent has no runner for it ({msg.reason})")

@@ -1,0 +1,207 @@
+"""The client-facing API: submit, status, nodes, logs, cancel, suspend, resume, migrate, metrics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tfgshare import schema as s
+from tfgshare.coordinator.cluster import LiveJob, split_gpu_id
+from tfgshare.coordinator.errors import RequestError
+from tfgshare.coordinator.exporter import run_report
+from tfgshare.coordinator.logs import log
+from tfgshare.coordinator.rounds import round_stats
+from tfgshare.policies.base import Fragment, JobState
+from tfgshare.policies.placement import fraction_for
+
+
+class ClientApi:
+    """Handlers for the requests clients send (mixed into ``Coordinator``)."""
+
+    def _on_submit(self, peer: bytes, msg: s.Submit) -> dict[str, Any]:
+        from slim_models.nets_factory import check_model
+        if not msg.jobs:
+            raise RequestError("submit needs at least one job")
+        largest = self.cluster.largest_node()
+        for i, spec in enumerate(msg.jobs, 1):
+            label = f"job {i} ({spec.model_name})" if len(msg.jobs) > 1 else spec.model_name
+            try:
+                check_model(spec.model_name, spec.image_size)
+            except ValueError as exc:
+                raise RequestError(f"{label}: {exc}") from None
+            if largest and spec.num_gpus > largest:
+                raise RequestError(
+                    f"{label}: asks for {spec.num_gpus} GPUs but the largest node has "
+                    f"{largest}; a job runs on the GPUs of one node")
+        now = self.clock()
+        rows, ids = [], []
+        for spec in msg.jobs:
+            self.seq += 1
+            # strictly increasing submit times keep arrival order within a batch
+            self._last_submit = max(now, self._last_submit + 1e-6)
+            job = LiveJob(id=f"j{self.seq}", seq=self.seq, spec=spec,
+                          submit_time=self._last_submit, last_wait_start=self._last_submit)
+            self.cluster.add(job)
+            rows.append((job.id, job.seq, job.to_record()))
+            ids.append(job.id)
+            self._log(job, now, f"submitted {spec.model_name} batch {spec.batch_size}, "
+                                f"{spec.max_number_of_steps} steps, {spec.num_gpus} GPU(s), "
+                                f"fraction {spec.memory_fraction}", decision=False)
+        self.store.insert_jobs(rows)
+        log.info("submitted %d job(s): %s", len(ids),
+                 ", ".join(ids) if len(ids) <= 5 else f"{ids[0]}..{ids[-1]}")
+        self._dirty = True
+        return {"job_ids": ids}
+
+    def _on_status(self, peer: bytes, msg: s.Status) -> dict[str, Any]:
+        now = self.clock()
+        if msg.job is not None:
+            return {"job": self.describe(self._job(msg.job), now)}
+        jobs = self.cluster.active if msg.active else self.cluster.jobs
+        counts: dict[str, int] = {}
+        for j in self.cluster.jobs.values():
+            counts[j.display_state] = counts.get(j.display_state, 0) + 1
+        return {"jobs": [self.describe(j, now) for j in jobs.values()], "counts": counts,
+                "policy": getattr(self.policy, "name", "?"), "time": now}
+
+    def describe(self, job: LiveJob, now: float) -> dict[str, Any]:
+        """A job as the status command shows it."""
+        waited = job.waited_s + (now - job.last_wait_start
+                                 if job.last_wait_start is not None else 0.0)
+        run = job.run_time_s + (now - job.last_start if job.last_start is not None else 0.0)
+        return {
+            "id": job.id, "name": job.spec.name, "model": job.spec.model_name,
+            "state": job.display_state, "num_gpus": job.spec.num_gpus, "node": job.node,
+            "fragments": [[f.gpu, f.fraction] for f in job.fragments],
+            "steps_done": job.steps_done, "total_steps": job.spec.max_number_of_steps,
+            "predicted_remaining_s": job.predicted_remaining_s,
+            "submit_time": job.submit_time, "first_start": job.first_start,
+            "finish_time": job.finish_time, "waited_s": waited, "run_time_s": run,
+            "attempt": job.attempt, "suspends": job.suspends, "resumes": job.resumes,
+            "migrations": job.migrations, "pinned": job.pinned,
+            "sample": None if job.sample is None else vars(job.sample),
+            "gpu_memory_mb": job.gpu_memory_mb, "over_memory": job.over_memory,
+            "reason": job.reason, "memory_fraction": job.spec.memory_fraction,
+        }
+
+    def _on_nodes(self, peer: bytes, msg: s.Nodes) -> dict[str, Any]:
+        now = self.clock()
+        on_gpu: dict[str, list[dict[str, Any]]] = {}
+        for job in self.cluster.holders():
+            for f in job.fragments:
+                on_gpu.setdefault(f.gpu, []).append(
+                    {"job": job.id, "fraction": f.fraction, "state": job.display_state,
+                     "model": job.spec.model_name})
+        nodes = []
+        for node in self.cluster.nodes.values():
+            up = node.identity is not None and not node.lost
+            gpus = [{"index": i, "id": node.gpu_id(i), "name": g.name,
+                     "memory_mb": g.memory_mb, "virtual": g.virtual,
+                     "util": node.gpu_util.get(i), "memory_used_mb":
+                         node.gpu_memory_used_mb.get(i),
+                     "fragments": on_gpu.get(node.gpu_id(i), [])}
+                    for i, g in sorted(node.gpus.items())]
+            nodes.append({"name": node.name, "state": "up" if up else "lost",
+                          "last_seen_s": now - node.last_seen if node.last_seen else None,
+                          "gpus": gpus})
+        return {"nodes": nodes, "reserve_mb": self.cluster.reserve_mb}
+
+    def _on_logs(self, peer: bytes, msg: s.Logs) -> dict[str, Any]:
+        job = self._job(msg.job)
+        self.store.append_logs(self._logs)
+        self._logs.clear()
+        return {"job": job.id, "lines": self.store.logs(job.id, msg.tail)}
+
+    def _on_cancel(self, peer: bytes, msg: s.CancelRequest) -> dict[str, Any]:
+        job = self._job(msg.job)
+        now = self.clock()
+        if job.state.done:
+            raise RequestError(f"job {job.id} is already {job.state.value}")
+        if job.state.holds_gpu and not job.unknown:
+            job.cancel_requested = True
+            self._save(job)
+            self._log(job, now, "cancel requested")
+            self._send(self.cluster.nodes[job.node],
+                       s.CancelJob(job=job.id, attempt=job.attempt), job)
+            return {"state": "cancelling"}
+        job.unknown = False
+        self._finish(job, JobState.CANCELLED, now, "cancelled by the user")
+        return {"state": "cancelled"}
+
+    def _on_suspend(self, peer: bytes, msg: s.SuspendRequest) -> dict[str, Any]:
+        job = self._job(msg.job)
+        now = self.clock()
+        if job.state.done:
+            raise RequestError(f"job {job.id} is already {job.state.value}")
+        if job.unknown:
+            raise RequestError(f"job {job.id}: its node has not reported since the "
+                               "coordinator restarted; try again shortly")
+        job.pinned = True
+        if job.state in (JobState.RUNNING, JobState.SAMPLING) and not job.cancel_requested:
+            self._ask_suspend(job, now, "asked by the user")
+        else:
+            self._save(job)
+            self._log(job, now, "held by the user")
+        return {"state": job.display_state}
+
+    def _on_resume(self, peer: bytes, msg: s.ResumeRequest) -> dict[str, Any]:
+        job = self._job(msg.job)
+        if job.state.done:
+            raise RequestError(f"job {job.id} is already {job.state.value}")
+        if not job.pinned:
+            if job.state.waiting:
+                return {"state": job.display_state, "note": "not held; it is waiting"}
+            raise RequestError(f"job {job.id} is {job.display_state}, not suspended")
+        job.pinned = False
+        self._save(job)
+        self._log(job, self.clock(), "released by the user")
+        self._dirty = True
+        return {"state": job.display_state}
+
+    def _on_migrate(self, peer: bytes, msg: s.MigrateRequest) -> dict[str, Any]:
+        job = self._job(msg.job)
+        now = self.clock()
+        try:
+            split_gpu_id(msg.to)
+        except ValueError as exc:
+            raise RequestError(str(exc)) from None
+        info = self.cluster.gpu(msg.to)
+        if info is None:
+            up = [n.gpu_id(i) for n in self.cluster.up_nodes() for i in sorted(n.gpus)]
+            raise RequestError(f"no up GPU {msg.to!r}; up GPUs: {', '.join(up) or 'none'}")
+        if job.state.done:
+            raise RequestError(f"job {job.id} is already {job.state.value}")
+        if job.spec.num_gpus != 1:
+            raise RequestError(f"job {job.id} uses {job.spec.num_gpus} GPUs; migrate moves "
+                               "single-GPU jobs")
+        if job.unknown or job.cancel_requested or job.state in (JobState.SAMPLING,
+                                                                 JobState.SUSPENDING):
+            raise RequestError(f"job {job.id} is {job.display_state}; try once it runs or "
+                               "waits")
+        if job.state is JobState.RUNNING:
+            if job.fragments[0].gpu == msg.to:
+                raise RequestError(f"job {job.id} already runs on {msg.to}")
+            fraction = job.fragments[0].fraction
+        else:
+            snapshot = self.cluster.snapshot()
+            fraction = fraction_for(job.view(), snapshot.gpu(msg.to),
+                                    reserve_mb=self.cluster.reserve_mb)
+        if not self.cluster.fits(msg.to, fraction):
+            raise RequestError(f"job {job.id} needs a fraction of {fraction:.3f}, which does "
+                               f"not fit on {msg.to} now")
+        target = (Fragment(msg.to, fraction),)
+        if job.state is JobState.RUNNING:
+            self._ask_suspend(job, now, "asked by the user", target=target)
+        else:
+            self._start(job, target, False, now, note="placed by the user")
+        self._dirty = True
+        return {"state": job.display_state}
+
+    def _on_metrics(self, peer: bytes, msg: s.MetricsRequest) -> dict[str, Any]:
+        now = self.clock()
+        self.metrics.update(self.cluster, now)
+        answer = run_report(self.cluster, self.metrics, getattr(self.policy, "name", "?"), now)
+        answer["rounds"] = round_stats(self.round_times[msg.since_round:])
+        answer["decide"] = round_stats(self.decide_times[msg.since_round:])
+        answer["decide_cpu"] = round_stats(self.decide_cpu_times[msg.since_round:])
+        answer["rounds_total"] = len(self.round_times)
+        return answer

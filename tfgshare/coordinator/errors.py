@@ -1,0 +1,30 @@
+"""What a request handler raises or returns to shape its reply; small event-field checks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class RequestError(Exception):
+    """A request the coordinator refuses; the text is the reason sent back."""
+
+
+REPLIED: Any = object()   # a handler that queued its own reply returns this
+
+
+def number(event: dict[str, Any], key: str, kind: type) -> Any:
+    """``event[key]`` as an int or float, None when absent; RequestError when not a number."""
+    value = event.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise RequestError(f"event {event.get('event')!r}: {key} must be a number, "
+                           f"got {value!r}")
+    return kind(value)
+
+
+def short(v: Any) -> str:
+    """A value as it reads in a log line (floats to 4 significant digits)."""
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)

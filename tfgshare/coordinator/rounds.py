@@ -1,0 +1,90 @@
+"""Scheduling rounds: snapshot the cluster, ask the policy, carry out what still holds."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from tfgshare.coordinator.logs import log
+from tfgshare.policies.base import Migrate, Start, Suspend
+
+
+class Rounds:
+    """The policy side of the coordinator (mixed into ``Coordinator``)."""
+
+    def schedule(self, now: float) -> list:
+        """One scheduling round, all in this thread: plan, decide, carry out."""
+        plan = self._plan(now)
+        return [] if plan is None else self._apply(self._decide(plan))
+
+    def _plan(self, now: float) -> "_Round | None":
+        """Start a round: what the policy sees now (None when it has nothing to decide)."""
+        self._dirty = False
+        t0 = time.perf_counter()
+        snapshot = self.cluster.snapshot()
+        views = self.cluster.views()
+        if not snapshot.gpus or not views:
+            return None
+        return _Round(now, snapshot, views, t0)
+
+    def _decide(self, plan: "_Round") -> "_Round":
+        """Ask the policy (pure: safe on the worker thread); a failure means no actions."""
+        t1, c1 = time.perf_counter(), time.thread_time()
+        try:
+            plan.actions = self.policy.decide(plan.now, plan.snapshot, plan.views)
+        except Exception:   # a policy bug must not take the cluster down
+            log.exception("policy %s failed; no actions this round",
+                          getattr(self.policy, "name", "?"))
+        plan.decide_s = time.perf_counter() - t1
+        plan.decide_cpu_s = time.thread_time() - c1
+        return plan
+
+    def _apply(self, plan: "_Round") -> list:
+        """Carry out the actions that still hold now (the cluster may have moved on)."""
+        now = self.clock()
+        actions, errors = self.cluster.check_actions(plan.actions)
+        name = getattr(self.policy, "name", "?")
+        for e in errors:
+            log.info("policy %s: not done now: %s", name, e)
+        for action in actions:
+            job = self.cluster.active[action.job]
+            if isinstance(action, Start):
+                self._start(job, action.fragments, action.sample_only, now)
+            elif isinstance(action, Suspend):
+                self._ask_suspend(job, now, f"policy {name}")
+            elif isinstance(action, Migrate):
+                self._ask_suspend(job, now, f"policy {name}", target=tuple(action.fragments))
+        took = time.perf_counter() - plan.started
+        if len(self.round_times) < 1_000_000:
+            self.round_times.append(took)
+            self.decide_times.append(plan.decide_s)
+            self.decide_cpu_times.append(plan.decide_cpu_s)
+        self.metrics.rounds.observe(took)
+        return actions
+
+
+@dataclass
+class _Round:
+    """One scheduling round: the policy's input, its answer, and timings."""
+
+    now: float
+    snapshot: Any
+    views: list
+    started: float
+    actions: list = field(default_factory=list)
+    decide_s: float = 0.0
+    decide_cpu_s: float = 0.0
+
+
+
+def round_stats(seconds: Sequence[float]) -> dict[str, float | int | None]:
+    """Count, p50, p99 and max (in ms) of scheduling round times."""
+    if not len(seconds):
+        return {"count": 0, "p50_ms": None, "p99_ms": None, "max_ms": None}
+    ordered = sorted(seconds)
+
+    def pct(q: float) -> float:
+        return 1000 * ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+    return {"count": len(ordered), "p50_ms": pct(0.50), "p99_ms": pct(0.99),
+            "max_ms": 1000 * ordered[-1]}

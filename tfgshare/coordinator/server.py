@@ -1,0 +1,350 @@
+"""The ZeroMQ coordinator: admits jobs, runs the policy, drives the node agents.
+
+One ROUTER socket, one event loop that owns all state. Each turn it reads the
+waiting frames, handles them (see ``tfgshare.schema`` for the messages),
+commits the database and only then sends the replies: whatever anyone hears is
+already on disk. If anything that can change a decision happened (or the
+policy tick came), it hands the policy an immutable snapshot on a worker
+thread and keeps serving; when the policy has decided, the loop carries out
+the actions that still hold (the cluster may have moved on meanwhile),
+commits, and sends the agent commands. So a slow policy delays decisions, not
+answers. Under a stream of events rounds are spaced by their own length.
+
+Checkpoints live in a shared directory (``--checkpoint-root``, like NFS on a
+real cluster): a job's train_dir is ``<checkpoint_root>/<job id>`` on every
+node, so a job suspended on one node resumes or migrates to another by
+restoring from the same path. The root is sent to agents when they register.
+
+On start the coordinator loads every job. Jobs that were running are
+"unknown" until their agent re-registers and reports them (re-adopted) or the
+node timeout passes (re-queued from their checkpoint as SUSPENDED).
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from array import array
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Callable
+
+import zmq
+
+from tfgshare import schema as s
+from tfgshare.coordinator.agents import AgentProtocol
+from tfgshare.coordinator.clients import ClientApi
+from tfgshare.coordinator.cluster import Cluster, LiveJob, Node
+from tfgshare.coordinator.config import CoordinatorConfig, config_from_args
+from tfgshare.coordinator.errors import REPLIED, RequestError
+from tfgshare.coordinator.exporter import CoordinatorMetrics
+from tfgshare.coordinator.logs import TurnHandler, flush_logs, log
+from tfgshare.coordinator.rounds import Rounds
+from tfgshare.coordinator.store import StateStore
+from tfgshare.coordinator.transitions import Transitions
+from tfgshare.policies.base import Policy
+
+
+class Coordinator(AgentProtocol, ClientApi, Transitions, Rounds):
+    """The cluster's brain; ``serve`` runs its event loop."""
+
+    def __init__(self, config: CoordinatorConfig, policy: Policy | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self.clock = clock
+        if policy is None:
+            from tfgshare.policies.registry import get_policy
+            policy = get_policy(config.policy, **config.policy_params)
+        self.policy = policy
+        self.checkpoint_root = Path(config.checkpoint_root or
+                                    Path(config.state).parent / "checkpoints").absolute()
+        self.heartbeat_s = config.heartbeat_s or max(0.1, config.node_timeout / 4)
+        self.store = StateStore(config.state)
+        self.cluster = Cluster(config.reserve_mb)
+        self.metrics = CoordinatorMetrics()
+        self.peers: dict[bytes, str] = {}            # agent routing id -> node name
+        # command id -> (job, attempt, type, node), until the agent answers
+        self.pending: dict[str, tuple[str, int, str, str]] = {}
+        self.endpoint: str | None = None
+        self.ready = threading.Event()
+        self.round_times = array("d")                # seconds per scheduling round
+        self.decide_times = array("d")               # ... of which in policy.decide
+        self.decide_cpu_times = array("d")           # CPU seconds of policy.decide
+        self._out: list[tuple[list[bytes], s.Message]] = []
+        self._cmds: list[tuple[list[bytes], s.Message]] = []
+        self._logs: list[tuple[str, float, str]] = []
+        self._dirty = True                           # a scheduling round is due
+        self._last_submit = 0.0
+        self._stamp_second, self._stamp = -1, ""
+        self.started_at = clock()
+        self._load()
+
+    # ---- start-up ------------------------------------------------------------
+
+    def _load(self) -> None:
+        for name, rec in self.store.load_nodes().items():
+            gpus = {g["index"]: s.GpuInfo(**g) for g in rec["gpus"]}
+            self.cluster.nodes[name] = Node(name, gpus, lost=True)
+        unknown = 0
+        for rec in self.store.load_jobs():
+            job = LiveJob.from_record(rec)
+            if job.state.holds_gpu:
+                job.unknown = True
+                unknown += 1
+            self.cluster.add(job)
+            self._last_submit = max(self._last_submit, job.submit_time)
+        self.seq = self.store.max_seq()
+        self._awaiting_readoption = unknown > 0
+        for point in self.store.load_timeline():
+            self.metrics.timeline.add(*point)
+        if self.cluster.jobs:
+            log.info("loaded %d jobs (%d active, %d running before the restart, now unknown) "
+                     "and %d nodes", len(self.cluster.jobs), len(self.cluster.active),
+                     unknown, len(self.cluster.nodes))
+
+    # ---- the event loop --------------------------------------------------------
+
+    def serve(self, stop: threading.Event | None = None) -> None:
+        """Bind and run the event loop until ``stop`` is set."""
+        stop = stop or threading.Event()
+        ctx = zmq.Context()
+        sock = ctx.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.MAXMSGSIZE, s.MAX_MESSAGE_BYTES)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SNDHWM, 100_000)
+        sock.setsockopt(zmq.RCVHWM, 100_000)
+        try:
+            sock.bind(self.config.bind)
+            self.endpoint = sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+            if self.config.metrics_port is not None:
+                port = self.metrics.serve(self.config.metrics_port)
+                log.info("metrics on http://127.0.0.1:%d/metrics", port)
+            log.info("listening on %s (policy %s, state %s, checkpoints %s)", self.endpoint,
+                     getattr(self.policy, "name", "?"), self.config.state, self.checkpoint_root)
+            self.ready.set()
+            self._serve_loop(sock, stop)
+        finally:
+            self.ready.set()
+            sock.close(0)
+            ctx.term()
+            self.store.close()
+            log.info("stopped")
+            flush_logs()
+
+    def _serve_loop(self, sock: zmq.Socket, stop: threading.Event) -> None:
+        """The loop; a policy round runs on a worker thread while frames keep being served."""
+        wake_r, wake_w = os.pipe()        # the worker writes a byte when a round is decided
+        os.set_blocking(wake_r, False)
+        worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="policy")
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        poller.register(wake_r, zmq.POLLIN)
+        in_flight: Future | None = None
+        next_tick = next_round = self.clock()
+        try:
+            while not stop.is_set():
+                now = self.clock()
+                wait = next_tick - now
+                if self._dirty and in_flight is None:
+                    wait = min(wait, next_round - now)
+                if poller.poll(min(max(wait, 0.0), 0.2) * 1000):
+                    for _ in range(self.config.max_batch):
+                        try:
+                            frames = sock.recv_multipart(zmq.NOBLOCK)
+                        except zmq.Again:
+                            break
+                        self.handle(frames[:-1], frames[-1])
+                now = self.clock()
+                if now >= next_tick:
+                    next_tick = now + self.config.tick
+                    _guarded(self.tick, now)
+                self._flush(sock)            # replies go out before any round's commands
+                if in_flight is not None and in_flight.done():
+                    _drain(wake_r)
+                    plan, in_flight = in_flight.result(), None
+                    _guarded(self._apply, plan)
+                    self._flush(sock)
+                    # under a stream of events, rounds are spaced by their own length
+                    last = self.round_times[-1] if len(self.round_times) else 0.0
+                    next_round = self.clock() + max(self.config.round_gap, last)
+                if in_flight is None and self._dirty and now >= next_round:
+                    plan = self._plan(now)
+                    if plan is not None:
+                        in_flight = worker.submit(self._decide, plan)
+                        in_flight.add_done_callback(lambda _f: os.write(wake_w, b"."))
+        finally:
+            worker.shutdown(wait=True)
+            os.close(wake_r)
+            os.close(wake_w)
+
+    def _flush(self, sock: zmq.Socket) -> None:
+        """Commit this turn's writes, then send its replies and agent commands."""
+        self.step()
+        for envelope, msg in self._out:
+            sock.send_multipart([*envelope, s.encode(msg)])
+        self._out.clear()
+        flush_logs()
+
+    def step(self) -> None:
+        """Commit the database and queue the agent commands after the replies."""
+        if self._logs:
+            self.store.append_logs(self._logs)
+            self._logs.clear()
+        self.store.commit()
+        self._out.extend(self._cmds)
+        self._cmds.clear()
+
+    def tick(self, now: float) -> None:
+        """Periodic work: lost nodes, jobs nobody re-adopted, metrics, a policy round."""
+        timeout = self.config.node_timeout
+        for node in list(self.cluster.up_nodes()):
+            if now - node.last_seen > timeout:
+                self._node_lost(node, now, f"no heartbeat for {now - node.last_seen:.1f}s")
+        if self._awaiting_readoption and now - self.started_at > timeout:
+            self._awaiting_readoption = False
+            for job in [j for j in self.cluster.active.values() if j.unknown]:
+                job.unknown = False
+                self._requeue(job, now, f"node {job.node} did not report it within "
+                                        f"{timeout:g}s of the restart")
+        self._dirty = True
+        self._record_usage(now)
+        # Long-lived jobs and views would make every full garbage collection walk
+        # them all (tens of ms at 10,000 jobs, right inside a round): collect the
+        # young generations and move the survivors out of the collector's sight.
+        gc.collect(1)
+        gc.freeze()
+
+    def _record_usage(self, now: float) -> None:
+        """Refresh the gauges and add a timeline point (once per tick: O(jobs))."""
+        alloc, eff, queued = self.metrics.update(self.cluster, now)
+        timeline = self.metrics.timeline
+        t = max(now, timeline.times[-1]) if len(timeline) else now
+        timeline.add(t, alloc, eff, queued)
+        self.store.add_timeline(t, alloc, eff, queued)
+
+    # ---- frames ---------------------------------------------------------------
+
+    def handle(self, envelope: list[bytes], data: bytes) -> None:
+        """Handle one frame from a peer; queue the reply."""
+        peer = envelope[0] if envelope else b""
+        try:
+            msg = s.decode(data)
+        except s.SchemaError as exc:
+            log.warning("bad frame from peer %s: %s", peer.hex(), exc)
+            self._out.append((envelope, s.reply_error(_guess_id(data), str(exc))))
+            return
+        kind = msg.TYPE
+        if kind in s.REPLY_TYPES:
+            self._on_reply(peer, msg)
+            return
+        if kind in s.COMMAND_TYPES:
+            reply: s.Message = s.reply_error(
+                msg, f"{kind} is a command the coordinator sends to agents, not a request")
+        elif kind in s.AGENT_TYPES and peer not in self.peers:
+            reply = s.reply_error(
+                msg, f"unauthenticated type {kind!r}: this peer has not registered as an agent")
+        else:
+            try:
+                fields = getattr(self, "_on_" + kind)(peer, msg)
+                if fields is REPLIED:
+                    return
+                reply = s.reply_ok(msg, **(fields or {}))
+            except RequestError as exc:
+                reply = s.reply_error(msg, str(exc))
+            except Exception as exc:   # keep serving whatever one request does
+                log.exception("internal error on %s", kind)
+                reply = s.reply_error(msg, f"internal error: {exc}")
+        self._out.append((envelope, reply))
+
+    def _log(self, job: LiveJob, now: float, line: str, decision: bool = True) -> None:
+        second = int(now)
+        if second != self._stamp_second:
+            self._stamp_second = second
+            self._stamp = time.strftime("%H:%M:%S", time.localtime(second))
+        self._logs.append((job.id, now, f"{self._stamp}.{int(now * 1000) % 1000:03d} {line}"))
+        if decision and log.isEnabledFor(logging.INFO):
+            log.info("%s: %s", job.id, line)
+
+    def _save(self, job: LiveJob) -> None:
+        self.cluster.refresh(job)
+        self.store.save_job(job.id, job.to_record())
+
+    def _job(self, job_id: str) -> LiveJob:
+        job = self.cluster.jobs.get(job_id)
+        if job is None:
+            raise RequestError(f"no job {job_id!r}")
+        return job
+
+    def _send(self, node: Node, msg: s.Message, job: LiveJob | None = None) -> None:
+        if node.identity is None:
+            return
+        if job is not None:
+            self.pending[msg.id] = (job.id, job.attempt, msg.TYPE, node.name)
+        self._cmds.append(([node.identity], msg))
+
+
+def _drain(fd: int) -> None:
+    """Read whatever bytes wait on a non-blocking pipe."""
+    try:
+        while os.read(fd, 4096):
+            pass
+    except BlockingIOError:
+        pass
+
+
+
+def _guarded(step: Callable[[Any], Any], arg: Any) -> None:
+    """Run one step of the loop; log a failure instead of stopping the loop."""
+    try:
+        step(arg)
+    except Exception:
+        log.exception("%s failed", step.__name__)
+
+
+
+def _guess_id(data: bytes) -> str:
+    try:
+        obj = json.loads(data)
+        if isinstance(obj, dict) and isinstance(obj.get("id"), str):
+            return obj["id"]
+    except (ValueError, UnicodeDecodeError):
+        pass
+    return ""
+
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the coordinator until SIGINT/SIGTERM."""
+    import signal
+    config = config_from_args(list(sys.argv[1:] if argv is None else argv))
+    # block-buffered stderr, flushed at the end of every loop turn
+    try:
+        stream = open(sys.stderr.fileno(), "w", buffering=1 << 16, encoding="utf-8",
+                      errors="replace", closefd=False)
+    except (AttributeError, OSError, ValueError):   # stderr is not a file (captured)
+        stream = sys.stderr
+    handler = TurnHandler(stream)
+    handler.setFormatter(logging.Formatter("%(asctime)s coordinator %(levelname)s %(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
+    try:
+        coord = Coordinator(config)
+    except ValueError as exc:
+        print(f"tfgshare coordinator: {exc}", file=sys.stderr)
+        return 2
+    # The policy decides on a worker thread; a short GIL switch interval lets the
+    # serving loop take the interpreter back within 0.5 ms instead of 5 ms per wake-up.
+    sys.setswitchinterval(0.0005)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        coord.serve(stop)
+    except zmq.ZMQError as exc:
+        print(f"tfgshare coordinator: cannot bind {config.bind}: {exc}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,123 @@
+"""The job state machine's transitions: start, suspend, migrate, requeue, finish, node loss."""
+
+from __future__ import annotations
+
+from tfgshare import schema as s
+from tfgshare.coordinator.cluster import LiveJob, Node, split_gpu_id
+from tfgshare.coordinator.logs import log
+from tfgshare.policies.base import Fragment, JobState
+
+
+class Transitions:
+    """Moves a job between states, keeping the cluster, the store and the agents in step."""
+
+    def _release(self, job: LiveJob, now: float) -> None:
+        if job.last_start is not None:
+            dt = max(0.0, now - job.last_start)
+            job.run_time_s += dt
+            job.attained_service_s += dt * job.spec.num_gpus
+            job.last_start = None
+        self.cluster.unplace(job)
+        job.node, job.sample_only = None, False
+        job.gpu_memory_mb, job.over_memory = {}, ""
+        job.move_started = None
+        self._dirty = True
+
+    def _to_waiting(self, job: LiveJob, state: JobState, now: float, why: str) -> None:
+        self._release(job, now)
+        job.state = state
+        job.last_wait_start = now
+        job.reason = why
+        self._save(job)
+        self._log(job, now, f"{state.value}: {why}")
+
+    def _requeue(self, job: LiveJob, now: float, why: str) -> None:
+        """Back to the queue from its checkpoint (or to be re-sampled)."""
+        if job.cancel_requested:
+            self._finish(job, JobState.CANCELLED, now, f"cancelled ({why})")
+        elif job.sample_only:
+            self._to_waiting(job, JobState.SAMPLED if job.sample else JobState.QUEUED, now, why)
+        else:
+            self._to_waiting(job, JobState.SUSPENDED, now, why)
+
+    def _finish(self, job: LiveJob, state: JobState, now: float, why: str) -> None:
+        self._release(job, now)
+        job.state = state
+        job.finish_time = now
+        job.last_wait_start = None
+        job.reason = why
+        job.cancel_requested = False
+        self.cluster.retire(job)
+        self._save(job)
+        self._log(job, now, f"{state.value}: {why}")
+
+    def _start(self, job: LiveJob, fragments: tuple[Fragment, ...], sample_only: bool,
+               now: float, note: str = "") -> None:
+        node = self.cluster.nodes[split_gpu_id(fragments[0].gpu)[0]]
+        if job.state is JobState.SUSPENDED and not note:
+            job.resumes += 1
+            self.metrics.resumes.inc()
+        job.attempt += 1
+        if job.last_wait_start is not None:
+            job.waited_s += max(0.0, now - job.last_wait_start)
+            job.last_wait_start = None
+        if job.first_start is None:
+            job.first_start = now
+        job.state = JobState.SAMPLING if sample_only else JobState.RUNNING
+        self.cluster.place(job, fragments)
+        job.node, job.sample_only = node.name, sample_only
+        job.last_start = now
+        job.pinned = False
+        if sample_only:
+            job.solo_util = []
+        self._save(job)
+        where = ", ".join(f"{f.gpu} f={f.fraction:.3f}" for f in fragments)
+        what = "sample" if sample_only else ("resume" if job.steps_done else "start")
+        self._log(job, now, f"{note or what} on {where} (attempt {job.attempt})")
+        self._send(node, s.StartJob(
+            job=job.id, attempt=job.attempt, spec=job.spec,
+            fragments=[s.FragmentSpec(split_gpu_id(f.gpu)[1], f.fraction) for f in fragments],
+            train_dir=str(self.checkpoint_root / job.id), sample_only=sample_only), job)
+
+    def _ask_suspend(self, job: LiveJob, now: float, why: str,
+                     target: tuple[Fragment, ...] | None = None) -> None:
+        node = self.cluster.nodes[job.node]
+        job.state = JobState.SUSPENDING
+        self.cluster.set_migration(job, target)
+        job.move_started = now
+        if target is None:
+            job.suspends += 1
+            self.metrics.suspends.inc()
+        self._save(job)
+        to = f" to migrate to {', '.join(f.gpu for f in target)}" if target else ""
+        self._log(job, now, f"suspend{to} ({why})")
+        self._send(node, s.SuspendJob(job=job.id, attempt=job.attempt), job)
+
+    def _complete_migration(self, job: LiveJob, now: float) -> None:
+        target = job.migrate_to
+        self._release(job, now)
+        if all(self.cluster.fits(f.gpu, f.fraction) for f in target) and \
+                len({split_gpu_id(f.gpu)[0] for f in target}) == 1:
+            job.migrations += 1
+            self.metrics.migrations.inc()
+            self._start(job, target, False, now, note="migrated")
+        else:
+            job.state = JobState.SUSPENDED
+            job.last_wait_start = now
+            job.reason = "migration target no longer fits; waiting"
+            self._save(job)
+            self._log(job, now, job.reason)
+
+    def _node_lost(self, node: Node, now: float, why: str) -> None:
+        log.warning("node %s lost: %s", node.name, why)
+        self.metrics.node_losses.inc()
+        node.lost = True
+        if node.identity is not None:
+            self.peers.pop(node.identity, None)
+        node.identity = None
+        self.cluster.nodes_changed()
+        self.pending = {k: v for k, v in self.pending.items() if v[3] != node.name}
+        for job in [j for j in self.cluster.holders() if j.node == node.name]:
+            job.unknown = False
+            self._requeue(job, now, f"node {node.name} lost ({why})")
+        self._dirty = True

@@ -1,0 +1,11 @@
+"""The job runner: one TF-Slim training attempt in one process. The only part that imports TensorFlow.
+
+- ``main``: ``train`` and ``main`` (``tfgshare train``, ``python -m tfgshare.runner``).
+- ``config``: TF-Slim's training flags; ``graph``: the training graph; ``checkpoint``:
+  ``tf.train.Checkpoint`` save and restore; ``timing``: step timing and the sampling plan;
+  ``rng``: keyed randomness for exact resume; ``events``: the JSON-lines event sink.
+- ``protocol``: the contract with the agent (exit codes, signals, events). It, ``config``,
+  ``timing`` and ``events`` import no TensorFlow, so the agent and coordinator may use them.
+
+May import: ``slim_models``, ``tfgshare.paths``. Never the coordinator, agent, client or simulator.
+"""
