@@ -13,22 +13,27 @@ fewer idle GPUs; if no node can hold the gang, the fewest nodes.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from .base import ClusterSnapshot, Fragment, GPU, JobView, Start
-from .placement import EPS, GANG_LOOKAHEAD, by_room, exclusive_fraction, up_gpus
+from .placement import EPS, GANG_LOOKAHEAD, GpuUse, by_room, exclusive_fraction, up_gpus
 from .queueing import HOLDING
 
 
 class IdleMap:
     """Which up GPUs have no tenant, updated as a policy plans."""
 
-    def __init__(self, cluster: ClusterSnapshot, jobs: Iterable[JobView]):
+    def __init__(self, cluster: ClusterSnapshot, jobs: Iterable[JobView] = (),
+                 use: Mapping[str, GpuUse] | None = None):
+        """From the jobs holding GPUs, or from ``use`` (a memo's per-GPU use) if given."""
         self.reserve_mb = cluster.reserve_mb
         self.gpus = up_gpus(cluster)
         self._order = by_room(cluster)
-        self.tenants: dict[str, int] = Counter(
-            [f.gpu for j in jobs if j.fragments and j.state in HOLDING for f in j.fragments])
+        if use is not None:
+            self.tenants: dict[str, int] = {gid: u.tenants for gid, u in use.items()}
+        else:
+            self.tenants = Counter([f.gpu for j in jobs if j.fragments and j.state in HOLDING
+                                    for f in j.fragments])
         self.idle = len(self.gpus) - len(self.tenants.keys() & self.gpus.keys())
 
     def whole(self, gpu: GPU) -> float:

@@ -37,10 +37,21 @@ from typing import Callable, ClassVar, Collection, Sequence
 from .base import (Action, ClusterSnapshot, JobState, JobView, Migrate, Start,
                    Suspend)
 from .interference import room_for
+from .memo import Memo
 from .placement import (EPS, FreeMap, GpuUse, exclusive_fraction, fraction_for,
                         reserve_fraction, to_fragments)
 from .prediction import remaining_s, total_wait_s
 from .queueing import HOLDING, WAITING, arrival_key
+
+
+class FgsMemo(Memo):
+    """fgs's state between rounds: the tenants, a plan-ready FreeMap and per-view caches."""
+
+    def reset(self) -> None:
+        self.free: tuple | None = None      # (key, GPU tuple, FreeMap as the holders hold it)
+        self.waiting: tuple | None = None   # (config, id -> (view, remaining, a, b, bound))
+        self.order: tuple | None = None     # (last unsorted queue, its sorted order)
+        self.sizes: tuple | None = None     # (config, id -> (view, sampling, (fraction, util)))
 
 
 BANDS = 20   # steps of utilisation room by which GPUs are indexed for search
@@ -148,107 +159,64 @@ class Fgs:
             return True
         return left is not None and waited > self.max_wait_ratio * left
 
-    def _free_map(self, cluster: ClusterSnapshot, jobs: Sequence[JobView],
-                  held: dict[str, tuple]) -> FreeMap:
-        """A FreeMap of the cluster as ``held`` holds it, to plan this round on.
+    def _free_map(self, cluster: ClusterSnapshot, memo: "FgsMemo", dirty: set[str]) -> FreeMap:
+        """A FreeMap of the cluster as the memo's holders hold it, to plan this round on.
 
-        Built once and then kept up to date between rounds from the holders that
-        changed (a cache only: a fresh build gives the same map), so a round
-        costs O(changed holders) instead of a rebuild over every GPU in use.
+        Kept in the memo and updated from the GPUs whose tenants changed (their
+        sums are exact, see ``jobset.Holdings``), so a round costs O(changed
+        holders) instead of a rebuild over every GPU in use; a fresh memo builds
+        the same map.
         """
         key = (cluster.down_nodes, cluster.reserve_mb, self.max_cotenants,
                self.slowdown_cap, self.interference_overhead)
-        # taken out while in use: a concurrent call (none expected) builds its own
-        cache = self.__dict__.pop("_cache", None)
-        if cache is not None and cache[3] is cluster.gpus and cache[0] == key:
-            base, before, on_gpu = cache[1], cache[2], cache[4]
-            gpus = base.gpus
-            dirty: set[str] = set()
-            ok = True
-            before = dict(before)
-            pop = before.pop
-            for jid, cur in held.items():
-                was = pop(jid, None)
-                if was is not None and (cur[0] is was[0] or cur[0] == was[0]) \
-                        and cur[1] == was[1]:
-                    continue
-                if was is not None:
-                    for f in was[0]:
-                        on_gpu[f.gpu].pop(jid, None)
-                        dirty.add(f.gpu)
-                for f in cur[0]:
-                    if f.gpu not in gpus:
-                        ok = False
-                    on_gpu.setdefault(f.gpu, {})[jid] = (f.fraction, cur[1])
-                    dirty.add(f.gpu)
-            for jid, was in before.items():   # gone
-                for f in was[0]:
-                    on_gpu[f.gpu].pop(jid, None)
-                    dirty.add(f.gpu)
-            if ok:
-                # each changed GPU summed afresh in the jobs' order, as usage() does,
-                # so the map is the one a fresh build gives, to the last bit
-                order = None
-                for gid in dirty:
-                    if gid not in gpus:   # on a down node: not planned on
-                        continue
-                    hs = on_gpu.get(gid)
-                    if not hs:
-                        on_gpu.pop(gid, None)
-                        base.set_use(gid, None)
-                        continue
-                    if len(hs) == 1:
-                        (used, util), = hs.values()
-                        base.set_use(gid, GpuUse(used, 1, util))
-                        continue
-                    if order is None:
-                        order = {jid: n for n, jid in enumerate(held)}
-                    items = sorted(hs.items(), key=lambda kv: order[kv[0]])
-                    used, util = items[0][1]
-                    for _, (f, u) in items[1:]:
-                        used += f
-                        util += u
-                    base.set_use(gid, GpuUse(used, len(items), util))
-                self._cache = (key, base, held, cluster.gpus, on_gpu)
-                return base.copy()
+        use = memo.holdings.use
+        cache = memo.free
+        if cache is not None and cache[1] is cluster.gpus and cache[0] == key:
+            base = cache[2]
+            for gid in dirty:
+                if gid in base.gpus:
+                    base.set_use(gid, use.get(gid))
+                elif gid in use:   # on a down node: not planned on
+                    base.use[gid] = use[gid]
+                else:
+                    base.use.pop(gid, None)
+            return base.copy()
         cap, overhead = self.slowdown_cap, self.interference_overhead
 
-        def band(use: GpuUse) -> int:
-            room = room_for(use.tenants, use.util, cap, overhead)
+        def band(u: GpuUse) -> int:
+            room = room_for(u.tenants, u.util, cap, overhead)
             return -1 if room < 0 else (BANDS if room >= 1.0 else int(room * BANDS))
 
-        base = FreeMap(cluster, jobs, max_tenants=self.max_cotenants, band=band,
+        base = FreeMap(cluster, use=use, max_tenants=self.max_cotenants, band=band,
                        empty_band=BANDS)
-        on_gpu = {}
-        for jid, (frags, util) in held.items():
-            for f in frags:
-                on_gpu.setdefault(f.gpu, {})[jid] = (f.fraction, util)
-        self._cache = (key, base, held, cluster.gpus, on_gpu)
+        memo.free = (key, cluster.gpus, base)
         return base.copy()
 
-    def decide(self, now: float, cluster: ClusterSnapshot,
-               jobs: Sequence[JobView]) -> list[Action]:
+    def new_memo(self) -> "FgsMemo":
+        """An empty memo (see ``policies.memo``)."""
+        return FgsMemo()
+
+    def decide(self, now: float, cluster: ClusterSnapshot, jobs: Sequence[JobView],
+               memo: "FgsMemo | None" = None) -> list[Action]:
         """Promoted jobs, then sampling, then shortest remaining first; make room as needed."""
+        memo = self.new_memo() if memo is None else memo
+        dirty = memo.sync(jobs)
         # (submit, id, job) and (remaining, submit, id, job): ids are unique,
         # so sorting never compares jobs
         to_sample, promoted, ordinary = [], [], []
         queued = JobState.QUEUED
-        held: dict[str, tuple] = {}   # job id -> (fragments, utilisation) of GPU holders
         # per waiting view (views are immutable; callers keep unchanged ones):
         # (view, remaining or None, a, b, bound): it has waited a + max(0, now - b)
         # (total_wait_s) and is promoted once that passes bound (_overdue)
         ckey = (self.max_wait_ratio, self.max_wait_s, self.promote_floor_s)
-        old = self.__dict__.get("_waiting")
+        old = memo.waiting
         if old is None or old[0] != ckey:
             old = (ckey, {})
-        seen, memo = old[1], {}
+        seen, seen_now = old[1], {}
         floor, cap_s, ratio = self.promote_floor_s, self.max_wait_s, self.max_wait_ratio
         for j in jobs:
             state = j.state
             if state not in WAITING:
-                if j.fragments and state in HOLDING:
-                    held[j.id] = (j.fragments, j.sample.gpu_util if j.sample is not None
-                                  else 1.0)
                 continue
             if state is queued and j.sample is None and j.predicted_remaining_s is None:
                 to_sample.append((j.submit_time, j.id, j))
@@ -263,17 +231,17 @@ class Fgs:
                     b = j.last_wait_start if j.last_wait_start is not None else j.submit_time
                 bound = max(floor, cap_s if left is None else min(cap_s, ratio * left))
                 c = (j, left, a, b, bound)
-            memo[j.id] = c
+            seen_now[j.id] = c
             left = c[1]
             b = c[3]
             if c[2] + (now - b if now > b else 0.0) > c[4]:
                 promoted.append((j.submit_time, j.id, j))
             else:
                 ordinary.append((math.inf if left is None else left, j.submit_time, j.id, j))
-        self._waiting = (ckey, memo)
+        memo.waiting = (ckey, seen_now)
         if not (to_sample or promoted or ordinary):
             return []
-        r = _Round(self, now, cluster, jobs, self._free_map(cluster, jobs, held))
+        r = _Round(self, now, cluster, jobs, self._free_map(cluster, memo, dirty), memo)
         promoted.sort()
         # only the longest waiting promoted jobs jump the queue and make room;
         # the others keep their shortest-first place until their turn comes
@@ -283,13 +251,13 @@ class Fgs:
         promoted = promoted[:self.max_reservations]
         to_sample.sort()
         # the queue rarely changes between rounds: reuse the last order if it did not
-        last = self.__dict__.get("_order")
+        last = memo.order
         if last is not None and last[0] == ordinary:
             ordinary = last[1]
         else:
             unsorted = list(ordinary)
             ordinary.sort()
-            self._order = (unsorted, ordinary)
+            memo.order = (unsorted, ordinary)
         reservations = self.max_reservations
         defrag = self.defrag
 
@@ -317,8 +285,10 @@ class _Round:
     """The state of one ``decide`` call: free room, tenants, and actions so far."""
 
     def __init__(self, pol: Fgs, now: float, cluster: ClusterSnapshot,
-                 jobs: Sequence[JobView], free: FreeMap | None = None):
+                 jobs: Sequence[JobView], free: FreeMap | None = None,
+                 memo: "FgsMemo | None" = None):
         self.pol = pol
+        self.memo = memo if memo is not None else FgsMemo()
         self.now = now
         self.cluster = cluster
         self.reserve = cluster.reserve_mb
@@ -373,12 +343,12 @@ class _Round:
     @property
     def holders(self) -> dict[str, list[JobView]]:
         """GPU id -> the jobs holding it at the start of this round (built when first asked)."""
-        if self._holders is None:
-            self._holders = {}
-            for j in self.jobs:
-                if j.fragments and j.state in HOLDING:
-                    for f in j.fragments:
-                        self._holders.setdefault(f.gpu, []).append(j)
+        if self._holders is None:   # from the memo's tenants, in the jobs' order
+            hold = self.memo.holdings
+            views = hold.holders
+            self._holders = {gid: [views[jid] for jid, _ in sorted(hs.items(),
+                                                                   key=lambda kv: kv[1][2])]
+                             for gid, hs in hold.on_gpu.items()}
         return self._holders
 
     def calm(self, gid: str, util: float, without: Collection[JobView] = ()) -> bool:
@@ -497,9 +467,9 @@ class _Round:
         """``size()`` of each job (one GPU size only), cached per view between rounds."""
         pol, rep, headroom, reserve = self.pol, self.rep, self.pol.headroom, self.reserve
         key = (rep.memory_mb, headroom, reserve, pol.sample_fraction, pol.sample_memory_mb)
-        cache = pol.__dict__.get("_sizes")
+        cache = self.memo.sizes
         if cache is None or cache[0] != key or len(cache[1]) > 2 * len(self.jobs) + 1000:
-            cache = pol._sizes = (key, {})
+            cache = self.memo.sizes = (key, {})
         seen = cache[1]
         default = self.sample_default(rep) if sample_only else None
         out = []

@@ -120,15 +120,16 @@ class _Layout:
     whole: float                      # sum of their whole-GPU fractions
 
 
-_LAYOUTS: dict[tuple, tuple[object, _Layout]] = {}
-
-
 def _layout(cluster: ClusterSnapshot) -> _Layout:
-    """The cluster's layout, cached while the same GPU tuple is passed again."""
-    key = (id(cluster.gpus), cluster.down_nodes, cluster.reserve_mb)
-    hit = _LAYOUTS.get(key)
-    if hit is not None and hit[0] is cluster.gpus:
-        return hit[1]
+    """The cluster's layout, worked out once per snapshot object.
+
+    Kept on the (immutable) snapshot itself, like a cached property: a value
+    derived from its fields only, so callers that reuse one snapshot while the
+    nodes do not change pay for it once.
+    """
+    lay = cluster.__dict__.get("_layout")
+    if lay is not None:
+        return lay
     down = cluster.down_nodes
     lay = _Layout({}, set(), {}, {}, {}, [], 0.0)
     for i, g in enumerate(cluster.gpus):
@@ -147,9 +148,7 @@ def _layout(cluster: ClusterSnapshot) -> _Layout:
     lay.whole = sum(free_fraction(g, None, reserve) for g in lay.gpus.values())
     lay.by_room = sorted(lay.gpus.values(), key=lambda g: (
         free_fraction(g, None, reserve) * g.memory_mb, lay.order[g.id]))
-    if len(_LAYOUTS) >= 8:
-        _LAYOUTS.clear()
-    _LAYOUTS[key] = (cluster.gpus, lay)
+    object.__setattr__(cluster, "_layout", lay)
     return lay
 
 

@@ -36,6 +36,7 @@ from typing import Callable, Iterable, Sequence
 from tfgshare.metrics import JobRecord, Report, Timeline, compute_report
 from tfgshare.policies.base import (ClusterSnapshot, Fragment, JobState, JobView, Migrate,
                                     Policy, SampleRecord, Start, Suspend)
+from tfgshare.policies.jobset import JobSet
 
 from .cluster import SimCluster
 from .config import SimConfig
@@ -189,7 +190,9 @@ class Simulator:
         wall0 = time.perf_counter()
         jobs, n = self.jobs, len(self.jobs)
         self.live: dict[str, SimJob] = {}
-        self.views: dict[str, JobView] = {}     # the policy's view of each live job
+        self.views = JobSet()                   # the policy's view of each live job
+        new_memo = getattr(self.policy, "new_memo", None)
+        self.memo = new_memo() if new_memo is not None else None   # the policy's, ours to keep
         self.dirty: dict[SimJob, None] = {}     # live jobs whose view is out of date (ordered)
         self.heap: list = []
         self.refresh: list = []
@@ -272,7 +275,7 @@ class Simulator:
                 job.id, job.num_gpus, job.submit, job.first_start, now, job.waited_s,
                 job.suspends, job.resumes, job.migrations, job.move_cost_s,
                 job.predicted_s, actual))
-            self.views.pop(job.id, None)
+            self.views.drop(job.id)
             self.dirty.pop(job, None)
             if self.progress is not None:
                 self.progress(len(self.records), len(self.jobs))
@@ -437,15 +440,18 @@ class Simulator:
             _, _, job, version = heapq.heappop(refresh)
             if version == job.view_version and job.state.holds_gpu:
                 self.dirty[job] = None
+        views = self.views
         if self.dirty:
-            cache = self.views
             for job in self.dirty:
-                cache[job.id] = self._view(job)
+                views.put(self._view(job))
             self.dirty.clear()
-        views = list(self.views.values())
         t0 = time.perf_counter()
-        actions = self.policy.decide(now, self.snapshot, views)
+        if self.memo is not None:
+            actions = self.policy.decide(now, self.snapshot, views, self.memo)
+        else:
+            actions = self.policy.decide(now, self.snapshot, list(views))
         self.decide_s.append(time.perf_counter() - t0)
+        views.trim()   # the memo has read the changes
         if not actions:
             return False
         if self.config.check:
