@@ -157,6 +157,12 @@ def by_room(cluster: ClusterSnapshot) -> list[GPU]:
     return _layout(cluster).by_room
 
 
+def one_size(cluster: ClusterSnapshot) -> GPU | None:
+    """One up GPU if every up GPU has the same memory size, else None."""
+    lay = _layout(cluster)
+    return next(iter(lay.rep.values())) if len(lay.sizes) == 1 else None
+
+
 def up_gpus(cluster: ClusterSnapshot) -> dict[str, GPU]:
     """The GPUs not on down nodes, by id in cluster order (cached; do not modify)."""
     return _layout(cluster).gpus
