@@ -59,16 +59,15 @@ class Fifo:
         memo.sync(jobs)
         if not memo.queue:
             return []
-        gpus, use, views = up_gpus(cluster), memo.holdings.use, memo.tracker.views
-        up = len(gpus)
-        idle_now = up - len(use.keys() & gpus.keys())
+        up, views = len(up_gpus(cluster)), memo.tracker.views
+        idle_now = len(memo.idle_ranks(cluster))
         for key in memo.queue:   # the head: the oldest job the cluster could ever hold
             head = views[key[1]]
             if head.num_gpus <= up:
                 if head.num_gpus > idle_now:
                     return []
                 break
-        idle = IdleMap(cluster, use=use)
+        idle = IdleMap(cluster, memo=memo)
         actions: list[Action] = []
         for key in memo.queue:
             job = views[key[1]]

@@ -18,8 +18,9 @@ from typing import Hashable, Iterator, Sequence
 
 from sortedcontainers import SortedList
 
-from .base import JobView
+from .base import ClusterSnapshot, JobView
 from .jobset import Holdings, Tracker
+from .placement import by_room, room_rank
 
 
 class Memo:
@@ -34,6 +35,9 @@ class Memo:
     def __init__(self) -> None:
         self.tracker = Tracker()
         self.holdings = Holdings()
+        self._idle: SortedList | None = None   # by_room ranks of the idle up GPUs ...
+        self._idle_for: object = None          # ... of this cluster layout
+        self._dirty: set[str] = set()          # GPUs changed since _idle was brought up to date
         self.reset()
 
     def sync(self, jobs: Sequence[JobView]) -> set[str]:
@@ -41,6 +45,7 @@ class Memo:
         fresh, changes = self.tracker.sync(jobs)
         if fresh:
             self.holdings = Holdings()
+            self._idle = None
             self.reset()
         dirty: set[str] = set()
         update, changed = self.holdings.update, self.changed
@@ -48,7 +53,28 @@ class Memo:
             update(jid, old, new, seq, dirty)
             changed(jid, old, new)
         self.holdings.resum(dirty)
+        if self._idle is not None:
+            self._dirty |= dirty
         return dirty
+
+    def idle_ranks(self, cluster: ClusterSnapshot) -> SortedList:
+        """The idle up GPUs as their places in ``placement.by_room`` order (do not modify)."""
+        order = by_room(cluster)
+        use = self.holdings.use
+        if self._idle is None or self._idle_for is not order:
+            self._idle = SortedList(i for i, g in enumerate(order) if g.id not in use)
+            self._idle_for = order
+        elif self._dirty:
+            rank, idle = room_rank(cluster), self._idle
+            for gid in self._dirty:
+                i = rank.get(gid)
+                if i is not None:
+                    if gid in use:
+                        idle.discard(i)
+                    elif i not in idle:
+                        idle.add(i)
+        self._dirty = set()
+        return self._idle
 
     def reset(self) -> None:
         """Forget every job (the next changes are all the jobs)."""

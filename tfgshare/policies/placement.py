@@ -117,6 +117,7 @@ class _Layout:
     rep: dict[int, GPU]               # one GPU of each memory size
     empty: dict[int, list[tuple[float, int, str]]]   # sorted keys if all were empty
     by_room: list[GPU]                # up GPUs, smallest whole-GPU room (MB) first
+    room_rank: dict[str, int]         # GPU id -> its place in by_room
     whole: float                      # sum of their whole-GPU fractions
 
 
@@ -131,7 +132,7 @@ def _layout(cluster: ClusterSnapshot) -> _Layout:
     if lay is not None:
         return lay
     down = cluster.down_nodes
-    lay = _Layout({}, set(), {}, {}, {}, [], 0.0)
+    lay = _Layout({}, set(), {}, {}, {}, [], {}, 0.0)
     for i, g in enumerate(cluster.gpus):
         if down and g.node in down:
             continue
@@ -148,6 +149,7 @@ def _layout(cluster: ClusterSnapshot) -> _Layout:
     lay.whole = sum(free_fraction(g, None, reserve) for g in lay.gpus.values())
     lay.by_room = sorted(lay.gpus.values(), key=lambda g: (
         free_fraction(g, None, reserve) * g.memory_mb, lay.order[g.id]))
+    lay.room_rank = {g.id: i for i, g in enumerate(lay.by_room)}
     object.__setattr__(cluster, "_layout", lay)
     return lay
 
@@ -155,6 +157,11 @@ def _layout(cluster: ClusterSnapshot) -> _Layout:
 def by_room(cluster: ClusterSnapshot) -> list[GPU]:
     """Up GPUs in best-fit order for whole-GPU jobs: smallest room first, then cluster order."""
     return _layout(cluster).by_room
+
+
+def room_rank(cluster: ClusterSnapshot) -> dict[str, int]:
+    """Each up GPU's place in ``by_room`` order (cached; do not modify)."""
+    return _layout(cluster).room_rank
 
 
 def one_size(cluster: ClusterSnapshot) -> GPU | None:

@@ -70,12 +70,11 @@ class Sjf:
         waiting = memo.waiting
         if not waiting:
             return []
-        gpus, use, views = up_gpus(cluster), memo.holdings.use, memo.tracker.views
-        up = len(gpus)
-        idle_now = up - len(use.keys() & gpus.keys())
+        up, views = len(up_gpus(cluster)), memo.tracker.views
+        idle_now = len(memo.idle_ranks(cluster))
         if idle_now < min(waiting.buckets):
             return []   # not even the smallest waiting job fits
-        idle = IdleMap(cluster, use=use)
+        idle = IdleMap(cluster, memo=memo)
         actions: list[Action] = []
         walk = waiting.merged()
         for k, key in walk:
