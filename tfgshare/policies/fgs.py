@@ -286,6 +286,7 @@ class Fgs:
                     base.use[gid] = use[gid]
                 else:
                     base.use.pop(gid, None)
+            base.total_free()   # worked out once per change, kept by the copies
             return base.copy()
         cap, overhead = self.slowdown_cap, self.interference_overhead
 
@@ -296,6 +297,7 @@ class Fgs:
         base = FreeMap(cluster, use=use, max_tenants=self.max_cotenants, band=band,
                        empty_band=BANDS)
         memo.free = (key, cluster.gpus, base)
+        base.total_free()
         return base.copy()
 
     def new_memo(self) -> "FgsMemo":

@@ -209,6 +209,7 @@ class FreeMap:
         self.closed: set[str] = set()   # GPUs reserved for the rest of this plan
         self.version = 0                # bumped on every change, for callers' caches
         self._max_free: tuple[int, dict] = (-1, {})   # (version, min_band -> max free)
+        self._total: tuple[int, float] = (-1, 0.0)    # (version, total_free())
         self._bandf = band
         self._empty_band = empty_band
         self._band: dict[str, int] = {}  # band of each GPU that has tenants
@@ -276,12 +277,18 @@ class FreeMap:
         return u.tenants if u else 0
 
     def total_free(self) -> float:
-        """Free room summed over all up GPUs (each as it could take one more tenant)."""
+        """Free room summed over all up GPUs (each as it could take one more tenant).
+
+        Kept until the map changes (a copy keeps its original's answer too).
+        """
+        if self._total[0] == self.version:
+            return self._total[1]
         total = self._whole
         for gid in self.use:
             g = self.gpus.get(gid)
             if g is not None:
                 total += max(0.0, self.free(gid)) - free_fraction(g, None, self.reserve_mb)
+        self._total = (self.version, total)
         return total
 
     def _searched(self, min_band: int | None) -> list[tuple[int, int, list]]:
