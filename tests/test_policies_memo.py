@@ -105,3 +105,40 @@ def test_a_jobset_logs_what_changed_and_keeps_the_first_order():
     assert js.changed_since(start) is None          # trimmed: a memo this far back starts over
     assert [v.id for v in frozen] == ["a", "c"]     # the copy does not see later changes
     assert frozen.changed_since(start) == ["a", "b", "c"]
+
+
+def test_fgs_promotion_is_a_timed_event_at_the_bound():
+    """A waiting job's promotion time is known in advance, never late, from the memo."""
+    from tfgshare.policies.builders import make_cluster, make_job
+
+    cluster = make_cluster(1, 1, 16000)
+    runner = make_job("run", 0.0, on={"n0:0": 0.98}, memory_mb=15000, total_steps=10 ** 6,
+                      last_start=0.0)
+    # waits since t=0 and has 1,000 s left: bound max(600, 2 x 1,000) = 2,000 s of waiting
+    waiter = make_job("w", 0.0, state=JobState.SAMPLED, memory_mb=15000, step_time_s=1.0,
+                      total_steps=1000)
+    pol = get_policy("fgs")
+    memo = pol.new_memo()
+    pol.decide(100.0, cluster, JobSet([runner, waiter]), memo)
+    due = pol.wake_at(100.0, memo)
+    assert 2000.0 - 0.01 < due <= 2000.0
+    assert not pol.starving(waiter, 1999.999) and pol.starving(waiter, 2000.001)
+
+
+def test_with_no_tick_the_simulator_decides_when_fgs_promotes(profiles):
+    # two long jobs that cannot share the GPU: after sampling, one runs for about
+    # 2,000 s; the other waits until its wait passes 900 s and is promoted
+    jobs = [TraceJob("a", 0.0, 1, 0.0, model="toy", batch_size=3, total_steps=4000),
+            TraceJob("b", 5.0, 1, 0.0, model="toy", batch_size=3, total_steps=4000)]
+    pol = FreshToo(get_policy("fgs", max_wait_s=900.0, promote_floor_s=60.0))
+    times = []
+    decide = pol.decide
+
+    def record(now, cluster, views, memo=None):
+        times.append(now)
+        return decide(now, cluster, views, memo)
+    pol.decide = record
+    simulate(load_cluster("1x1:8192"), jobs, profiles, pol, SimConfig(tick_s=None, seed=1))
+    # no arrival and no run ends between the samplings and ~2,000 s: only the promotion
+    woken = [t for t in times if 100 < t < 1900]
+    assert woken and 900 < woken[0] < 1000, times

@@ -125,6 +125,19 @@ class FgsMemo(Memo):
         due -= 1e-6 * (1.0 + abs(due)) if due != -math.inf else 0.0   # early, never late
         heapq.heappush(self.pending, (due, jid, new))
 
+    def next_promotion(self, now: float) -> float | None:
+        """About when the next waiting job is promoted (never late), or None."""
+        if self.near:
+            return now
+        pending, info = self.pending, self.info
+        while pending:
+            due, jid, view = pending[0]
+            had = info.get(jid)
+            if had is not None and had[0] is view:
+                return due
+            heapq.heappop(pending)   # that view is gone
+        return None
+
     def promote_until(self, now: float) -> None:
         """Move the jobs whose wait has passed their bound by ``now`` to ``promoted``."""
         pending, info = self.pending, self.info
@@ -303,6 +316,10 @@ class Fgs:
     def new_memo(self) -> "FgsMemo":
         """An empty memo (see ``policies.memo``)."""
         return FgsMemo()
+
+    def wake_at(self, now: float, memo: "FgsMemo") -> float | None:
+        """When the next waiting job passes its bound and is promoted (None: no such job)."""
+        return memo.next_promotion(now)
 
     def decide(self, now: float, cluster: ClusterSnapshot, jobs: Sequence[JobView],
                memo: "FgsMemo | None" = None) -> list[Action]:

@@ -1,7 +1,9 @@
 """The discrete-event simulator: replays jobs on a cluster under one policy.
 
 Time jumps from event to event (arrivals, runs reaching their target step,
-start-up stalls ending, and a periodic tick while jobs wait). All events at one
+start-up stalls ending, and a periodic tick while jobs wait; with no tick,
+``tick_s=None``, the policy's own timed events from ``wake_at`` instead, such
+as the moment a waiting fgs job passes its bound and is promoted). All events at one
 timestamp are handled together, then the policy is asked once for actions,
 given only the live jobs. A job's training progresses at
 ``1 / step_time`` steps per second where ``step_time`` is its profile's step
@@ -209,11 +211,12 @@ class Simulator:
         rounds = 0
         i = 0
         next_tick = math.inf
+        self.wake = math.inf   # when the policy asked to decide again (its timed events)
         heap = self.heap
         while True:
             t_arr = jobs[i].submit if i < n else math.inf
             t_ev = heap[0][0] if heap else math.inf
-            t_tick = next_tick if self.n_waiting else math.inf
+            t_tick = min(next_tick, self.wake) if self.n_waiting else math.inf
             t = min(t_arr, t_ev, t_tick)
             if t == math.inf:
                 break
@@ -452,6 +455,10 @@ class Simulator:
             actions = self.policy.decide(now, self.snapshot, list(views))
         self.decide_s.append(time.perf_counter() - t0)
         views.trim()   # the memo has read the changes
+        wake_at = getattr(self.policy, "wake_at", None)
+        if wake_at is not None and self.memo is not None and not self.tick_s:
+            w = wake_at(now, self.memo)
+            self.wake = math.inf if w is None else max(w, now + 1e-6)
         if not actions:
             return False
         if self.config.check:
