@@ -33,7 +33,7 @@ class AgentProtocol:
         node.gpus, node.identity, node.last_seen, node.lost = gpus, peer, now, False
         self.peers[peer] = node.name
         self.cluster.nodes_changed()
-        self.store.save_node(node.name, {"gpus": [vars(g) for g in msg.gpus]})
+        self.store.save_node(node.name, {"gpus": [s.plain(g) for g in msg.gpus]})
         log.info("node %s joined with %d GPUs (%s), reporting %d runners", node.name,
                  len(gpus), ", ".join(f"{g.index}:{g.name} {g.memory_mb} MiB" for g in msg.gpus),
                  len(msg.jobs))

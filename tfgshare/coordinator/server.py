@@ -23,7 +23,6 @@ node timeout passes (re-queued from their checkpoint as SUSPENDED).
 from __future__ import annotations
 
 import gc
-import json
 import logging
 import os
 import sys
@@ -236,7 +235,7 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, Rounds):
             msg = s.decode(data)
         except s.SchemaError as exc:
             log.warning("bad frame from peer %s: %s", peer.hex(), exc)
-            self._out.append((envelope, s.reply_error(_guess_id(data), str(exc))))
+            self._out.append((envelope, s.reply_error(s.request_id(data), str(exc))))
             return
         kind = msg.TYPE
         if kind in s.REPLY_TYPES:
@@ -304,18 +303,6 @@ def _guarded(step: Callable[[Any], Any], arg: Any) -> None:
         step(arg)
     except Exception:
         log.exception("%s failed", step.__name__)
-
-
-
-def _guess_id(data: bytes) -> str:
-    try:
-        obj = json.loads(data)
-        if isinstance(obj, dict) and isinstance(obj.get("id"), str):
-            return obj["id"]
-    except (ValueError, UnicodeDecodeError):
-        pass
-    return ""
-
 
 
 def main(argv: list[str] | None = None) -> int:
