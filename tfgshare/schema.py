@@ -52,6 +52,9 @@ Text = Annotated[str, Meta(max_length=65536)]
 Positive = Annotated[int, Meta(ge=1)]
 NonNegative = Annotated[int, Meta(ge=0)]
 Fraction = Annotated[float, Meta(gt=0.0, le=1.0)]
+Unit = Annotated[float, Meta(ge=0.0, le=1.0)]
+Optimizer = Literal["sgd", "momentum", "rmsprop", "adam"]       # runner.config.OPTIMIZERS
+DecayType = Literal["fixed", "exponential", "polynomial"]        # runner.config.DECAY_TYPES
 
 # how a range or value error on these fields reads (the field's rule in words)
 _RULES = {"memory_fraction": "must be in (0, 1] or 'auto'"}
@@ -66,19 +69,24 @@ class JobSpec(Struct, forbid_unknown_fields=True):
     model_name: NonEmptyName
     name: Name = ""
     dataset_name: Name = "synthetic"
-    dataset_dir: PathText | None = None
-    batch_size: Positive = 32
-    max_number_of_steps: Positive = 1000
-    optimizer: Name | None = None
-    learning_rate: float | None = None
-    learning_rate_decay_type: Name | None = None
-    weight_decay: float | None = None
-    image_size: Positive | None = None
-    num_classes: Positive | None = None
-    num_gpus: Positive = 1
+    dataset_dir: PathText | None = None      # confined to the agent's data roots
+    batch_size: Annotated[int, Meta(ge=1, le=65536)] = 32
+    max_number_of_steps: Annotated[int, Meta(ge=1, le=10**12)] = 1000
+    optimizer: Optimizer | None = None
+    learning_rate: Annotated[float, Meta(ge=0.0, le=100.0)] | None = None
+    learning_rate_decay_type: DecayType | None = None
+    weight_decay: Unit | None = None
+    image_size: Annotated[int, Meta(ge=1, le=4096)] | None = None
+    num_classes: Annotated[int, Meta(ge=2, le=1_000_000)] | None = None
+    num_gpus: Annotated[int, Meta(ge=1, le=1024)] = 1
     memory_fraction: Fraction | Literal["auto"] = "auto"   # a fraction, or "auto"
-    priority: int = 0
-    extra: list[Name] = field(default_factory=list)   # more runner flags, verbatim
+    priority: Annotated[int, Meta(ge=-1000, le=1000)] = 0
+    # more runner flags: only those in RUNNER_FLAGS, e.g. ["--log_every_n_steps", "5"]
+    extra: Annotated[list[Name], Meta(max_length=64)] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.extra:
+            runner_flags(self.extra)
 
     @property
     def requested_fraction(self) -> float | None:
@@ -100,7 +108,85 @@ class JobSpec(Struct, forbid_unknown_fields=True):
         for flag, value in optional.items():
             if value is not None:
                 args += [flag, str(value)]
-        return args + list(self.extra)
+        # the checked extra flags first: should one slip through, the fields still win
+        return list(self.extra) + args
+
+
+# Runner flags a job may carry in ``JobSpec.extra`` (see tfgshare/runner/config.py), each
+# with the values the runner accepts. Any other flag is refused at submit.
+RUNNER_FLAGS: dict[str, Any] = {
+    "dataset_split_name": Literal["train", "validation", "test"],
+    "learning_rate_decay_factor": Fraction,
+    "num_epochs_per_decay": Annotated[float, Meta(gt=0.0, le=1e6)],
+    "end_learning_rate": Annotated[float, Meta(ge=0.0, le=100.0)],
+    "momentum": Unit, "rmsprop_decay": Unit, "rmsprop_momentum": Unit,
+    "opt_epsilon": Annotated[float, Meta(gt=0.0, le=10.0)],
+    "adam_beta1": Unit, "adam_beta2": Unit,
+    "label_smoothing": Annotated[float, Meta(ge=0.0, lt=1.0)],
+    "seed": Annotated[int, Meta(ge=0, le=2**31 - 1)],
+    "deterministic": bool,                   # --deterministic / --nodeterministic
+    "warmup_steps": Annotated[int, Meta(ge=0, le=100_000)],
+    "num_sample_steps": Annotated[int, Meta(ge=0, le=100_000)],
+    "max_sample_share": Fraction,
+    "save_interval_steps": Annotated[int, Meta(ge=0)],
+    "save_interval_secs": Annotated[float, Meta(ge=0.0, le=1e7)],
+    "max_to_keep": Annotated[int, Meta(ge=1, le=1000)],
+    "log_every_n_steps": Annotated[int, Meta(ge=1)],
+}
+# runner flags that a JobSpec field sets (flag -> field): never from ``extra``
+FIELD_FLAGS = {"model_name": "model_name", "dataset_name": "dataset_name",
+               "dataset_dir": "dataset_dir", "batch_size": "batch_size",
+               "max_number_of_steps": "max_number_of_steps", "optimizer": "optimizer",
+               "learning_rate": "learning_rate",
+               "learning_rate_decay_type": "learning_rate_decay_type",
+               "weight_decay": "weight_decay", "image_size": "image_size",
+               "train_image_size": "image_size", "num_classes": "num_classes",
+               "num_gpus": "num_gpus", "memory_fraction": "memory_fraction"}
+# runner flags the agent sets for every attempt
+AGENT_FLAGS = frozenset({"train_dir", "events_file", "job_id", "sample_only",
+                         "intra_op_threads", "inter_op_threads"})
+
+
+def runner_flags(extra: list[str]) -> dict[str, Any]:
+    """Check a job's extra runner flags; return them by name, or raise SchemaError."""
+    out: dict[str, Any] = {}
+    i = 0
+    while i < len(extra):
+        token = extra[i]
+        i += 1
+        if not token.startswith("--"):
+            raise SchemaError(f"extra: unexpected {token[:64]!r}; runner flags look like "
+                              "--log_every_n_steps 5")
+        name, eq, value = token[2:].partition("=")
+        base = name[2:] if name.startswith("no") and RUNNER_FLAGS.get(name[2:]) is bool else name
+        if base in FIELD_FLAGS:
+            raise SchemaError(f"runner flag --{name} would override the job's validated "
+                              f"field {FIELD_FLAGS[base]}; set that field instead")
+        if base in AGENT_FLAGS:
+            raise SchemaError(f"runner flag --{name} is set by the agent, not by a job")
+        kind = RUNNER_FLAGS.get(base)
+        if kind is None:
+            raise SchemaError(f"unknown runner flag --{name[:64]} (allowed: "
+                              f"{', '.join(sorted(RUNNER_FLAGS))})")
+        if base in out:
+            raise SchemaError(f"runner flag --{base} is given twice")
+        if kind is bool:
+            if eq:
+                raise SchemaError(f"runner flag --{name} takes no value")
+            out[base] = base == name
+            continue
+        if not eq:
+            if i == len(extra):
+                raise SchemaError(f"runner flag --{name} needs a value")
+            value = extra[i]
+            i += 1
+        try:
+            out[base] = msgspec.convert(value, kind, strict=False)
+        except msgspec.ValidationError as exc:
+            why = str(exc).replace("`", "")
+            raise SchemaError(f"runner flag --{name} {value[:64]!r}: {why[0].lower()}{why[1:]}"
+                              ) from None
+    return out
 
 
 class GpuInfo(Struct, forbid_unknown_fields=True):

@@ -13,6 +13,12 @@ they are adopted; the exits it could not deliver are resent. If the coordinator
 goes silent for as long as it takes to declare a node lost, the agent kills its
 runners first (their jobs may be resumed elsewhere from the same checkpoint
 directory), then reconnects.
+
+Paths from the wire are confined: a job's train dir must resolve (symlinks
+followed) to a folder under the checkpoint root the coordinator named at
+registration, and its dataset dir to a folder under one of the data roots
+(``--data-root``, repeatable; default: the shared data folder, see
+``tfgshare.paths.shared_dir``, and the checkpoint root). Anything else is refused.
 """
 
 from __future__ import annotations
@@ -30,8 +36,8 @@ from pathlib import Path
 
 import zmq
 
+from tfgshare import paths, schema
 from tfgshare.agent import gpus as gpus_mod
-from tfgshare import schema
 from tfgshare.agent.supervisor import EventOut, ExitOut, Supervisor
 
 log = logging.getLogger("tfgshare.agent")
@@ -55,6 +61,8 @@ class AgentConfig:
     runner_cmd: list[str] | None = None  # None: python -m tfgshare.runner
     lost_after_s: float | None = None    # silence before fencing and reconnecting;
     #                                      None: 4 heartbeats, at least 5 s
+    data_roots: list[Path] | None = None  # where dataset dirs may be; None: the shared
+    #                                       data folder and the checkpoint root
 
 
 class Agent:
@@ -263,14 +271,28 @@ class Agent:
                 raise ValueError(f"job {msg.job}: GPU {frag.gpu_index} is not on node "
                                  f"{self.cfg.node} (it has {sorted(by_index)})")
         virtual = any(by_index[f.gpu_index].virtual for f in msg.fragments)
-        Path(msg.train_dir).mkdir(parents=True, exist_ok=True)
-        proc = self.sup.start(msg.job, msg.attempt, msg.spec.runner_args(), msg.train_dir,
+        if not self.checkpoint_root:
+            raise ValueError(f"job {msg.job}: the coordinator named no checkpoint root")
+        train_dir = confine(msg.train_dir, [Path(self.checkpoint_root)], "train dir")
+        if msg.spec.dataset_dir is not None:
+            confine(msg.spec.dataset_dir, self.data_roots(), "dataset dir")
+        train_dir.mkdir(parents=True, exist_ok=True)
+        proc = self.sup.start(msg.job, msg.attempt, msg.spec.runner_args(), str(train_dir),
                               [(f.gpu_index, f.fraction) for f in msg.fragments],
                               virtual=virtual, sample_only=msg.sample_only)
         self.quiet.discard(msg.job)
         log.info("started %s attempt %d on GPU(s) %s (pid %d)", msg.job, msg.attempt,
                  ",".join(str(i) for i in proc.gpu_indices), proc.pid)
         return schema.reply_ok(msg, pid=proc.pid)
+
+    def data_roots(self) -> list[Path]:
+        """The folders a job's dataset dir may be under."""
+        if self.cfg.data_roots is not None:
+            return list(self.cfg.data_roots)
+        roots = [paths.shared_dir() / "data"]
+        if self.checkpoint_root:
+            roots.append(Path(self.checkpoint_root))
+        return roots
 
     def _runner(self, job: str, attempt: int):
         proc = self.sup.runners.get(job)
@@ -326,6 +348,17 @@ class Agent:
                 self._send(msg)
 
 
+def confine(path: str, roots: list[Path], what: str) -> Path:
+    """``path`` resolved (symlinks followed); ValueError unless it lies strictly under a root."""
+    resolved = Path(path).resolve()
+    for root in roots:
+        root = root.resolve()
+        if resolved != root and resolved.is_relative_to(root):
+            return resolved
+    raise ValueError(f"{what} {path} is outside the allowed roots "
+                     f"({', '.join(str(r) for r in roots)})")
+
+
 def _existing_parent(path: str) -> str:
     p = Path(path)
     while not p.exists() and p != p.parent:
@@ -360,6 +393,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runner", metavar="CMD",
                    help="command that starts a job runner, split on spaces "
                         "(default: this Python with -m tfgshare.runner)")
+    p.add_argument("--data-root", type=Path, action="append", metavar="DIR",
+                   help="a folder job dataset dirs may be under, repeatable (default: the "
+                        "shared data folder and the checkpoint root)")
     p.add_argument("-v", "--verbose", action="store_true", help="log debug detail")
     return p
 
@@ -390,7 +426,8 @@ def main(argv: list[str] | None = None) -> int:
     cfg = AgentConfig(coordinator=args.coordinator, node=args.node, work_dir=work_dir,
                       heartbeat_s=args.heartbeat, token=args.token, threads=args.threads,
                       suspend_timeout_s=args.suspend_timeout,
-                      runner_cmd=args.runner.split() if args.runner else None)
+                      runner_cmd=args.runner.split() if args.runner else None,
+                      data_roots=args.data_root)
     stop: list[int] = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, _frame: stop.append(signum))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 import time
 from pathlib import Path
@@ -103,7 +104,7 @@ def parse_submit(argv: list[str]) -> list[s.JobSpec]:
                 fields[name] = kind(value)
             except ValueError:
                 raise UsageError(f"{flag} must be {kind.__name__}, got {value!r}") from None
-        else:   # another runner flag: passed through as is
+        else:   # another runner flag: JobSpec checks it against schema.RUNNER_FLAGS
             extra += [flag, value] if takes_value else [flag]
     fields["extra"] = extra
     try:
@@ -127,10 +128,15 @@ def _fraction(value: str) -> float | str:
 
 
 def specs_from_yaml(path: Path) -> list[s.JobSpec]:
-    """Job specs from a YAML file: a list of mappings of JobSpec fields (or {jobs: [...]})."""
+    """Job specs from a YAML file: a list of mappings of JobSpec fields (or {jobs: [...]}).
+
+    The file is read with ``yaml.safe_load`` (no tags that build objects); an error
+    names the file's line.
+    """
     import yaml
     try:
-        data = yaml.safe_load(path.read_text())
+        text = path.read_text()
+        data = yaml.safe_load(text)
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror}") from None
     except yaml.YAMLError as exc:
@@ -139,15 +145,43 @@ def specs_from_yaml(path: Path) -> list[s.JobSpec]:
         data = data["jobs"]
     if not isinstance(data, list) or not data:
         raise UsageError(f"{path} must hold a non-empty list of jobs")
+    lines = _job_lines(text)
     specs = []
     for i, item in enumerate(data, 1):
         if isinstance(item, dict) and "model" in item and "model_name" not in item:
             item = {("model_name" if k == "model" else k): v for k, v in item.items()}
         try:
-            specs.append(s.job_spec(item, f"{path.name} job {i}"))
+            specs.append(s.job_spec(item, f"job {i}"))
         except s.SchemaError as exc:
-            raise UsageError(str(exc)) from None
+            line, keys = lines[i - 1] if i <= len(lines) else (None, {})
+            # the line of the field the error is about (extra runner flags: "extra")
+            text = "extra" if "runner flag" in str(exc) else str(exc)
+            for key, key_line in keys.items():
+                if re.search(rf"\b{re.escape(key)}\b", text):
+                    line = key_line
+                    break
+            where = f"{path.name}, line {line}" if line else path.name
+            raise UsageError(f"{where}: {exc}") from None
     return specs
+
+
+def _job_lines(text: str) -> list[tuple[int, dict[str, int]]]:
+    """Per job of a YAML job file: its first line and the line of each of its keys."""
+    import yaml
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    if isinstance(root, yaml.MappingNode):
+        root = next((v for k, v in root.value if k.value == "jobs"), None)
+    if not isinstance(root, yaml.SequenceNode):
+        return []
+    out = []
+    for node in root.value:
+        keys = {}
+        if isinstance(node, yaml.MappingNode):
+            keys = {str(k.value): k.start_mark.line + 1 for k, _ in node.value}
+            if "model" in keys:
+                keys.setdefault("model_name", keys["model"])
+        out.append((node.start_mark.line + 1, keys))
+    return out
 
 
 def _check_models(specs: list[s.JobSpec]) -> None:

@@ -91,7 +91,12 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, Rounds):
             self.cluster.nodes[name] = Node(name, gpus, lost=True)
         unknown = 0
         for rec in self.store.load_jobs():
-            job = LiveJob.from_record(rec)
+            try:
+                job = LiveJob.from_record(rec)
+            except (ValueError, TypeError) as exc:   # e.g. runner flags refused since
+                log.warning("job %s not loaded: its stored spec is not valid now: %s",
+                            rec.get("id"), exc)
+                continue
             if job.state.holds_gpu:
                 job.unknown = True
                 unknown += 1
