@@ -36,12 +36,14 @@ from pathlib import Path
 
 import zmq
 
-from tfgshare import paths, schema
+from tfgshare import keys, paths, schema
 from tfgshare.agent import gpus as gpus_mod
 from tfgshare.agent.supervisor import EventOut, ExitOut, Supervisor
 
 log = logging.getLogger("tfgshare.agent")
 
+_HANDSHAKE_FAILED = (zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+                     | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
 # runner events that change the coordinator's view; resent if not acknowledged
 _KEY_EVENTS = frozenset({"started", "sample", "checkpoint", "suspended", "finished", "error"})
 
@@ -63,6 +65,8 @@ class AgentConfig:
     #                                      None: 4 heartbeats, at least 5 s
     data_roots: list[Path] | None = None  # where dataset dirs may be; None: the shared
     #                                       data folder and the checkpoint root
+    key: str | None = None               # CurveZMQ secret key file (None: $TFGSHARE_KEY)
+    server_key: str | None = None        # the coordinator's public key file
 
 
 class Agent:
@@ -111,6 +115,11 @@ class Agent:
         now = time.monotonic()
         if not self.registered and now - self._last_register >= self.cfg.register_retry_s:
             self._register()
+        if self.monitor.poll(0):
+            self.fatal = (f"secure handshake with the coordinator at {self.cfg.coordinator} "
+                          "failed: it needs this agent's CurveZMQ key (--key, TFGSHARE_KEY), "
+                          "or the coordinator key (--server-key) is not its own")
+            return
         if self.sock.poll(timeout_ms, zmq.POLLIN):
             while True:
                 try:
@@ -147,6 +156,8 @@ class Agent:
                 if self.sock.poll(50, zmq.POLLIN):
                     self._handle(self.sock.recv())
         if self.sock is not None:
+            self.sock.disable_monitor()
+            self.monitor.close(0)
             self.sock.close(linger=200)
             self.sock = None
         self.gpus.close()
@@ -155,12 +166,16 @@ class Agent:
 
     def _connect(self) -> None:
         if self.sock is not None:
+            self.sock.disable_monitor()
+            self.monitor.close(0)
             self.sock.close(linger=0)
         sock = self.ctx.socket(zmq.DEALER)
+        self.monitor = sock.get_monitor_socket(_HANDSHAKE_FAILED)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.MAXMSGSIZE, schema.MAX_MESSAGE_BYTES)
         sock.setsockopt(zmq.RECONNECT_IVL, 200)
         sock.setsockopt(zmq.RECONNECT_IVL_MAX, 2000)
+        keys.secure_client(sock, keys.client_files(self.cfg.key, self.cfg.server_key))
         sock.connect(self.cfg.coordinator)
         self.sock = sock
         self.registered = False
@@ -222,7 +237,7 @@ class Agent:
     def _on_reply(self, msg: schema.Ok | schema.Error) -> None:
         if msg.id == self.register_id:
             if isinstance(msg, schema.Error):
-                if "token" in msg.reason.lower():
+                if any(w in msg.reason.lower() for w in ("token", "key")):
                     self.fatal = f"coordinator refused registration: {msg.reason}"
                 else:
                     log.warning("registration refused: %s (retrying)", msg.reason)
@@ -386,6 +401,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds between heartbeats (default: the coordinator's choice)")
     p.add_argument("--token", default=os.environ.get("TFGSHARE_TOKEN"),
                    help="shared token the coordinator requires (env TFGSHARE_TOKEN)")
+    p.add_argument("--key", default=None,
+                   help="this agent's CurveZMQ secret key file (default $TFGSHARE_KEY; made by "
+                        "`tfgshare keys add-agent NODE`)")
+    p.add_argument("--server-key", default=None,
+                   help="the coordinator's public key file (default $TFGSHARE_SERVER_KEY, else "
+                        "coordinator.key beside --key)")
     p.add_argument("--threads", type=int, default=1,
                    help="CPU threads per runner (default 1)")
     p.add_argument("--suspend-timeout", type=float, default=60.0, metavar="S",
@@ -423,11 +444,19 @@ def main(argv: list[str] | None = None) -> int:
     work_dir = args.work_dir or Path(tempfile.gettempdir()) / f"tfgshare-agent-{args.node}"
     work_dir.mkdir(parents=True, exist_ok=True)
     log.info("%s; work dir %s; coordinator %s", note, work_dir, args.coordinator)
+    probe = zmq.Context.instance().socket(zmq.DEALER)
+    try:
+        keys.secure_client(probe, keys.client_files(args.key, args.server_key))
+    except keys.KeysError as exc:
+        print(f"tfgshare agent: error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        probe.close(0)
     cfg = AgentConfig(coordinator=args.coordinator, node=args.node, work_dir=work_dir,
                       heartbeat_s=args.heartbeat, token=args.token, threads=args.threads,
                       suspend_timeout_s=args.suspend_timeout,
                       runner_cmd=args.runner.split() if args.runner else None,
-                      data_roots=args.data_root)
+                      data_roots=args.data_root, key=args.key, server_key=args.server_key)
     stop: list[int] = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, _frame: stop.append(signum))

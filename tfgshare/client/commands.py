@@ -48,12 +48,18 @@ def _parser(prog: str, description: str) -> argparse.ArgumentParser:
                    help="coordinator address (default $TFGSHARE_COORDINATOR or "
                         "tcp://127.0.0.1:5555)")
     p.add_argument("--timeout", type=float, default=1.0, help="seconds to wait for an answer")
+    p.add_argument("--key", default=None,
+                   help="your CurveZMQ secret key file (default $TFGSHARE_KEY; see tfgshare keys)")
+    p.add_argument("--server-key", default=None,
+                   help="the coordinator's public key file (default $TFGSHARE_SERVER_KEY, else "
+                        "coordinator.key beside --key)")
     return p
 
 
 def _run(prog: str, args: argparse.Namespace, body: Callable[[Client], int]) -> int:
     try:
-        with Client(args.coordinator, timeout_s=args.timeout) as client:
+        with Client(args.coordinator, timeout_s=args.timeout, key=args.key,
+                    server_key=args.server_key) as client:
             return body(client)
     except Unreachable as exc:
         print(f"tfgshare {prog}: {exc}", file=sys.stderr)
@@ -223,7 +229,7 @@ def _split_own_flags(argv: list[str]) -> tuple[list[str], list[str]]:
     it = iter(argv)
     for arg in it:
         name = arg.partition("=")[0]
-        if name in ("--coordinator", "--timeout", "-h", "--help"):
+        if name in ("--coordinator", "--timeout", "--key", "--server-key", "-h", "--help"):
             own.append(arg)
             if "=" not in arg and name not in ("-h", "--help"):
                 own.append(next(it, ""))
@@ -248,16 +254,22 @@ def jobs_table(jobs: list[dict[str, Any]]):
     """The status table (a rich Table)."""
     from rich.table import Table
     t = Table(show_edge=False, pad_edge=False)
-    for col in ("JOB", "MODEL", "STATE", "WHERE", "STEPS", "LEFT", "WAITED", "MOVES", "NOTE"):
-        t.add_column(col, no_wrap=col in ("JOB", "STATE"))
+    owners = any(j.get("owner") for j in jobs)    # keys on: show who submitted each job
+    cols = ("JOB", "OWNER", "MODEL", "STATE", "WHERE", "STEPS", "LEFT", "WAITED", "MOVES", "NOTE")
+    for col in cols:
+        if col != "OWNER" or owners:
+            t.add_column(col, no_wrap=col in ("JOB", "STATE"))
     for j in jobs:
         steps = f"{j['steps_done']}/{j['total_steps']}"
         moves = f"{j['suspends']}s {j['migrations']}m"
         note = j["over_memory"] and f"[red]OVER FRAGMENT: {j['over_memory']}[/red]"
         if not note and j["state"] in ("failed", "suspended", "unknown"):
             note = j["reason"]
-        t.add_row(j["id"], j["model"], j["state"], _where(j), steps,
-                  _dur(j["predicted_remaining_s"]), _dur(j["waited_s"]), moves, note or "")
+        row = [j["id"], j["model"], j["state"], _where(j), steps,
+               _dur(j["predicted_remaining_s"]), _dur(j["waited_s"]), moves, note or ""]
+        if owners:
+            row.insert(1, j.get("owner") or "-")
+        t.add_row(*row)
     return t
 
 
@@ -300,7 +312,7 @@ def _print_job(job: dict[str, Any]) -> None:
     sample = job["sample"]
     rows = [
         ("job", job["id"] + (f" ({job['name']})" if job["name"] else "")),
-        ("model", job["model"]), ("state", job["state"]),
+        ("owner", job.get("owner") or "-"), ("model", job["model"]), ("state", job["state"]),
         ("where", _where(job)), ("gpus", str(job["num_gpus"])),
         ("memory fraction", str(job["memory_fraction"])),
         ("steps", f"{job['steps_done']}/{job['total_steps']}"),

@@ -33,12 +33,13 @@ class ClientApi:
                     f"{label}: asks for {spec.num_gpus} GPUs but the largest node has "
                     f"{largest}; a job runs on the GPUs of one node")
         now = self.clock()
+        owner = self._caller.name if self._caller is not None else ""   # from the key only
         rows, ids = [], []
         for spec in msg.jobs:
             self.seq += 1
             # strictly increasing submit times keep arrival order within a batch
             self._last_submit = max(now, self._last_submit + 1e-6)
-            job = LiveJob(id=f"j{self.seq}", seq=self.seq, spec=spec,
+            job = LiveJob(id=f"j{self.seq}", seq=self.seq, spec=spec, owner=owner,
                           submit_time=self._last_submit, last_wait_start=self._last_submit)
             self.cluster.add(job)
             rows.append((job.id, job.seq, job.to_record()))
@@ -69,7 +70,7 @@ class ClientApi:
                                  if job.last_wait_start is not None else 0.0)
         run = job.run_time_s + (now - job.last_start if job.last_start is not None else 0.0)
         return {
-            "id": job.id, "name": job.spec.name, "model": job.spec.model_name,
+            "id": job.id, "name": job.spec.name, "owner": job.owner, "model": job.spec.model_name,
             "state": job.display_state, "num_gpus": job.spec.num_gpus, "node": job.node,
             "fragments": [[f.gpu, f.fraction] for f in job.fragments],
             "steps_done": job.steps_done, "total_steps": job.spec.max_number_of_steps,
@@ -113,6 +114,7 @@ class ClientApi:
 
     def _on_cancel(self, peer: bytes, msg: s.CancelRequest) -> dict[str, Any]:
         job = self._job(msg.job)
+        self._may_act_on(job)
         now = self.clock()
         if job.state.done:
             raise RequestError(f"job {job.id} is already {job.state.value}")
@@ -129,6 +131,7 @@ class ClientApi:
 
     def _on_suspend(self, peer: bytes, msg: s.SuspendRequest) -> dict[str, Any]:
         job = self._job(msg.job)
+        self._may_act_on(job)
         now = self.clock()
         if job.state.done:
             raise RequestError(f"job {job.id} is already {job.state.value}")
@@ -145,6 +148,7 @@ class ClientApi:
 
     def _on_resume(self, peer: bytes, msg: s.ResumeRequest) -> dict[str, Any]:
         job = self._job(msg.job)
+        self._may_act_on(job)
         if job.state.done:
             raise RequestError(f"job {job.id} is already {job.state.value}")
         if not job.pinned:
@@ -159,6 +163,7 @@ class ClientApi:
 
     def _on_migrate(self, peer: bytes, msg: s.MigrateRequest) -> dict[str, Any]:
         job = self._job(msg.job)
+        self._may_act_on(job)
         now = self.clock()
         try:
             split_gpu_id(msg.to)

@@ -32,6 +32,7 @@ class LiveJob:
     seq: int
     spec: JobSpec
     submit_time: float
+    owner: str = ""                   # the submitter's key name (set from the key, "" if keys off)
     state: JobState = JobState.QUEUED
     attempt: int = 0                  # bumped at every start; stale reports are ignored
     node: str | None = None
