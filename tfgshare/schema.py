@@ -52,6 +52,9 @@ Text = Annotated[str, Meta(max_length=65536)]
 Positive = Annotated[int, Meta(ge=1)]
 NonNegative = Annotated[int, Meta(ge=0)]
 Fraction = Annotated[float, Meta(gt=0.0, le=1.0)]
+MAX_PAGE = 500              # jobs per status reply (a reply stays well under 1 MiB)
+MAX_LOG_PAGE = 10_000       # log lines per logs reply
+PageSize = Annotated[int, Meta(ge=1, le=MAX_PAGE)]
 Unit = Annotated[float, Meta(ge=0.0, le=1.0)]
 Optimizer = Literal["sgd", "momentum", "rmsprop", "adam"]       # runner.config.OPTIMIZERS
 DecayType = Literal["fixed", "exponential", "polynomial"]        # runner.config.DECAY_TYPES
@@ -328,13 +331,17 @@ class Submit(Message, tag="submit"):
 
 
 class Status(Message, tag="status"):
-    """All jobs (reply ``jobs``, and ``counts`` by state), or one (reply ``job``).
+    """One page of jobs (reply ``jobs``, ``counts`` by state, ``next_cursor``), or one job.
 
-    ``active`` lists only the jobs not finished, failed or cancelled.
+    ``active`` lists only the jobs not finished, failed or cancelled. A page holds
+    at most ``limit`` jobs (default and cap: ``MAX_PAGE``) after job number
+    ``cursor``; the reply's ``next_cursor`` asks for the next page (None: no more).
     """
 
     job: Name | None = None
     active: bool = False
+    limit: PageSize | None = None
+    cursor: NonNegative = 0
 
 
 class Nodes(Message, tag="nodes"):
@@ -342,10 +349,16 @@ class Nodes(Message, tag="nodes"):
 
 
 class Logs(Message, tag="logs"):
-    """A job's log lines (reply ``lines``); ``tail`` keeps the last N."""
+    """One page of a job's log lines (reply ``lines``, ``next_cursor``); ``tail``: the last N.
+
+    A page holds at most ``limit`` lines (default and cap: ``MAX_LOG_PAGE``) after
+    line ``cursor`` (an opaque number from the previous reply).
+    """
 
     job: Name
     tail: NonNegative | None = None
+    limit: Annotated[int, Meta(ge=1, le=10_000)] | None = None
+    cursor: NonNegative = 0
 
 
 class CancelRequest(Message, tag="cancel"):

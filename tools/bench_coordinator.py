@@ -319,7 +319,7 @@ def start_coordinator(repo: Path, tmp: Path, args, label: str) -> tuple[subproce
         cwd=repo, env=dict(os.environ, PYTHONPATH=str(repo)), stdout=log, stderr=log)
     log.close()
     with Client(address, timeout_s=30) as c:
-        c.jobs()
+        c.nodes()          # a request an older coordinator also reads
     return proc, address
 
 

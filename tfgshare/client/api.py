@@ -140,9 +140,22 @@ class Client:
         """Queue jobs; return their ids."""
         return self.request(s.Submit(jobs=list(specs)))["job_ids"]
 
-    def status(self, job: str | None = None, active: bool = False) -> dict[str, Any]:
-        """Every job (``jobs``, ``counts`` by state), only those not done, or one (``job``)."""
-        return self.request(s.Status(job=job, active=active))
+    def status(self, job: str | None = None, active: bool = False,
+               page_size: int | None = None) -> dict[str, Any]:
+        """Every job (``jobs``, ``counts`` by state), only those not done, or one (``job``).
+
+        The coordinator answers a page of jobs at a time; this follows the pages.
+        """
+        if job is not None:
+            return self.request(s.Status(job=job))
+        answer = self.request(s.Status(active=active, limit=page_size))
+        jobs = answer["jobs"]
+        while answer.get("next_cursor") is not None:
+            answer = self.request(s.Status(active=active, limit=page_size,
+                                           cursor=answer["next_cursor"]))
+            jobs += answer["jobs"]
+        answer["jobs"] = jobs
+        return answer
 
     def jobs(self, active: bool = False) -> list[dict[str, Any]]:
         """Every job (or those not done) as the status command shows it."""
@@ -156,9 +169,16 @@ class Client:
         """Nodes, their GPUs and the fragments on them."""
         return self.request(s.Nodes())["nodes"]
 
-    def logs(self, job: str, tail: int | None = None) -> list[str]:
-        """A job's log lines."""
-        return self.request(s.Logs(job=job, tail=tail))["lines"]
+    def logs(self, job: str, tail: int | None = None, page_size: int | None = None
+             ) -> list[str]:
+        """A job's log lines (the last ``tail``), following the coordinator's pages."""
+        answer = self.request(s.Logs(job=job, tail=tail, limit=page_size))
+        lines = answer["lines"]
+        while answer.get("next_cursor") is not None:
+            answer = self.request(s.Logs(job=job, tail=tail, limit=page_size,
+                                         cursor=answer["next_cursor"]))
+            lines += answer["lines"]
+        return lines
 
     def cancel(self, job: str) -> dict[str, Any]:
         """Cancel a job."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 from typing import Any
 
 from tfgshare import schema as s
@@ -58,10 +59,16 @@ class ClientApi:
         if msg.job is not None:
             return {"job": self.describe(self._job(msg.job), now)}
         jobs = self.cluster.active if msg.active else self.cluster.jobs
+        limit = msg.limit or s.MAX_PAGE
+        page = heapq.nsmallest(limit + 1, (j for j in jobs.values() if j.seq > msg.cursor),
+                               key=lambda j: j.seq)
+        more = len(page) > limit
+        page = page[:limit]
         counts: dict[str, int] = {}
         for j in self.cluster.jobs.values():
             counts[j.display_state] = counts.get(j.display_state, 0) + 1
-        return {"jobs": [self.describe(j, now) for j in jobs.values()], "counts": counts,
+        return {"jobs": [self.describe(j, now) for j in page], "counts": counts,
+                "next_cursor": page[-1].seq if more else None,
                 "policy": getattr(self.policy, "name", "?"), "time": now}
 
     def describe(self, job: LiveJob, now: float) -> dict[str, Any]:
@@ -110,7 +117,9 @@ class ClientApi:
         job = self._job(msg.job)
         self.store.append_logs(self._logs)
         self._logs.clear()
-        return {"job": job.id, "lines": self.store.logs(job.id, msg.tail)}
+        lines, cursor = self.store.logs_page(job.id, msg.tail, msg.cursor,
+                                             msg.limit or s.MAX_LOG_PAGE)
+        return {"job": job.id, "lines": lines, "next_cursor": cursor}
 
     def _on_cancel(self, peer: bytes, msg: s.CancelRequest) -> dict[str, Any]:
         job = self._job(msg.job)
