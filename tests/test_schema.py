@@ -172,3 +172,10 @@ def test_checked_flags_parse_in_the_runner_and_fields_win(tmp_path):
     config = parse_args(spec.runner_args() + ["--train_dir", str(tmp_path)])
     assert (config.log_every_n_steps, config.deterministic, config.momentum) == (5, True, 0.5)
     assert config.batch_size == 8 and config.model_name == "lenet"
+
+
+def test_bad_utf8_inside_a_field_is_a_schema_error():
+    frame = b'{"v":1,"type":"logs","id":"x","job":"\xff\xfe"}'
+    with pytest.raises(s.SchemaError, match="malformed JSON"):
+        s.decode(frame)
+    assert s.request_id(frame) == "x"

@@ -470,7 +470,7 @@ def decode(data: bytes | str, max_bytes: int | None = MAX_MESSAGE_BYTES) -> Mess
     if head.v is UNSET:
         raise SchemaError("missing version field 'v'")
     if type(head.v) is not int or head.v != VERSION:
-        raise SchemaError(f"unsupported version {head.v!r} (this side speaks {VERSION})")
+        raise SchemaError(f"unsupported version {repr(head.v)[:32]} (this side speaks {VERSION})")
     kind = head.type
     if type(kind) is not str:
         raise SchemaError("missing or non-string field 'type'")
@@ -487,6 +487,8 @@ def decode(data: bytes | str, max_bytes: int | None = MAX_MESSAGE_BYTES) -> Mess
         return _messages.decode(data)
     except msgspec.ValidationError as exc:
         raise _schema_error(exc, kind) from None
+    except msgspec.DecodeError as exc:   # e.g. bad UTF-8 in a field the first pass skipped
+        raise SchemaError(f"malformed JSON: {exc}") from None
     except RecursionError:
         raise SchemaError(f"{kind}: nested too deeply") from None
 
