@@ -125,3 +125,16 @@ def test_open_coordinator_only_on_loopback(tmp_path):
         Coordinator(CoordinatorConfig(state=tmp_path / "s.db", bind="tcp://0.0.0.0:5999"))
     assert keys.is_loopback("tcp://127.0.0.1:5555") and keys.is_loopback("ipc:///tmp/x")
     assert not keys.is_loopback("tcp://*:5555") and not keys.is_loopback("tcp://10.0.0.2:1")
+
+
+def test_agent_without_a_key_stops_with_a_clear_error(keyed, tmp_path, monkeypatch):
+    from tfgshare.agent.gpus import VirtualGpus, parse_virtual_gpus
+    from tfgshare.agent.node import Agent, AgentConfig
+    ct, _, _, _ = keyed
+    monkeypatch.delenv("TFGSHARE_KEY", raising=False)
+    cfg = AgentConfig(coordinator=ct.address, node="n9", work_dir=tmp_path / "work",
+                      register_retry_s=0.1)
+    agent = Agent(cfg, VirtualGpus(parse_virtual_gpus("1x16GiB")))
+    t0 = time.monotonic()
+    assert agent.run(should_stop=lambda: time.monotonic() - t0 > 5) == 1
+    assert "secure handshake" in agent.fatal and "n9" not in ct.coord.cluster.nodes
