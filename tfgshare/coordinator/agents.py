@@ -84,7 +84,7 @@ class AgentProtocol:
                 job.steps_done = jt.step
                 self.cluster.refresh(job)
             job.gpu_memory_mb = dict(jt.gpu_memory_mb)
-            if job.state is JobState.SAMPLING:
+            if job.sample is None:
                 self._note_solo_util(job, node)
             over = []
             for f in job.fragments:
@@ -103,7 +103,7 @@ class AgentProtocol:
         return {}
 
     def _note_solo_util(self, job: LiveJob, node: Node) -> None:
-        """Keep the GPU utilisation of a sampling job that has its GPUs to itself."""
+        """Keep the GPU utilisation of a job not yet sampled that has its GPUs to itself."""
         if self.cluster.co_tenants(job):
             return
         for f in job.fragments:

@@ -5,8 +5,9 @@ served over HTTP when a port is given. The report is the one the simulator
 prints (``tfgshare.metrics``), built from the live jobs' accounts and the
 timeline, whose figures follow ``tfgshare.metrics``' definitions: allocated
 counts each fragment with its context reserve (``held_share``); effective is
-each training tenant's sampled single-tenant utilisation times its speed (its
-sampled step time over its last reported one), capped at 1 per GPU
+each training tenant's single-tenant utilisation (its sample's; before it has
+one, the device utilisation seen while it ran alone; else 1) times its speed
+(its sampled step time over its last reported one), capped at 1 per GPU
 (``kernel_share``); device is the utilisation the agent reports for each GPU
 (NVML, or busy cores on a virtual GPU), the effective estimate where it
 reports none.
@@ -35,6 +36,15 @@ class Usage(NamedTuple):
     device: float
     busy: int
     fragments: int
+
+
+def _solo_util(job: LiveJob) -> float:
+    """Its measured single-tenant utilisation: the sample's, else as seen alone, else 1."""
+    if job.sample is not None:
+        return job.sample.gpu_util
+    if job.solo_util:
+        return min(1.0, sum(job.solo_util) / len(job.solo_util))
+    return 1.0
 
 
 def _speed(job: LiveJob) -> float:
@@ -96,7 +106,7 @@ class CoordinatorMetrics:
                         fragments += 1
                         allocated += (f.fraction if info is None else
                                       held_share(f.fraction, cluster.reserve_mb, info.memory_mb))
-            share = kernel_share([(j.sample.gpu_util if j.sample else 1.0, _speed(j))
+            share = kernel_share([(_solo_util(j), _speed(j))
                                   for j in here.values()
                                   if j.training and j.state is not JobState.SUSPENDING])
             estimate[gpu_id] = share

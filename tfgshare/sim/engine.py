@@ -259,8 +259,8 @@ class Simulator:
         now = self.now
         job.steps = job.target
         job.t_prog = now
-        self._release(job)
         if job.steps >= job.total_steps:
+            self._release(job)
             job.state = JobState.FINISHED
             del self.live[job.id]
             job.end(now)
@@ -270,15 +270,18 @@ class Simulator:
             if self.progress is not None:
                 self.progress(len(self.records), len(self.jobs))
             return
-        # the sampling phase is over: measure, predict, wait for a placement
+        # the sampling phase is over: measure, predict (when its last sampled step
+        # ended, before its checkpoint), wait for a placement
         cfg = self.config
         step = job.prof.step_time_s * job.slow / self._speed_of(job) * self._span_factor(job)
         measured = step * max(0.5, 1.0 + self.rng.gauss(0.0, cfg.step_noise))
         peak = job.prof.memory_mb * (1.0 + abs(self.rng.gauss(0.0, cfg.memory_noise)))
+        job.note_prediction(remaining_time_s(job.total_steps, job.steps, measured),
+                            now - job.tail_s)
+        self._release(job)
         co = max(len(self.tenants.get(f.gpu, ())) for f in job.fragments) if job.fragments else 0
         job.sample = SampleRecord(measured, peak, job.prof.gpu_util, co)
         job.measured_step_s = measured
-        job.note_prediction(remaining_time_s(job.total_steps, job.steps, measured), now)
         job.has_checkpoint = True
         job.ready_at = now
         job.fragments = ()
