@@ -103,8 +103,11 @@ class AgentProtocol:
         return {}
 
     def _note_solo_util(self, job: LiveJob, node: Node) -> None:
-        """Keep the GPU utilisation of a job not yet sampled that has its GPUs to itself."""
-        if self.cluster.co_tenants(job):
+        """Keep the GPU utilisation of a job not yet sampled that has its GPUs to itself.
+
+        The first few hundred readings are enough for a mean; a long run keeps no more.
+        """
+        if len(job.solo_util) >= 512 or self.cluster.co_tenants(job):
             return
         for f in job.fragments:
             util = node.gpu_util.get(split_gpu_id(f.gpu)[1])

@@ -55,7 +55,7 @@ class LiveJob(JobAccount):
     unknown: bool = False             # was running before a restart, not yet re-adopted
     gpu_memory_mb: dict[int, float] = field(default_factory=dict)
     over_memory: str = ""             # non-empty when its real memory passes its fragment
-    solo_util: list[float] = field(default_factory=list)  # GPU util seen while sampling alone
+    solo_util: list[float] = field(default_factory=list)  # GPU util seen alone, before its sample
     training: bool = False            # it has trained since its current start
     step_time_s: float | None = None  # its last reported step time in the current start
     _view: JobView | None = field(default=None, repr=False)
