@@ -138,3 +138,15 @@ def test_agent_without_a_key_stops_with_a_clear_error(keyed, tmp_path, monkeypat
     t0 = time.monotonic()
     assert agent.run(should_stop=lambda: time.monotonic() - t0 > 5) == 1
     assert "secure handshake" in agent.fatal and "n9" not in ct.coord.cluster.nodes
+
+
+def test_status_command_shows_the_owner(keyed, capsys):
+    from tfgshare.cli import main as tfgshare
+    ct, agent, clients, keys_dir = keyed
+    (jid,) = clients["alice"].submit([s.JobSpec("lenet")])
+    key = ["--coordinator", ct.address, "--key", str(secret(keys_dir, "bob"))]
+    assert tfgshare(["status", *key]) == 0
+    out = capsys.readouterr().out
+    assert "OWNER" in out and "alice" in out
+    assert tfgshare(["cancel", *key, jid]) == 1
+    assert f"not your job: {jid} belongs to alice" in capsys.readouterr().err
