@@ -39,6 +39,7 @@ class LiveJob(JobAccount):
     id: str
     seq: int
     spec: JobSpec
+    owner: str = ""                   # the submitter's key name (set from the key, "" if keys off)
     state: JobState = JobState.QUEUED
     attempt: int = 0                  # bumped at every start; stale reports are ignored
     node: str | None = None
