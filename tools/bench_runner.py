@@ -65,7 +65,7 @@ def bench_overhead(model: str, batch: int, blocks: int, steps: int, work: Path) 
 
     sink = EventSink(config.events_file, lambda event: None, "bench")
     step = 0
-    key = built.graph.step_key
+    key = built.step_key
     for _ in range(3):   # warm-up
         session.run(built.train_tensor)
     for _ in range(blocks):
