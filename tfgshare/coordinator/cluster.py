@@ -15,6 +15,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
+from tfgshare.metrics import JobAccount
 from tfgshare.policies.base import (GPU, Action, ClusterSnapshot, Fragment, JobState, JobView,
                                     Migrate, SampleRecord, Start, Suspend)
 from tfgshare.policies.jobset import JobSet
@@ -22,18 +23,23 @@ from tfgshare.policies.placement import GpuUse, fits
 from tfgshare.schema import GpuInfo, JobSpec, plain
 
 # LiveJob fields that are saved to the database (the rest is volatile)
-_VOLATILE = frozenset({"unknown", "gpu_memory_mb", "over_memory", "solo_util", "_view",
-                       "_spec_record", "_counted"})
+_VOLATILE = frozenset({"unknown", "gpu_memory_mb", "over_memory", "solo_util", "step_time_s",
+                       "training", "_view", "_spec_record", "_counted"})
 
 
 @dataclass(eq=False)
-class LiveJob:
-    """One job as the coordinator tracks it."""
+class LiveJob(JobAccount):
+    """One job as the coordinator tracks it.
+
+    It is its own ``JobAccount`` (submit, waits, holds, moves, prediction):
+    the transitions change those only through the account's methods, as the
+    simulator does.
+    """
 
     id: str
     seq: int
     spec: JobSpec
-    submit_time: float
+    owner: str = ""                   # the submitter's key name (set from the key, "" if keys off)
     state: JobState = JobState.QUEUED
     attempt: int = 0                  # bumped at every start; stale reports are ignored
     node: str | None = None
@@ -42,30 +48,19 @@ class LiveJob:
     steps_done: int = 0
     sample: SampleRecord | None = None
     predicted_remaining_s: float | None = None
-    predicted_total_s: float | None = None   # remaining time predicted at first sampling
-    run_at_prediction_s: float = 0.0  # run time already done when it was predicted
     pinned: bool = False              # manually suspended: not scheduled until resumed
     cancel_requested: bool = False
     migrate_to: tuple[Fragment, ...] | None = None   # target of a migration in flight
-    move_started: float | None = None  # when the current suspend/migrate was asked
-    first_start: float | None = None
-    finish_time: float | None = None
-    last_start: float | None = None
-    run_time_s: float = 0.0           # wall seconds spent holding GPUs
     attained_service_s: float = 0.0   # GPU-seconds
-    waited_s: float = 0.0
-    last_wait_start: float | None = None
-    suspends: int = 0
-    resumes: int = 0
-    migrations: int = 0
-    move_cost_s: float = 0.0
     retries: int = 0
     reason: str = ""                  # why it failed or was last requeued
     # volatile
     unknown: bool = False             # was running before a restart, not yet re-adopted
     gpu_memory_mb: dict[int, float] = field(default_factory=dict)
     over_memory: str = ""             # non-empty when its real memory passes its fragment
-    solo_util: list[float] = field(default_factory=list)  # GPU util seen while sampling alone
+    solo_util: list[float] = field(default_factory=list)  # GPU util seen alone, before its sample
+    training: bool = False            # it has trained since its current start
+    step_time_s: float | None = None  # its last reported step time in the current start
     _view: JobView | None = field(default=None, repr=False)
     _spec_record: dict[str, Any] | None = field(default=None, repr=False)  # plain(spec)
     _counted: tuple[str, bool, bool] | None = field(default=None, repr=False)  # in the counts
@@ -73,9 +68,9 @@ class LiveJob:
     @property
     def prediction_error(self) -> float | None:
         """|predicted - actual| / actual run time after sampling, once finished."""
-        if self.state is not JobState.FINISHED or self.predicted_total_s is None:
+        actual = self.actual_after_prediction_s()
+        if self.state is not JobState.FINISHED or actual is None:
             return None
-        actual = self.run_time_s - self.run_at_prediction_s
         return abs(self.predicted_total_s - actual) / actual if actual > 0 else None
 
     def touch(self) -> None:
