@@ -83,6 +83,7 @@ class JobView:
     predicted_remaining_s: float | None = None  # refreshed online while it runs
     fragments: tuple[Fragment, ...] = ()        # where it runs now (holds_gpu)
     attained_service_s: float = 0.0             # GPU-seconds received so far (LAS)
+    attained_at: float | None = None            # when attained_service_s was measured
     last_start: float | None = None             # time of the last start/resume
     waited_s: float = 0.0                       # time not running since submit
     last_wait_start: float | None = None        # when its current wait began

@@ -41,7 +41,8 @@ from .cluster import SimCluster
 from .config import SimConfig
 from .profiles import ModelProfile, Profiles
 
-END, READY = 0, 1          # event kinds: a run reaches its target; a start-up stall ends
+END, READY, WAKE = 0, 1, 2  # event kinds: a run reaches its target; a start-up stall ends;
+                            # the policy asked to be called (``wake_at``)
 EPS = 1e-9
 
 
@@ -128,6 +129,8 @@ class Simulator:
         self.jobs = self._admit_all(jobs, profiles)
         self.rng = random.Random(self.config.seed)
         self.tick_s = getattr(policy, "tick_s", self.config.tick_s)
+        self.wake_at = getattr(policy, "wake_at", None)
+        self.next_wake = math.inf
         self.acts_when_idle = bool(getattr(policy, "acts_when_idle", False))
         self.sample_steps = int(getattr(policy, "sample_steps", self.config.sample_steps))
 
@@ -216,6 +219,7 @@ class Simulator:
                 break
             self.now = t
             changed = t >= t_tick
+            woke = False
             while i < n and jobs[i].submit <= t:
                 self._arrive(jobs[i])
                 i += 1
@@ -226,13 +230,19 @@ class Simulator:
                     if tag == job.version:
                         self._run_ended(job)
                         changed = True
+                elif kind == WAKE:
+                    if tag == self.next_wake:
+                        self.next_wake = math.inf
+                        changed = woke = True
                 elif job.fragments and tag == job.stall_until:
                     self._set_contrib([job])
-            if changed and (self.n_waiting or self.acts_when_idle):
+            if changed and (self.n_waiting or self.acts_when_idle or woke):
                 rounds += 1
                 acted = self._decide()
                 if self.tick_s:
                     next_tick = t + self.tick_s
+                if self.wake_at is not None:
+                    self._schedule_wake()
                 if not acted and self.n_holding == 0 and i == n and self.n_waiting:
                     stuck = [j.id for j in self.live.values() if j.state.waiting][:5]
                     raise SimulationError(
@@ -243,6 +253,14 @@ class Simulator:
         report = compute_report(self.records, self.timeline, self.cluster.num_gpus)
         return SimResult(self.policy.name, report, self.records, self.timeline, self.decide_s,
                          time.perf_counter() - wall0, rounds, self.oom_starts)
+
+    def _schedule_wake(self) -> None:
+        # one pending WAKE at a time: the earliest the policy asked for
+        w = self.wake_at()
+        if w is not None and self.now < w < self.next_wake:
+            self.next_wake = w
+            self.seq += 1
+            heapq.heappush(self.heap, (w, self.seq, WAKE, None, w))
 
     def _push(self, t: float, kind: int, job: SimJob) -> None:
         # END events are valid while the job's version is unchanged; READY
@@ -427,7 +445,8 @@ class Simulator:
             id=job.id, submit_time=job.submit, num_gpus=job.num_gpus, state=job.state,
             model=job.model, total_steps=job.total_steps, steps_done=int(job.steps + EPS),
             sample=job.sample, predicted_remaining_s=left, fragments=job.fragments,
-            attained_service_s=attained, last_start=job.last_start, waited_s=job.waited_s,
+            attained_service_s=attained, attained_at=self.now if holds else None,
+            last_start=job.last_start, waited_s=job.waited_s,
             last_wait_start=job.wait_since, suspends=job.suspends)
 
     def _decide(self) -> bool:
@@ -496,10 +515,18 @@ class Simulator:
                 raise SimulationError(f"policy {self.policy.name!r} returned an unknown "
                                       f"action {a!r}")
 
+    def _checkpoint_s(self, prof: ModelProfile) -> float:
+        c = self.config.checkpoint_s
+        return prof.checkpoint_mb / self.config.storage_mb_s if c is None else c
+
+    def _startup_s(self, prof: ModelProfile) -> float:
+        c = self.config.startup_s
+        return prof.startup_s if c is None else c
+
     def _checkpoint_out(self, job: SimJob) -> None:
         """Save a running job's checkpoint and free its GPUs (they stay busy while saving)."""
         self._settle(job)
-        save = job.prof.checkpoint_mb / self.config.storage_mb_s
+        save = self._checkpoint_s(job.prof)
         done = self.now + save
         for f in job.fragments:
             if self.busy_until.get(f.gpu, 0.0) < done:
@@ -520,16 +547,17 @@ class Simulator:
             if f.gpu not in self.gpu_mem:
                 raise SimulationError(f"Start {job.id}: unknown GPU {f.gpu!r}")
         prof = job.prof
-        restore = prof.checkpoint_mb / self.config.storage_mb_s if job.has_checkpoint else 0.0
+        restore = self._checkpoint_s(prof) if job.has_checkpoint else 0.0
+        startup = self._startup_s(prof)
         if not migrating:
             if job.state is JobState.SUSPENDED:
                 job.resumes += 1
-                job.move_cost_s += prof.startup_s + restore
+                job.move_cost_s += startup + restore
             job.waited_s += now - job.wait_since
             job.wait_since = None
             self.n_waiting -= 1
         else:
-            job.move_cost_s += prof.startup_s + restore
+            job.move_cost_s += startup + restore
         if any(f.fraction * self.gpu_mem[f.gpu] < prof.memory_mb - EPS for f in fragments):
             # TensorFlow runs out of memory at start-up; the job learns its true peak
             self.oom_starts += 1
@@ -542,14 +570,14 @@ class Simulator:
             return
         wait_save = max([job.ready_at - now] + [self.busy_until.get(f.gpu, 0.0) - now
                                                 for f in fragments])
-        job.stall_until = now + max(0.0, wait_save) + prof.startup_s + restore
+        job.stall_until = now + max(0.0, wait_save) + startup + restore
         job.t_prog = now
         if sample_only:
             cfg = self.config
             length = min(cfg.warmup_steps + self.sample_steps,
                          max(1, math.ceil(cfg.sample_share * job.total_steps)))
             job.target = min(float(job.total_steps), job.steps + length)
-            job.tail_s = (prof.checkpoint_mb / cfg.storage_mb_s
+            job.tail_s = (self._checkpoint_s(prof)
                           if job.target < job.total_steps else 0.0)
             job.state = JobState.SAMPLING
         else:
