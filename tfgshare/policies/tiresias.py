@@ -130,11 +130,12 @@ class Tiresias:
                 p.part, p.key = RUN, self._tail()
                 if p.base_wait is None:
                     p.base_wait = total_wait_s(j, now)
-        # new jobs join queue 0 (or, seen already running, the queue of their service)
+        # new jobs join the back of queue 0 (a job first seen with service
+        # already, e.g. after a coordinator restart, the queue of that service)
         fresh.sort(key=lambda j: (j.submit_time, j.id))
         for j in fresh:
             runs = j.state is JobState.RUNNING
-            q = self._level(attained_now(j, now)) if runs else 0
+            q = self._level(attained_now(j, now))
             places[j.id] = _Place(q, RUN if runs else WAIT, self._tail(),
                                   base_wait=total_wait_s(j, now) if runs else None)
         # demotions (and promotions), in arrival order as their runnable list

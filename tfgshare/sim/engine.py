@@ -255,9 +255,12 @@ class Simulator:
                          time.perf_counter() - wall0, rounds, self.oom_starts)
 
     def _schedule_wake(self) -> None:
-        # one pending WAKE at a time: the earliest the policy asked for
+        # one WAKE is live at a time, the one the policy asked for last (an
+        # earlier request is dropped: its tag no longer matches next_wake)
         w = self.wake_at()
-        if w is not None and self.now < w < self.next_wake:
+        if w is None or not w > self.now:
+            self.next_wake = math.inf
+        elif w != self.next_wake:
             self.next_wake = w
             self.seq += 1
             heapq.heappush(self.heap, (w, self.seq, WAKE, None, w))
