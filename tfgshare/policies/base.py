@@ -141,7 +141,14 @@ Action = Start | Suspend | Migrate
 
 
 class Policy(Protocol):
-    """A scheduling policy. ``decide`` must be deterministic and side-effect free."""
+    """A scheduling policy. ``decide`` must be deterministic and side-effect free.
+
+    A policy may keep what it observed between calls (``tiresias`` keeps its
+    queues' order), never what it planned: the same call repeated gives the same
+    actions. Optional attributes the callers read: ``tick_s`` (how often to
+    call it while jobs wait; None: only on events) and ``wake_at()`` (the next
+    time it wants to be called even if nothing happens, or None).
+    """
 
     name: str
 
