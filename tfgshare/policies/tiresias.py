@@ -97,20 +97,24 @@ class Tiresias:
         p = self._places.get(job_id)
         return None if p is None else p.queue
 
-    def _sync(self, now: float, jobs: Sequence[JobView]) -> None:
+    def _sync(self, now: float, jobs: Sequence[JobView]) -> list[JobView]:
         """Bring every job's place up to date with what the views show now."""
         places = self._places
         fresh: list[JobView] = []
         moved: list[tuple[tuple, JobView, _Place]] = []
+        holding: list[JobView] = []
+        waiting: list[JobView] = []
+        running = JobState.RUNNING
         for j in jobs:
+            s = j.state
+            if s in HOLDING:
+                holding.append(j)
+            elif s in WAITING:
+                waiting.append(j)
             p = places.get(j.id)
             if p is None:
                 fresh.append(j)
-                continue
-            runs = j.state is JobState.RUNNING
-            if runs and p.part != RUN:
-                moved.append(((p.queue, p.part, p.key), j, p))
-            elif not runs and p.part != WAIT:
+            elif p.part != (RUN if s is running else WAIT):
                 moved.append(((p.queue, p.part, p.key), j, p))
         if len(places) > len(jobs) - len(fresh):
             live = {j.id for j in jobs}
@@ -140,8 +144,8 @@ class Tiresias:
                                   base_wait=total_wait_s(j, now) if runs else None)
         # demotions (and promotions), in arrival order as their runnable list
         last = len(self.thresholds)
-        for j in sorted((j for j in jobs if j.state in HOLDING or (
-                self.promote_knob and j.state in WAITING)), key=lambda j: (j.submit_time, j.id)):
+        candidates = holding + waiting if self.promote_knob else holding
+        for j in sorted(candidates, key=lambda j: (j.submit_time, j.id)):
             p = places[j.id]
             service = attained_now(j, now) - p.base_service
             if j.state in HOLDING:
@@ -154,6 +158,7 @@ class Tiresias:
                     p.queue, p.part, p.key = 0, WAIT, self._tail()
                     p.base_service += service
                     p.base_wait = None
+        return candidates
 
     def _level(self, service: float) -> int:
         q = 0
@@ -168,10 +173,12 @@ class Tiresias:
     def decide(self, now: float, cluster: ClusterSnapshot,
                jobs: Sequence[JobView]) -> list[Action]:
         """Walk the queues in order; run what fits, preempt running jobs that do not."""
-        self._sync(now, jobs)
+        candidates = self._sync(now, jobs)
         places = self._places
         free = len(up_gpus(cluster))
         walk = []
+        movable = 0                         # running jobs the walk may preempt
+        any_waiting = False
         for j in jobs:
             s = j.state
             if s is JobState.RUNNING:
@@ -179,26 +186,34 @@ class Tiresias:
                         now - j.last_start < self.min_run_s:
                     free -= j.num_gpus      # protected: keeps its GPUs
                     continue
+                movable += 1
             elif s in HOLDING:
                 free -= j.num_gpus          # sampling or suspending: not ours to move
                 continue
-            elif s not in WAITING:
+            elif s in WAITING:
+                any_waiting = True
+            else:
                 continue
             p = places[j.id]
-            walk.append((p.queue, p.part, p.key, j))
-        self._wake = self._next_jump(now, jobs)
-        if not any(t[3].state in WAITING for t in walk):
+            walk.append((p.queue, p.part, p.key, j))   # (queue, part, key) is unique
+        self._wake = self._next_jump(now, candidates)
+        if not any_waiting:
             return []
-        walk.sort(key=lambda t: t[:3])
+        walk.sort()
         chosen: list[JobView] = []
         victims: list[JobView] = []
         for _, _, _, j in walk:
+            runs = j.state is JobState.RUNNING
             if j.num_gpus <= free:
                 free -= j.num_gpus
-                if j.state in WAITING:
+                if not runs:
                     chosen.append(j)
-            elif j.state is JobState.RUNNING:
+            elif runs:
                 victims.append(j)
+            if runs:
+                movable -= 1
+            elif free == 0 and movable == 0:
+                break                        # nothing left to start or to preempt
         if not chosen:
             return []
         idle = IdleMap(cluster, jobs)
