@@ -24,6 +24,7 @@ class Fifo:
     """First in, first out on exclusive GPUs, with head-of-line blocking."""
 
     name: ClassVar[str] = "fifo"
+    tick_s: ClassVar[float | None] = None   # its decision changes only on arrivals and ends
 
     def decide(self, now: float, cluster: ClusterSnapshot,
                jobs: Sequence[JobView]) -> list[Action]:
