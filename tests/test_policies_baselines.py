@@ -75,9 +75,10 @@ def test_tiresias_new_job_preempts_a_job_of_a_lower_queue():
     c = make_cluster(1, 1)
     old, new = _running("old", 4000), _waiting("new", submit=4000)
     pol = get_policy("tiresias")
-    acts = pol.decide(4001, c, [old, new])
+    memo = pol.new_memo()
+    acts = pol.decide(4001, c, [old, new], memo)
     assert acts == [Suspend("old"), Start("new", acts[1].fragments)]
-    assert pol.queue_of("old") == 1 and pol.queue_of("new") == 0
+    assert pol.queue_of(memo, "old") == 1 and pol.queue_of(memo, "new") == 0
     assert validate(acts, c, [old, new]) == []
 
 
@@ -93,11 +94,12 @@ def test_tiresias_never_preempts_within_a_queue():
 def test_tiresias_demoted_job_goes_behind_the_waiting_jobs_of_its_new_queue():
     c = make_cluster(1, 1)
     pol = get_policy("tiresias")
+    memo = pol.new_memo()                                    # the queues live in the memo
     waiter = _waiting("waiter", attained=4000)               # queue 1, waiting
-    assert pol.decide(1000, c, [_running("r", 3000, at=1000), waiter]) == []   # r in queue 0
+    assert pol.decide(1000, c, [_running("r", 3000, at=1000), waiter], memo) == []  # r: queue 0
     # 300 s later r has 3,300 GPU-s (its view is extrapolated from attained_at):
     # demoted to the back of queue 1, behind the waiter, which takes the GPU
-    acts = pol.decide(1300, c, [_running("r", 3000, at=1000), waiter])
+    acts = pol.decide(1300, c, [_running("r", 3000, at=1000), waiter], memo)
     assert [(type(a), a.job) for a in acts] == [(Suspend, "r"), (Start, "waiter")]
     # a job already running in queue 1 keeps its GPU ahead of the queue's waiting jobs
     other = get_policy("tiresias")
@@ -120,21 +122,24 @@ def test_tiresias_has_no_promotion_but_the_variant_does():
                        last_start=0, waited_s=0.0, last_wait_start=1000)
     for name, want in (("tiresias", []), ("tiresias-promote", ["runner", "starved"])):
         pol = get_policy(name)
+        memo = pol.new_memo()
         pol.decide(999, c, [runner, make_job("starved", submit=0, on={"n0:0": WHOLE},
-                                             attained_service_s=8000 - 1, last_start=0)])
+                                             attained_service_s=8000 - 1, last_start=0)], memo)
         # waited 40,000 s > 4 x 8,000 s of run: promoted to queue 0 in the variant only
-        assert [a.job for a in pol.decide(41_000, c, [runner, starved])] == want, name
+        assert [a.job for a in pol.decide(41_000, c, [runner, starved], memo)] == want, name
 
 
 def test_tiresias_asks_to_be_woken_at_the_next_demotion():
     c = make_cluster(1, 2)
     pol = get_policy("tiresias", authors_wake=False)
-    pol.decide(100, c, [_running("r", 3000, at=100), _waiting("w", gpus=2)])
-    assert pol.wake_at() == pytest.approx(350.0)             # 250 s to 3,250 GPU-s
+    memo = pol.new_memo()
+    pol.decide(100, c, [_running("r", 3000, at=100), _waiting("w", gpus=2)], memo)
+    assert pol.wake_at(100, memo) == pytest.approx(350.0)    # 250 s to 3,250 GPU-s
     theirs = get_policy("tiresias")                          # their jump: (limit - run s) / GPUs
+    memo = theirs.new_memo()
     theirs.decide(100, c, [_running("r2", 2 * 1000, gpus=("n0:0", "n0:1"), at=100),
-                           _waiting("w")])
-    assert theirs.wake_at() == pytest.approx(100 + (3250 - 1000) / 2)
+                           _waiting("w")], memo)
+    assert theirs.wake_at(100, memo) == pytest.approx(100 + (3250 - 1000) / 2)
 
 
 def test_tiresias_bad_params():

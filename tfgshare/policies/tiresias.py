@@ -26,20 +26,28 @@ it last ran after a promotion reaches ``k`` x its run time since that
 promotion goes back to the end of queue 0, its attained service counted from
 zero again. ``min_run_s`` (0 in their code) protects a job that just started.
 
-Attained service is read fresh at every decision (``attained_now``). The
-policy keeps each job's queue and position between calls (observed, not
-planned: a decision repeated on the same views gives the same actions), and
+Attained service is read fresh at every decision (``attained_now``), and
 ``wake_at`` tells the caller when the next demotion or promotion is due so it
-can ask again then.
+can ask again then (the authors' simulator schedules that "job jump" as
+``(threshold - run seconds) / GPUs`` from each event, which for a multi-GPU job
+is later than the crossing; ``authors_wake=False`` wakes at the crossing).
+
+Unlike the other policies' memos, this one is more than a cache: the order of
+the queues depends on history (who was demoted or preempted when), so the
+caller must pass the same memo to every call. It records what it observed in
+the views (starts, preemptions, crossings), never what it planned, so a
+decision repeated on the same views gives the same actions. A fresh memo puts
+each job in the queue of its attained service, in arrival order.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar, Sequence
 
 from .base import Action, ClusterSnapshot, JobState, JobView, Suspend
 from .exclusive import IdleMap, start_exclusive
+from .memo import Memo
 from .placement import up_gpus
 from .prediction import attained_now, total_wait_s
 from .queueing import HOLDING, WAITING
@@ -57,6 +65,23 @@ class _Place:
     key: float
     base_service: float = 0.0     # attained GPU-seconds at its last promotion
     base_wait: float | None = None  # total wait when it first ran after that
+    since: float = 0.0              # when it was put at the back (TAIL) of its queue
+
+
+class TiresiasMemo(Memo):
+    """The queues as the authors' code keeps them: each job's place, and counters."""
+
+    def __init__(self) -> None:
+        self.places: dict[str, _Place] = {}
+        self.seq = 0.0      # last key given at the back of a part
+        self.front = 0.0    # last key given at the front of the waiting part
+        self.wake: float | None = None
+        super().__init__()
+
+    def tail(self) -> float:
+        """A key behind every key given so far."""
+        self.seq += 1.0
+        return self.seq
 
 
 @dataclass
@@ -72,10 +97,6 @@ class Tiresias:
     # no preemption within this many seconds of a job's last start or resume
     min_run_s: float = 0.0
     authors_wake: bool = True
-    _places: dict[str, _Place] = field(default_factory=dict, init=False, repr=False)
-    _seq: float = field(default=0.0, init=False, repr=False)
-    _front: float = field(default=0.0, init=False, repr=False)
-    _wake: float | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.thresholds = tuple(float(t) for t in self.thresholds)
@@ -88,18 +109,19 @@ class Tiresias:
 
     # ---- queue bookkeeping ---------------------------------------------------
 
-    def _tail(self) -> float:
-        self._seq += 1.0
-        return self._seq
+    def new_memo(self) -> TiresiasMemo:
+        """An empty memo: the queues (see the module doc)."""
+        return TiresiasMemo()
 
-    def queue_of(self, job_id: str) -> int | None:
+    @staticmethod
+    def queue_of(memo: TiresiasMemo, job_id: str) -> int | None:
         """The queue (0 = highest priority) the job was in at the last decision."""
-        p = self._places.get(job_id)
+        p = memo.places.get(job_id)
         return None if p is None else p.queue
 
-    def _sync(self, now: float, jobs: Sequence[JobView]) -> list[JobView]:
+    def _sync(self, now: float, jobs: Sequence[JobView], memo: TiresiasMemo) -> list[JobView]:
         """Bring every job's place up to date with what the views show now."""
-        places = self._places
+        places = memo.places
         fresh: list[JobView] = []
         moved: list[tuple[tuple, JobView, _Place]] = []
         holding: list[JobView] = []
@@ -114,7 +136,9 @@ class Tiresias:
             p = places.get(j.id)
             if p is None:
                 fresh.append(j)
-            elif p.part != (RUN if s is running else WAIT):
+            elif p.part != (RUN if s is running else WAIT) and not (
+                    p.part == TAIL and p.since == now and s is running):
+                # (a job demoted at this very time has not been walked yet)
                 moved.append(((p.queue, p.part, p.key), j, p))
         if len(places) > len(jobs) - len(fresh):
             live = {j.id for j in jobs}
@@ -123,15 +147,15 @@ class Tiresias:
         # what happened since the last decision, in that decision's walk order
         moved.sort(key=lambda t: t[0])
         preempted = [(j, p) for _, j, p in moved if j.state is not JobState.RUNNING]
-        start = self._front - len(preempted)
+        start = memo.front - len(preempted)
         for i, (j, p) in enumerate(preempted):
             if p.part == RUN:            # preempted: heads its queue's waiting jobs
                 p.key = start + i
             p.part = WAIT                # a demoted job that lost its GPUs stays at the back
-        self._front = start
+        memo.front = start
         for _, j, p in moved:
             if j.state is JobState.RUNNING:
-                p.part, p.key = RUN, self._tail()
+                p.part, p.key = RUN, memo.tail()
                 if p.base_wait is None:
                     p.base_wait = total_wait_s(j, now)
         # new jobs join the back of queue 0 (a job first seen with service
@@ -140,7 +164,7 @@ class Tiresias:
         for j in fresh:
             runs = j.state is JobState.RUNNING
             q = self._level(attained_now(j, now))
-            places[j.id] = _Place(q, RUN if runs else WAIT, self._tail(),
+            places[j.id] = _Place(q, RUN if runs else WAIT, memo.tail(),
                                   base_wait=total_wait_s(j, now) if runs else None)
         # demotions (and promotions), in arrival order as their runnable list
         last = len(self.thresholds)
@@ -151,11 +175,11 @@ class Tiresias:
             if j.state in HOLDING:
                 if p.queue < last and service >= self.thresholds[p.queue] - EPS:
                     p.queue = max(p.queue + 1, self._level(service))
-                    p.part, p.key = TAIL, self._tail()
+                    p.part, p.key, p.since = TAIL, memo.tail(), now
             elif p.queue > 0 and service > 0 and p.base_wait is not None:
                 pending = total_wait_s(j, now) - p.base_wait
                 if pending >= self.promote_knob * service / j.num_gpus:
-                    p.queue, p.part, p.key = 0, WAIT, self._tail()
+                    p.queue, p.part, p.key = 0, WAIT, memo.tail()
                     p.base_service += service
                     p.base_wait = None
         return candidates
@@ -170,11 +194,13 @@ class Tiresias:
 
     # ---- the decision ----------------------------------------------------------
 
-    def decide(self, now: float, cluster: ClusterSnapshot,
-               jobs: Sequence[JobView]) -> list[Action]:
+    def decide(self, now: float, cluster: ClusterSnapshot, jobs: Sequence[JobView],
+               memo: TiresiasMemo | None = None) -> list[Action]:
         """Walk the queues in order; run what fits, preempt running jobs that do not."""
-        candidates = self._sync(now, jobs)
-        places = self._places
+        memo = self.new_memo() if memo is None else memo
+        memo.sync(jobs)
+        candidates = self._sync(now, jobs, memo)
+        places = memo.places
         free = len(up_gpus(cluster))
         walk = []
         movable = 0                         # running jobs the walk may preempt
@@ -196,7 +222,7 @@ class Tiresias:
                 continue
             p = places[j.id]
             walk.append((p.queue, p.part, p.key, j))   # (queue, part, key) is unique
-        self._wake = self._next_jump(now, candidates)
+        memo.wake = self._next_jump(now, candidates, memo)
         if not any_waiting:
             return []
         walk.sort()
@@ -216,18 +242,19 @@ class Tiresias:
                 break                        # nothing left to start or to preempt
         if not chosen:
             return []
-        idle = IdleMap(cluster, jobs)
+        idle = IdleMap(cluster, memo=memo)
         for v in victims:
             idle.release(f.gpu for f in v.fragments)
         starts = [s for s in (start_exclusive(idle, j) for j in chosen) if s is not None]
         return [Suspend(v.id) for v in victims] + starts
 
-    def _next_jump(self, now: float, jobs: Sequence[JobView]) -> float | None:
+    def _next_jump(self, now: float, jobs: Sequence[JobView],
+                   memo: TiresiasMemo) -> float | None:
         """When the next running job crosses its threshold (or a waiting one is promoted)."""
         last = len(self.thresholds)
         best = None
         for j in jobs:
-            p = self._places.get(j.id)
+            p = memo.places.get(j.id)
             if p is None:
                 continue
             service = attained_now(j, now) - p.base_service
@@ -246,13 +273,13 @@ class Tiresias:
                     total_wait_s(j, now) - p.base_wait)
             else:
                 continue
-            if best is None or t < best:
+            if t > now and (best is None or t < best):
                 best = t
         return best
 
-    def wake_at(self) -> float | None:
+    def wake_at(self, now: float, memo: TiresiasMemo) -> float | None:
         """The time of the next demotion or promotion seen at the last decision."""
-        return self._wake
+        return memo.wake
 
 
 @dataclass

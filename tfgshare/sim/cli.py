@@ -213,8 +213,8 @@ def write_jobs(results: dict[str, SimResult], path: str | Path) -> None:
         w.writerow(JOB_COLUMNS)
         for name, r in results.items():
             for j in r.records:
-                w.writerow([name, j.id, j.num_gpus, j.submit, _num(j.first_start),
-                            _num(j.finish), _num(j.jct), j.waited_s, j.suspends, j.resumes,
+                w.writerow([name, j.id, j.num_gpus, j.submit_time, _num(j.first_start),
+                            _num(j.finish_time), _num(j.jct), j.waited_s, j.suspends, j.resumes,
                             j.migrations, j.move_cost_s])
 
 

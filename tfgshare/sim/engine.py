@@ -1,7 +1,9 @@
 """The discrete-event simulator: replays jobs on a cluster under one policy.
 
 Time jumps from event to event (arrivals, runs reaching their target step,
-start-up stalls ending, and a periodic tick while jobs wait). All events at one
+start-up stalls ending, and a periodic tick while jobs wait; with no tick,
+``tick_s=None``, the policy's own timed events from ``wake_at`` instead, such
+as the moment a waiting fgs job passes its bound and is promoted). All events at one
 timestamp are handled together, then the policy is asked once for actions,
 given only the live jobs. A job's training progresses at
 ``1 / step_time`` steps per second where ``step_time`` is its profile's step
@@ -33,16 +35,18 @@ from array import array
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
-from tfgshare.metrics import JobRecord, Report, Timeline, compute_report
+from tfgshare.metrics import (JobAccount, JobRecord, Report, Timeline, compute_report,
+                              held_share, kernel_share)
 from tfgshare.policies.base import (ClusterSnapshot, Fragment, JobState, JobView, Migrate,
                                     Policy, SampleRecord, Start, Suspend)
+from tfgshare.policies.jobset import JobSet
+from tfgshare.policies.prediction import remaining_time_s
 
 from .cluster import SimCluster
 from .config import SimConfig
 from .profiles import ModelProfile, Profiles
 
-END, READY, WAKE = 0, 1, 2  # event kinds: a run reaches its target; a start-up stall ends;
-                            # the policy asked to be called (``wake_at``)
+END, READY = 0, 1          # event kinds: a run reaches its target; a start-up stall ends
 EPS = 1e-9
 
 
@@ -51,11 +55,14 @@ class SimulationError(RuntimeError):
 
 
 @dataclass(slots=True, eq=False)
-class SimJob:
-    """The simulator's state of one job (policies see a JobView of it)."""
+class SimJob(JobAccount):
+    """The simulator's state of one job (policies see a JobView of it).
+
+    It is its own ``JobAccount``: the waits, holds, moves and prediction are
+    kept by the account's methods, as the live coordinator keeps them.
+    """
 
     id: str
-    submit: float
     num_gpus: int
     model: str
     total_steps: int
@@ -70,24 +77,12 @@ class SimJob:
     end_at: float = 0.0           # when the current run's END event is due
     fragments: tuple[Fragment, ...] = ()
     slow: float = 1.0             # current co-location slowdown (max over its GPUs)
-    contrib: float = 0.0          # useful utilisation per GPU it holds now
+    speed: float = 0.0            # co-location speed while it trains (0 while stalled)
     sample: SampleRecord | None = None
     measured_step_s: float | None = None
     ready_at: float = 0.0         # its last checkpoint save completes
     has_checkpoint: bool = False
-    held_since: float = 0.0
-    held_s: float = 0.0           # wall time holding GPUs
-    first_start: float | None = None
-    last_start: float | None = None
-    waited_s: float = 0.0
-    wait_since: float | None = None
-    suspends: int = 0
-    resumes: int = 0
-    migrations: int = 0
     oom_starts: int = 0
-    move_cost_s: float = 0.0
-    predicted_s: float | None = None   # remaining time predicted right after sampling
-    held_at_prediction: float = 0.0
     version: int = 0              # bumps whenever its scheduled END becomes stale
     view_version: int = 0         # bumps whenever a new view is built
 
@@ -129,8 +124,6 @@ class Simulator:
         self.jobs = self._admit_all(jobs, profiles)
         self.rng = random.Random(self.config.seed)
         self.tick_s = getattr(policy, "tick_s", self.config.tick_s)
-        self.wake_at = getattr(policy, "wake_at", None)
-        self.next_wake = math.inf
         self.acts_when_idle = bool(getattr(policy, "acts_when_idle", False))
         self.sample_steps = int(getattr(policy, "sample_steps", self.config.sample_steps))
 
@@ -165,9 +158,9 @@ class Simulator:
                                  f"{self.cluster.reserve_mb:.0f} MB reserve)")
             if not math.isfinite(j.submit_time) or j.submit_time < 0:
                 raise ValueError(f"job {jid}: submit time {j.submit_time!r} must be >= 0")
-            out.append(SimJob(jid, float(j.submit_time), int(j.num_gpus), j.model,
-                              int(j.total_steps), prof))
-        out.sort(key=lambda s: s.submit)
+            out.append(SimJob(jid, int(j.num_gpus), j.model, int(j.total_steps), prof,
+                              submit_time=float(j.submit_time)))
+        out.sort(key=lambda s: s.submit_time)
         return out
 
     # ---- the loop ----------------------------------------------------------
@@ -192,7 +185,9 @@ class Simulator:
         wall0 = time.perf_counter()
         jobs, n = self.jobs, len(self.jobs)
         self.live: dict[str, SimJob] = {}
-        self.views: dict[str, JobView] = {}     # the policy's view of each live job
+        self.views = JobSet()                   # the policy's view of each live job
+        new_memo = getattr(self.policy, "new_memo", None)
+        self.memo = new_memo() if new_memo is not None else None   # the policy's, ours to keep
         self.dirty: dict[SimJob, None] = {}     # live jobs whose view is out of date (ordered)
         self.heap: list = []
         self.refresh: list = []
@@ -209,18 +204,22 @@ class Simulator:
         rounds = 0
         i = 0
         next_tick = math.inf
+        self.wake = math.inf   # when the policy asked to decide again (its timed events)
         heap = self.heap
         while True:
-            t_arr = jobs[i].submit if i < n else math.inf
+            t_arr = jobs[i].submit_time if i < n else math.inf
             t_ev = heap[0][0] if heap else math.inf
             t_tick = next_tick if self.n_waiting else math.inf
-            t = min(t_arr, t_ev, t_tick)
+            t = min(t_arr, t_ev, t_tick, self.wake)
             if t == math.inf:
                 break
             self.now = t
             changed = t >= t_tick
-            woke = False
-            while i < n and jobs[i].submit <= t:
+            woke = t >= self.wake   # the policy asked for this time: ask it even if none waits
+            if woke:
+                self.wake = math.inf
+                changed = True
+            while i < n and jobs[i].submit_time <= t:
                 self._arrive(jobs[i])
                 i += 1
                 changed = True
@@ -230,40 +229,26 @@ class Simulator:
                     if tag == job.version:
                         self._run_ended(job)
                         changed = True
-                elif kind == WAKE:
-                    if tag == self.next_wake:
-                        self.next_wake = math.inf
-                        changed = woke = True
                 elif job.fragments and tag == job.stall_until:
+                    job.end_move(t)          # it trains again: a resume or migration ends
                     self._set_contrib([job])
             if changed and (self.n_waiting or self.acts_when_idle or woke):
                 rounds += 1
                 acted = self._decide()
                 if self.tick_s:
                     next_tick = t + self.tick_s
-                if self.wake_at is not None:
-                    self._schedule_wake()
                 if not acted and self.n_holding == 0 and i == n and self.n_waiting:
                     stuck = [j.id for j in self.live.values() if j.state.waiting][:5]
                     raise SimulationError(
                         f"policy {self.policy.name!r} starts none of {self.n_waiting} waiting "
                         f"job(s) (e.g. {', '.join(stuck)}) on an idle cluster with no arrivals "
                         "left; the run cannot finish")
-            self.timeline.add(t, self.alloc, self.eff_total, self.n_waiting)
+            # the simulator's device utilisation is its kernel share: the effective figure
+            self.timeline.add(t, self.alloc, self.eff_total, self.n_waiting, self.eff_total,
+                              len(self.tenants))
         report = compute_report(self.records, self.timeline, self.cluster.num_gpus)
         return SimResult(self.policy.name, report, self.records, self.timeline, self.decide_s,
                          time.perf_counter() - wall0, rounds, self.oom_starts)
-
-    def _schedule_wake(self) -> None:
-        # one WAKE is live at a time, the one the policy asked for last (an
-        # earlier request is dropped: its tag no longer matches next_wake)
-        w = self.wake_at()
-        if w is None or not w > self.now:
-            self.next_wake = math.inf
-        elif w != self.next_wake:
-            self.next_wake = w
-            self.seq += 1
-            heapq.heappush(self.heap, (w, self.seq, WAKE, None, w))
 
     def _push(self, t: float, kind: int, job: SimJob) -> None:
         # END events are valid while the job's version is unchanged; READY
@@ -275,7 +260,7 @@ class Simulator:
     # ---- events ------------------------------------------------------------
 
     def _arrive(self, job: SimJob) -> None:
-        job.wait_since = job.submit
+        job.begin_wait(job.submit_time)
         self.live[job.id] = job
         self.dirty[job] = None
         self.n_waiting += 1
@@ -284,30 +269,29 @@ class Simulator:
         now = self.now
         job.steps = job.target
         job.t_prog = now
-        self._release(job)
         if job.steps >= job.total_steps:
+            self._release(job)
             job.state = JobState.FINISHED
             del self.live[job.id]
-            actual = job.held_s - job.held_at_prediction if job.predicted_s is not None else None
-            self.records.append(JobRecord(
-                job.id, job.num_gpus, job.submit, job.first_start, now, job.waited_s,
-                job.suspends, job.resumes, job.migrations, job.move_cost_s,
-                job.predicted_s, actual))
-            self.views.pop(job.id, None)
+            job.end(now)
+            self.records.append(JobRecord.of(job.id, job.num_gpus, job, now))
+            self.views.drop(job.id)
             self.dirty.pop(job, None)
             if self.progress is not None:
                 self.progress(len(self.records), len(self.jobs))
             return
-        # the sampling phase is over: measure, predict, wait for a placement
+        # the sampling phase is over: measure, predict (when its last sampled step
+        # ended, before its checkpoint), wait for a placement
         cfg = self.config
         step = job.prof.step_time_s * job.slow / self._speed_of(job) * self._span_factor(job)
         measured = step * max(0.5, 1.0 + self.rng.gauss(0.0, cfg.step_noise))
         peak = job.prof.memory_mb * (1.0 + abs(self.rng.gauss(0.0, cfg.memory_noise)))
+        job.note_prediction(remaining_time_s(job.total_steps, job.steps, measured),
+                            now - job.tail_s)
+        self._release(job)
         co = max(len(self.tenants.get(f.gpu, ())) for f in job.fragments) if job.fragments else 0
         job.sample = SampleRecord(measured, peak, job.prof.gpu_util, co)
         job.measured_step_s = measured
-        job.predicted_s = (job.total_steps - job.steps) * measured
-        job.held_at_prediction = job.held_s
         job.has_checkpoint = True
         job.ready_at = now
         job.fragments = ()
@@ -315,7 +299,8 @@ class Simulator:
 
     def _to_waiting(self, job: SimJob, state: JobState) -> None:
         job.state = state
-        job.wait_since = self.now
+        if job.last_wait_start is None:   # a start that failed keeps its wait going
+            job.begin_wait(self.now)
         self.dirty[job] = None
         self.n_waiting += 1
 
@@ -346,8 +331,7 @@ class Simulator:
             g = f.gpu
             self.tenants.setdefault(g, []).append(job)
             self.util_sum[g] = self.util_sum.get(g, 0.0) + util
-            self.alloc += f.fraction + self.reserve_frac[g]
-        job.held_since = self.now
+            self.alloc += held_share(f.fraction, self.cluster.reserve_mb, self.gpu_mem[g])
         self.n_holding += 1
         self._rerate_gpus([f.gpu for f in fragments])
 
@@ -358,16 +342,16 @@ class Simulator:
             g = f.gpu
             ts = self.tenants[g]
             ts.remove(job)
-            self.alloc -= f.fraction + self.reserve_frac[g]
+            self.alloc -= held_share(f.fraction, self.cluster.reserve_mb, self.gpu_mem[g])
             if ts:
                 self.util_sum[g] -= util
             else:
                 del self.tenants[g]
                 del self.util_sum[g]
-        job.held_s += self.now - job.held_since
+        job.end_hold(self.now)
         job.version += 1
         job.rate = 0.0
-        job.contrib = 0.0
+        job.speed = 0.0
         self.n_holding -= 1
         if not self.tenants:
             self.alloc = 0.0   # no drift from float sums when the cluster empties
@@ -408,12 +392,12 @@ class Simulator:
         touched = set(extra_gpus)
         for j in jobs:
             if j.fragments and self.now >= j.stall_until:
-                j.contrib = j.prof.gpu_util / (j.slow * self._span_factor(j))
+                j.speed = 1.0 / (j.slow * self._span_factor(j))
             else:
-                j.contrib = 0.0
+                j.speed = 0.0
             touched.update(f.gpu for f in j.fragments)
         for g in touched:
-            new = min(1.0, sum(j.contrib for j in self.tenants.get(g, ())))
+            new = kernel_share([(j.prof.gpu_util, j.speed) for j in self.tenants.get(g, ())])
             self.eff_total += new - self.eff.get(g, 0.0)
             if new:
                 self.eff[g] = new
@@ -434,23 +418,23 @@ class Simulator:
             self._settle(job)
             step = job.prof.step_time_s * job.slow * self._span_factor(job)
             job.measured_step_s = step
-            left = max(0.0, job.total_steps - job.steps) * step
+            left = remaining_time_s(job.total_steps, job.steps, step)
             left += max(0.0, job.stall_until - self.now)
-            attained = (job.held_s + self.now - job.held_since) * job.num_gpus
+            attained = job.run_until(self.now) * job.num_gpus
             due = self.now + max(cfg.refresh_s, cfg.refresh_share * left)
             self.seq += 1
             heapq.heappush(self.refresh, (due, self.seq, job, job.view_version))
         else:
             step = job.measured_step_s
-            left = None if step is None else (job.total_steps - job.steps) * step
-            attained = job.held_s * job.num_gpus
+            left = None if step is None else remaining_time_s(job.total_steps, job.steps, step)
+            attained = job.run_time_s * job.num_gpus
         return JobView(
-            id=job.id, submit_time=job.submit, num_gpus=job.num_gpus, state=job.state,
+            id=job.id, submit_time=job.submit_time, num_gpus=job.num_gpus, state=job.state,
             model=job.model, total_steps=job.total_steps, steps_done=int(job.steps + EPS),
             sample=job.sample, predicted_remaining_s=left, fragments=job.fragments,
             attained_service_s=attained, attained_at=self.now if holds else None,
             last_start=job.last_start, waited_s=job.waited_s,
-            last_wait_start=job.wait_since, suspends=job.suspends)
+            last_wait_start=job.last_wait_start, suspends=job.suspends)
 
     def _decide(self) -> bool:
         now = self.now
@@ -459,15 +443,22 @@ class Simulator:
             _, _, job, version = heapq.heappop(refresh)
             if version == job.view_version and job.state.holds_gpu:
                 self.dirty[job] = None
+        views = self.views
         if self.dirty:
-            cache = self.views
             for job in self.dirty:
-                cache[job.id] = self._view(job)
+                views.put(self._view(job))
             self.dirty.clear()
-        views = list(self.views.values())
         t0 = time.perf_counter()
-        actions = self.policy.decide(now, self.snapshot, views)
+        if self.memo is not None:
+            actions = self.policy.decide(now, self.snapshot, views, self.memo)
+        else:
+            actions = self.policy.decide(now, self.snapshot, list(views))
         self.decide_s.append(time.perf_counter() - t0)
+        views.trim()   # the memo has read the changes
+        wake_at = getattr(self.policy, "wake_at", None)
+        if wake_at is not None and self.memo is not None and not self.tick_s:
+            w = wake_at(now, self.memo)
+            self.wake = math.inf if w is None else max(w, now + 1e-6)
         if not actions:
             return False
         if self.config.check:
@@ -497,7 +488,7 @@ class Simulator:
                 if job.state is not JobState.RUNNING:
                     raise SimulationError(f"{type(a).__name__} {job.id}: job is "
                                           f"{job.state.value}, not running")
-                self._checkpoint_out(job)
+                self._checkpoint_out(job, suspend=isinstance(a, Suspend))
                 if isinstance(a, Suspend):
                     job.suspends += 1
                     job.fragments = ()
@@ -526,8 +517,12 @@ class Simulator:
         c = self.config.startup_s
         return prof.startup_s if c is None else c
 
-    def _checkpoint_out(self, job: SimJob) -> None:
-        """Save a running job's checkpoint and free its GPUs (they stay busy while saving)."""
+    def _checkpoint_out(self, job: SimJob, suspend: bool) -> None:
+        """Save a running job's checkpoint and free its GPUs (they stay busy while saving).
+
+        The move starts now: a suspend's ends when the save is done; a
+        migration's when the job trains again on its new fragments.
+        """
         self._settle(job)
         save = self._checkpoint_s(job.prof)
         done = self.now + save
@@ -537,7 +532,9 @@ class Simulator:
         self._release(job)
         job.ready_at = done
         job.has_checkpoint = True
-        job.move_cost_s += save
+        job.begin_move(self.now)
+        if suspend:
+            job.end_move(done)
         self.dirty[job] = None
 
     def _start(self, job: SimJob, fragments: tuple[Fragment, ...], sample_only: bool,
@@ -552,15 +549,12 @@ class Simulator:
         prof = job.prof
         restore = self._checkpoint_s(prof) if job.has_checkpoint else 0.0
         startup = self._startup_s(prof)
+        resuming = False
         if not migrating:
             if job.state is JobState.SUSPENDED:
                 job.resumes += 1
-                job.move_cost_s += startup + restore
-            job.waited_s += now - job.wait_since
-            job.wait_since = None
+                resuming = True
             self.n_waiting -= 1
-        else:
-            job.move_cost_s += startup + restore
         if any(f.fraction * self.gpu_mem[f.gpu] < prof.memory_mb - EPS for f in fragments):
             # TensorFlow runs out of memory at start-up; the job learns its true peak
             self.oom_starts += 1
@@ -569,6 +563,7 @@ class Simulator:
             job.sample = SampleRecord(s.step_time_s if s else prof.step_time_s, prof.memory_mb,
                                       prof.gpu_util, s.co_tenants if s else 0)
             state = job.state if not migrating else JobState.SUSPENDED
+            job.end_move(now)
             self._to_waiting(job, state if state.waiting else JobState.SUSPENDED)
             return
         wait_save = max([job.ready_at - now] + [self.busy_until.get(f.gpu, 0.0) - now
@@ -587,9 +582,11 @@ class Simulator:
             job.target = float(job.total_steps)
             job.tail_s = 0.0
             job.state = JobState.RUNNING
-        if job.first_start is None:
-            job.first_start = now
-        job.last_start = now
+        job.begin_hold(now)
+        if resuming:
+            job.begin_move(now)
+        if job.stall_until <= now:
+            job.end_move(now)
         self.dirty[job] = None
         self._place(job, fragments)
         if job.stall_until > now:
