@@ -173,8 +173,9 @@ def _run(args) -> int:
     reports = {n: r.report for n, r in results.items()}
     baseline = "fifo" if "fifo" in reports else names[0]
     print(format_table(reports, baseline=baseline))
-    print("times: s = seconds, m = minutes, h = hours, d = days; alloc%/eff%: percent of all "
-          "GPUs; report.csv and report.json give times in seconds")
+    print("times: s = seconds, m = minutes, h = hours, d = days; alloc%, eff%, dev%: percent "
+          "of all GPUs, devbusy%: of busy GPUs; report.csv and report.json give times in "
+          "seconds and utilisations as fractions")
     rows = table_rows(reports, baseline=baseline)
     with open(out / "report.csv", "w", newline="") as f:
         keys = list(dict.fromkeys(k for row in rows for k in row))
