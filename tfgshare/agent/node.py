@@ -42,8 +42,6 @@ from tfgshare.agent.supervisor import EventOut, ExitOut, Supervisor
 
 log = logging.getLogger("tfgshare.agent")
 
-_HANDSHAKE_FAILED = (zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
-                     | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
 # runner events that change the coordinator's view; resent if not acknowledged
 _KEY_EVENTS = frozenset({"started", "sample", "checkpoint", "suspended", "finished", "error"})
 
@@ -115,7 +113,7 @@ class Agent:
         now = time.monotonic()
         if not self.registered and now - self._last_register >= self.cfg.register_retry_s:
             self._register()
-        if self.monitor.poll(0):
+        if self.handshake.failed():
             self.fatal = (f"secure handshake with the coordinator at {self.cfg.coordinator} "
                           "failed: it needs this agent's CurveZMQ key (--key, TFGSHARE_KEY), "
                           "or the coordinator key (--server-key) is not its own")
@@ -156,8 +154,7 @@ class Agent:
                 if self.sock.poll(50, zmq.POLLIN):
                     self._handle(self.sock.recv())
         if self.sock is not None:
-            self.sock.disable_monitor()
-            self.monitor.close(0)
+            self.handshake.close()
             self.sock.close(linger=200)
             self.sock = None
         self.gpus.close()
@@ -166,11 +163,10 @@ class Agent:
 
     def _connect(self) -> None:
         if self.sock is not None:
-            self.sock.disable_monitor()
-            self.monitor.close(0)
+            self.handshake.close()
             self.sock.close(linger=0)
         sock = self.ctx.socket(zmq.DEALER)
-        self.monitor = sock.get_monitor_socket(_HANDSHAKE_FAILED)
+        self.handshake = keys.HandshakeWatch(sock, patience=5)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.MAXMSGSIZE, schema.MAX_MESSAGE_BYTES)
         sock.setsockopt(zmq.RECONNECT_IVL, 200)
