@@ -217,8 +217,20 @@ def _warn(sink: EventSink, message: str) -> None:
     sink.emit("warning", message=message)
 
 
+_job_start: float | None = None   # monotonic time a warm runner was handed its job
+
+
+def mark_job_start(at: float) -> None:
+    """Count a job's start from ``at`` (monotonic), not from the process start (warm runner)."""
+    global _job_start
+    _job_start = at
+
+
 def _process_age_s() -> float | None:
-    """Seconds since this process started (Linux), None where that cannot be read."""
+    """Seconds since this job started: since its process started (Linux) or it was handed
+    to a warm runner; None where that cannot be read."""
+    if _job_start is not None:
+        return time.monotonic() - _job_start
     try:
         fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
         started = int(fields[19]) / os.sysconf("SC_CLK_TCK")
