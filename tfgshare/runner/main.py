@@ -152,10 +152,12 @@ def _build_and_train(config: TrainConfig, sink: EventSink,
     graph_s = time.perf_counter() - tick
     proto = runner_graph.session_config(config)
     with tf.compat.v1.Session(graph=built.graph, config=proto) as session:
-        session.run(built.init_op)
         tick = time.perf_counter()
+        # a restore sets every variable, so only a fresh start runs the initializers
         latest = _restore_newest_good(config, built, session, candidates, sink)
         restore_s = time.perf_counter() - tick if latest else 0.0
+        if latest is None:
+            session.run(built.init_op)
         runner_graph.start_input(session, built)
         step = int(session.run(built.global_step))
         sink.emit("started", global_step=step, restored=latest is not None,

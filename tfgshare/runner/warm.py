@@ -23,6 +23,8 @@ import time
 from tfgshare.runner import main as runner_main
 from tfgshare.runner import protocol as rp
 
+READY = "tfgshare runner: warm, waiting for a job on stdin"
+
 
 def preload() -> None:
     """Import what every job needs, with the import chatter muted, touching no device."""
@@ -42,6 +44,7 @@ def preload() -> None:
 def serve(stdin=None) -> int:
     """Preload, wait for one job line on ``stdin``, run that job; its exit code."""
     preload()
+    print(READY, flush=True)
     line = (stdin or sys.stdin).readline()
     if not line.strip():
         return rp.EXIT_OK
