@@ -123,7 +123,7 @@ def test_two_jobs_share_one_gpu(make, agents):
         for cmd in [c for c in agent.commands if isinstance(c, s.StartJob)]:
             agent.commands.remove(cmd)
             if cmd.sample_only:
-                agent.sample(cmd.job, peak_mb=4000.0, gpu_util=0.4)
+                agent.sample(cmd.job, peak_mb=4000.0, cpu_util=0.4)
             else:
                 running[cmd.job] = cmd
     assert set(running) == set(ids)

@@ -85,7 +85,7 @@ def test_sampling_phase_counts_its_steps_and_predicts(toy):
         return []
     pol = Script(fn)
     res = simulate(load_cluster("1x1"), [job("a", 0, 100)], toy, pol,
-                   SimConfig(step_noise=0.0, memory_noise=0.0, check=True))
+                   SimConfig(step_noise=0.0, memory_noise=0.0, check=True, sample_share=0.05))
     sampled = [v["a"] for _, v in pol.seen if v["a"].state is JobState.SAMPLED][0]
     # 5 % of 100 steps are sampled after the 10 s start-up, then a checkpoint is saved
     assert sampled.steps_done == 5

@@ -105,10 +105,11 @@ class AgentProtocol:
         """Keep the GPU utilisation of a sampling job that has its GPUs to itself."""
         if self.cluster.co_tenants(job):
             return
+        now = self.clock()
         for f in job.fragments:
             util = node.gpu_util.get(split_gpu_id(f.gpu)[1])
             if util is not None:
-                job.solo_util.append(util)
+                job.solo_util.append((now, util))
 
     def _agent_node(self, peer: bytes, name: str) -> Node:
         registered = self.peers[peer]
@@ -169,13 +170,8 @@ class AgentProtocol:
             raise RequestError("sample event needs numeric step_time_mean_s and "
                                "peak_memory_mb") from None
         co = self.cluster.co_tenants(job)
-        util = ev.get("gpu_util")
-        if not isinstance(util, (int, float)) or isinstance(util, bool):
-            # measured by the agent while the job sampled alone, else the safe guess
-            seen = job.solo_util
-            util = sum(seen) / len(seen) if seen else 1.0
         job.sample = SampleRecord(step_time_s=step_time, peak_memory_mb=peak, co_tenants=co,
-                                  gpu_util=min(1.0, max(0.0, float(util))))
+                                  gpu_util=self._sampled_util(job, ev))
         remaining = ev.get("predicted_remaining_s")
         if remaining is None:
             remaining = max(0, job.spec.max_number_of_steps - job.steps_done) * step_time
@@ -183,6 +179,25 @@ class AgentProtocol:
         if job.predicted_total_s is None:
             job.predicted_total_s = float(remaining)
             job.run_at_prediction_s = job.run_time_s + (now - (job.last_start or now))
+
+    def _sampled_util(self, job: LiveJob, ev: dict[str, Any]) -> float:
+        """The job's single-tenant utilisation over its sampled steps, in [0, 1].
+
+        On virtual GPUs: the runner's own CPU time over the sampled window, as
+        a share of the cores it may use (``cpu_util``). On real GPUs: the
+        device utilisation the agent reported while the job sampled alone,
+        from the heartbeats inside the sampled window. 1 (the safe guess)
+        when neither was measured.
+        """
+        node = self.cluster.nodes.get(job.node or "")
+        infos = [node.gpus.get(split_gpu_id(f.gpu)[1]) for f in job.fragments] if node else []
+        if infos and all(i is not None and i.virtual for i in infos):
+            util = number(ev, "cpu_util", float)
+        else:
+            start = number(ev, "window_start", float)
+            seen = [u for t, u in job.solo_util if start is None or t >= start]
+            util = sum(seen) / len(seen) if seen else None
+        return 1.0 if util is None else min(1.0, max(0.0, util))
 
     def _late(self, msg: s.JobEvent | s.JobExit) -> LiveJob | None:
         """The job, if this report is from its last attempt and it has not restarted since.
@@ -234,6 +249,7 @@ class AgentProtocol:
             else:
                 self._requeue(job, now, f"crashed ({why}); retry {job.retries} of "
                                         f"{self.config.max_retries} from its checkpoint")
+        self._start_reserved(now)
         return {}
 
     def _on_reply(self, peer: bytes, msg: s.Message) -> None:

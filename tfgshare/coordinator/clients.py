@@ -139,6 +139,7 @@ class ClientApi:
         if job.state in (JobState.RUNNING, JobState.SAMPLING) and not job.cancel_requested:
             self._ask_suspend(job, now, "asked by the user")
         else:
+            self.cluster.set_reservation(job, None)   # a start in flight is called off
             self._save(job)
             self._log(job, now, "held by the user")
         return {"state": job.display_state}
@@ -204,4 +205,8 @@ class ClientApi:
         answer["decide"] = round_stats(self.decide_times[msg.since_round:])
         answer["decide_cpu"] = round_stats(self.decide_cpu_times[msg.since_round:])
         answer["rounds_total"] = len(self.round_times)
+        answer["refused"] = dict(self.refusals)
+        refused = sum(self.refusals.values())
+        by = ", ".join(f"{n} {r}" for r, n in sorted(self.refusals.items()))
+        answer["report"] += f"\n\npolicy actions refused: {refused}" + (f" ({by})" if by else "")
         return answer

@@ -41,6 +41,9 @@ class CoordinatorMetrics:
         self.suspends = Counter("tfgshare_suspends", "Suspends asked", registry=r)
         self.resumes = Counter("tfgshare_resumes", "Resumes started", registry=r)
         self.migrations = Counter("tfgshare_migrations", "Migrations done", registry=r)
+        self.refused = Counter("tfgshare_actions_refused",
+                               "Policy actions the coordinator refused, by reason",
+                               ["reason"], registry=r)
         self.node_losses = Counter("tfgshare_node_losses", "Nodes declared lost", registry=r)
         self.rounds = Histogram("tfgshare_scheduling_round_seconds",
                                 "Time of one scheduling round", registry=r,

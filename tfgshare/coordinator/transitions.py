@@ -96,17 +96,46 @@ class Transitions:
     def _complete_migration(self, job: LiveJob, now: float) -> None:
         target = job.migrate_to
         self._release(job, now)
-        if all(self.cluster.fits(f.gpu, f.fraction) for f in target) and \
-                len({split_gpu_id(f.gpu)[0] for f in target}) == 1:
-            job.migrations += 1
-            self.metrics.migrations.inc()
-            self._start(job, target, False, now, note="migrated")
+        job.state = JobState.SUSPENDED
+        job.last_wait_start = now
+        if all(self.cluster.gpu(f.gpu) is not None for f in target):
+            # its target stays reserved; it starts there now, or once a move
+            # planned with this one frees the room
+            job.reason = "migrating"
+            self.cluster.set_reservation(job, target, "migrated")
+            self._save(job)
+            self._start_reserved(now)
         else:
-            job.state = JobState.SUSPENDED
-            job.last_wait_start = now
-            job.reason = "migration target no longer fits; waiting"
+            job.reason = "migration target went down; waiting"
             self._save(job)
             self._log(job, now, job.reason)
+
+    def _reserve(self, job: LiveJob, fragments: tuple[Fragment, ...], sample_only: bool,
+                 now: float) -> None:
+        """Hold fragments for a waiting job until moves in flight free them, then start it."""
+        self.cluster.set_reservation(job, tuple(fragments), "sample" if sample_only else "")
+        self.cluster.refresh(job)
+        where = ", ".join(f"{f.gpu} f={f.fraction:.3f}" for f in fragments)
+        self._log(job, now, f"reserved {where}: starts once a move in flight frees it")
+
+    def _start_reserved(self, now: float) -> None:
+        """Start the jobs whose reserved fragments are free now; drop those on down GPUs."""
+        for job in list(self.cluster.reserved.values()):
+            frags = job.reserved
+            if any(self.cluster.gpu(f.gpu) is None for f in frags):
+                self.cluster.set_reservation(job, None)
+                self.cluster.refresh(job)
+                self._log(job, now, "reservation dropped: its GPU went down")
+                self._dirty = True
+                continue
+            if all(self.cluster.fits(f.gpu, f.fraction, skip=job.id) for f in frags):
+                kind = job.reserved_as
+                self.cluster.set_reservation(job, None)
+                if kind == "migrated":
+                    job.migrations += 1
+                    self.metrics.migrations.inc()
+                self._start(job, frags, kind == "sample", now,
+                            note="migrated" if kind == "migrated" else "")
 
     def _node_lost(self, node: Node, now: float, why: str) -> None:
         log.warning("node %s lost: %s", node.name, why)
@@ -120,4 +149,5 @@ class Transitions:
         for job in [j for j in self.cluster.holders() if j.node == node.name]:
             job.unknown = False
             self._requeue(job, now, f"node {node.name} lost ({why})")
+        self._start_reserved(now)
         self._dirty = True

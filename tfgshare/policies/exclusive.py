@@ -25,6 +25,7 @@ class IdleMap:
 
     def __init__(self, cluster: ClusterSnapshot, jobs: Iterable[JobView]):
         self.reserve_mb = cluster.reserve_mb
+        self.one_node_gangs = cluster.one_node_gangs
         self.gpus = up_gpus(cluster)
         self._order = by_room(cluster)
         self.tenants: dict[str, int] = Counter(
@@ -60,6 +61,8 @@ class IdleMap:
         whole = [c for c in by_node.values() if len(c) >= k]
         if whole:
             return min(whole, key=lambda c: len(c))[:k]
+        if self.one_node_gangs:
+            return None
         chosen: list[GPU] = []
         nodes = sorted(by_node.values(), key=len, reverse=True)
         while len(chosen) < k:

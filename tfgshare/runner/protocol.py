@@ -9,9 +9,13 @@ asks it to finish the current step, save a checkpoint and exit with
 ``EXIT_SUSPENDED``. Started again on the same ``--train_dir`` it restores and
 continues at the next step, on any device.
 
-Each run first warms up and samples its step time; the ``sample`` event is also
-written to ``<train_dir>/sample.json`` (``SAMPLE_FILE``), and a checkpoint follows
-it, so the job can be moved right after sampling. In-process callers use
+A job's first run warms up and samples its step time over the sampled steps
+only (``tfgshare.sampling``); the ``sample`` event (with ``window_start``, the
+wall time the sampled steps began, and ``cpu_util``, the runner's CPU time over
+them as a share of its cores) is also written to ``<train_dir>/sample.json``
+(``SAMPLE_FILE``), and a checkpoint follows it, so the job can be moved right
+after sampling. A run on a train_dir that holds ``sample.json`` does not sample
+again. In-process callers use
 ``tfgshare.runner.main.train(TrainConfig, on_event, stop_event)`` instead.
 """
 
@@ -61,7 +65,7 @@ EVENTS: dict[str, tuple[str, ...]] = {
     "started": ("global_step", "restored", "device", "memory_fraction"),
     "sample": ("warmup_steps", "sampled_steps", "step_time_mean_s", "step_time_std_s",
                "images_per_sec", "peak_memory_mb", "memory_source",
-               "predicted_remaining_s", "predicted_total_s"),
+               "predicted_remaining_s", "predicted_total_s", "window_start", "cpu_util"),
     "progress": ("step", "loss", "step_time_s", "images_per_sec", "predicted_remaining_s"),
     "checkpoint": ("step", "path", "seconds", "size_mb"),
     "suspended": ("step",),
