@@ -266,11 +266,18 @@ class Agent:
         Path(msg.train_dir).mkdir(parents=True, exist_ok=True)
         proc = self.sup.start(msg.job, msg.attempt, msg.spec.runner_args(), msg.train_dir,
                               [(f.gpu_index, f.fraction) for f in msg.fragments],
-                              virtual=virtual, sample_only=msg.sample_only)
+                              virtual=virtual, sample_only=msg.sample_only,
+                              cores=self._cores([f.gpu_index for f in msg.fragments])
+                              if virtual else None)
         self.quiet.discard(msg.job)
         log.info("started %s attempt %d on GPU(s) %s (pid %d)", msg.job, msg.attempt,
                  ",".join(str(i) for i in proc.gpu_indices), proc.pid)
         return schema.reply_ok(msg, pid=proc.pid)
+
+    def _cores(self, indices: list[int]) -> tuple[int, ...] | None:
+        """The CPU cores of these virtual GPUs (None: not pinned)."""
+        cores_of = getattr(self.gpus, "cores_of", None)
+        return cores_of(indices) if cores_of is not None else None
 
     def _runner(self, job: str, attempt: int):
         proc = self.sup.runners.get(job)
@@ -344,7 +351,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="this node's name (default: the host name)")
     p.add_argument("--virtual-gpus", metavar="SPEC",
                    help="GPUs to offer when NVML finds none, e.g. 2x16GiB or 1x8GiB,1x24GiB "
-                        "(their jobs run on the CPU)")
+                        "(their jobs run on the CPU; each virtual GPU gets its own share of "
+                        "the CPU cores, and its runners are pinned to them, when there are "
+                        "at least as many cores as virtual GPUs)")
     p.add_argument("--force-virtual", action="store_true",
                    help="offer the --virtual-gpus even where NVML finds real GPUs")
     p.add_argument("--work-dir", type=Path,

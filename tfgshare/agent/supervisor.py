@@ -87,8 +87,11 @@ class Supervisor:
 
     def start(self, job: str, attempt: int, args: list[str], train_dir: str | Path,
               fragments: list[tuple[int, float]], virtual: bool,
-              sample_only: bool = False) -> RunnerProc:
-        """Start attempt ``attempt`` of ``job`` on ``fragments`` [(gpu_index, fraction)]."""
+              sample_only: bool = False, cores: tuple[int, ...] | None = None) -> RunnerProc:
+        """Start attempt ``attempt`` of ``job`` on ``fragments`` [(gpu_index, fraction)].
+
+        ``cores``: pin the runner to these CPU cores (a virtual GPU's own cores).
+        """
         if job in self.runners:
             raise ValueError(f"job {job} already has a runner here "
                              f"(attempt {self.runners[job].attempt})")
@@ -125,7 +128,7 @@ class Supervisor:
             popen = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out,
                                      stderr=subprocess.STDOUT, env=env,
                                      start_new_session=True,
-                                     preexec_fn=die_with_parent(os.getpid()))
+                                     preexec_fn=die_with_parent(os.getpid(), cores))
         proc = RunnerProc(job, attempt, indices, events, log, popen, sample_only)
         self.runners[job] = proc
         return proc
@@ -252,9 +255,12 @@ def _signal(proc: RunnerProc, sig: int, group: bool = False) -> None:
         pass
 
 
-def die_with_parent(parent_pid: int):
-    """A Popen preexec hook: the child gets SIGKILL when its parent dies (Linux)."""
+def die_with_parent(parent_pid: int, cores: tuple[int, ...] | None = None):
+    """A Popen preexec hook: the child gets SIGKILL when its parent dies (Linux),
+    and runs on ``cores`` only when given."""
     def hook() -> None:
+        if cores:
+            os.sched_setaffinity(0, cores)
         try:
             libc = ctypes.CDLL(None, use_errno=True)
             libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
