@@ -152,9 +152,7 @@ class AgentProtocol:
                                          "checkpoint"):
             job.steps_done = step
         if name == "progress":
-            left = number(ev, "predicted_remaining_s", float)
-            if left is not None:
-                job.predicted_remaining_s = left
+            self._note_progress(job, ev, now)
         elif name == "sample":
             self._record_sample(job, ev, now)
         elif name == "error":
@@ -172,13 +170,47 @@ class AgentProtocol:
         co = self.cluster.co_tenants(job)
         job.sample = SampleRecord(step_time_s=step_time, peak_memory_mb=peak, co_tenants=co,
                                   gpu_util=self._sampled_util(job, ev))
-        remaining = ev.get("predicted_remaining_s")
-        if remaining is None:
-            remaining = max(0, job.spec.max_number_of_steps - job.steps_done) * step_time
-        job.predicted_remaining_s = float(remaining)
-        if job.predicted_total_s is None:
-            job.predicted_total_s = float(remaining)
-            job.run_at_prediction_s = job.run_time_s + (now - (job.last_start or now))
+        job.step_time_s = step_time
+        warmup = number(ev, "warmup_steps", int) or 0
+        start = number(ev, "window_start", float)
+        if start is not None and job.last_start is not None:
+            # all before the sampled steps beyond plain steps: process start, graph build
+            job.restart_s = max(0.0, start - job.last_start - warmup * step_time)
+            job.attempt_step0 = None
+        job.sampled_at = now
+        if job.sample_only:
+            # predicted when the sampling run has exited (its tail is measured then)
+            job.predicted_remaining_s = job.predict(1)
+        else:
+            job.predicted_remaining_s = job.predict(0)
+            if job.predicted_total_s is None:
+                job.predicted_total_s = job.predicted_remaining_s
+                job.run_at_prediction_s = job.run_time_s + (now - (job.last_start or now))
+
+    def _note_progress(self, job: LiveJob, ev: dict[str, Any], now: float) -> None:
+        """Refresh the measured step time, the cost of this start, and the prediction."""
+        step = number(ev, "step", int)
+        left = number(ev, "predicted_remaining_s", float)
+        total = job.spec.max_number_of_steps
+        if step is not None and left is not None and total > step:
+            job.step_time_s = left / (total - step)   # the runner's running average
+        if (job.attempt_step0 is not None and step is not None and job.step_time_s
+                and job.last_start is not None and step > job.attempt_step0):
+            job.restart_s = max(0.0, now - job.last_start
+                                - (step - job.attempt_step0) * job.step_time_s)
+            job.attempt_step0 = None
+        left = job.predict(0)
+        if left is not None:
+            job.predicted_remaining_s = left
+
+    def _sampling_ended(self, job: LiveJob, now: float) -> None:
+        """Predict a sampled job's run time once its sampling run has exited."""
+        if job.sampled_at is not None:
+            job.finish_s = max(0.0, now - job.sampled_at)
+        job.predicted_remaining_s = job.predict(1)
+        if job.predicted_total_s is None and job.predicted_remaining_s is not None:
+            job.predicted_total_s = job.predicted_remaining_s
+            job.run_at_prediction_s = job.run_time_s
 
     def _sampled_util(self, job: LiveJob, ev: dict[str, Any]) -> float:
         """The job's single-tenant utilisation over its sampled steps, in [0, 1].
@@ -235,6 +267,8 @@ class AgentProtocol:
             elif job.sample_only:
                 self._to_waiting(job, JobState.SAMPLED if job.sample else JobState.QUEUED, now,
                                  "sampled" if job.sample else "sampling ended without a record")
+                self._sampling_ended(job, now)
+                self._save(job)
             else:
                 self._to_waiting(job, JobState.SUSPENDED, now, f"suspended to its checkpoint")
         elif code in (rp.EXIT_BAD_INPUT, rp.EXIT_CHECKPOINT_ERROR):

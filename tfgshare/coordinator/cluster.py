@@ -17,6 +17,7 @@ from typing import Any, Iterator, Sequence
 from tfgshare.policies.base import (GPU, Action, ClusterSnapshot, Fragment, JobState, JobView,
                                     Migrate, SampleRecord, Start, Suspend)
 from tfgshare.policies.placement import GpuUse, fits
+from tfgshare.policies.prediction import predict_remaining_s
 from tfgshare.schema import GpuInfo, JobSpec, plain
 
 # LiveJob fields that are saved to the database (the rest is volatile)
@@ -42,6 +43,12 @@ class LiveJob:
     predicted_remaining_s: float | None = None
     predicted_total_s: float | None = None   # remaining time predicted at first sampling
     run_at_prediction_s: float = 0.0  # run time already done when it was predicted
+    # measurements behind the prediction (tfgshare.policies.prediction.predict_remaining_s)
+    step_time_s: float | None = None  # current measured step time (co-location included)
+    restart_s: float | None = None    # what its last start cost before steps ran at speed
+    finish_s: float = 0.0             # its sampling run's tail: checkpoint and exit
+    sampled_at: float | None = None   # when its sample arrived (its run's tail starts)
+    attempt_step0: int | None = None  # steps_done at this attempt's start, until its cost is known
     pinned: bool = False              # manually suspended: not scheduled until resumed
     cancel_requested: bool = False
     migrate_to: tuple[Fragment, ...] | None = None   # target of a migration in flight
@@ -72,6 +79,14 @@ class LiveJob:
     _view: JobView | None = field(default=None, repr=False)
     _spec_record: dict[str, Any] | None = field(default=None, repr=False)  # plain(spec)
     _counted: tuple[str, bool, bool] | None = field(default=None, repr=False)  # in the counts
+
+    def predict(self, restarts: int) -> float | None:
+        """Run time left, from what was measured (None before its step time is known)."""
+        if self.step_time_s is None:
+            return None
+        return predict_remaining_s(max(0, self.spec.max_number_of_steps - self.steps_done),
+                                   self.step_time_s, restarts, self.restart_s or 0.0,
+                                   self.finish_s)
 
     @property
     def prediction_error(self) -> float | None:

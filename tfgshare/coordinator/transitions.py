@@ -25,6 +25,9 @@ class Transitions:
 
     def _to_waiting(self, job: LiveJob, state: JobState, now: float, why: str) -> None:
         self._release(job, now)
+        left = job.predict(1)    # it must start again
+        if left is not None:
+            job.predicted_remaining_s = left
         job.state = state
         job.last_wait_start = now
         job.reason = why
@@ -67,6 +70,7 @@ class Transitions:
         self.cluster.place(job, fragments)
         job.node, job.sample_only = node.name, sample_only
         job.last_start = now
+        job.attempt_step0 = job.steps_done   # this start's cost is measured at its first progress
         job.pinned = False
         if sample_only:
             job.solo_util = []
