@@ -91,12 +91,13 @@ def test_sampling_phase_counts_its_steps_and_predicts(toy):
     assert sampled.steps_done == 5
     assert sampled.sample.step_time_s == pytest.approx(1.0)
     assert sampled.sample.peak_memory_mb == pytest.approx(1000)
-    assert sampled.predicted_remaining_s == pytest.approx(95)
+    # 95 steps at the measured 1 s, and one more start at its measured 10 s start-up
+    assert sampled.predicted_remaining_s == pytest.approx(95 + 10)
     assert sampled.last_wait_start == pytest.approx(15 + SAVE)
     rec = res.records[0]
     # restart: 10 s start-up + checkpoint restore, then the remaining 95 steps
     assert rec.finish == pytest.approx(15 + SAVE + 10 + SAVE + 95)
-    assert rec.predicted_total_s == pytest.approx(95)
+    assert rec.predicted_total_s == pytest.approx(95 + 10)
     assert rec.actual_total_s == pytest.approx(10 + SAVE + 95)
 
 

@@ -7,7 +7,7 @@ from typing import Any
 from tfgshare import schema as s
 from tfgshare.coordinator.cluster import LiveJob, split_gpu_id
 from tfgshare.coordinator.errors import RequestError
-from tfgshare.coordinator.exporter import run_report
+from tfgshare.coordinator.exporter import error_stats, format_error, run_report
 from tfgshare.coordinator.logs import log
 from tfgshare.coordinator.rounds import round_stats
 from tfgshare.policies.base import Fragment, JobState
@@ -61,7 +61,9 @@ class ClientApi:
         for j in self.cluster.jobs.values():
             counts[j.display_state] = counts.get(j.display_state, 0) + 1
         return {"jobs": [self.describe(j, now) for j in jobs.values()], "counts": counts,
-                "policy": getattr(self.policy, "name", "?"), "time": now}
+                "policy": getattr(self.policy, "name", "?"), "time": now,
+                "prediction_error": error_stats(self.cluster.prediction_errors),
+                "refused": dict(self.refusals)}
 
     def describe(self, job: LiveJob, now: float) -> dict[str, Any]:
         """A job as the status command shows it."""
@@ -74,6 +76,8 @@ class ClientApi:
             "fragments": [[f.gpu, f.fraction] for f in job.fragments],
             "steps_done": job.steps_done, "total_steps": job.spec.max_number_of_steps,
             "predicted_remaining_s": job.predicted_remaining_s,
+            "predicted_total_s": job.predicted_total_s,
+            "prediction_error": job.prediction_error,
             "submit_time": job.submit_time, "first_start": job.first_start,
             "finish_time": job.finish_time, "waited_s": waited, "run_time_s": run,
             "attempt": job.attempt, "suspends": job.suspends, "resumes": job.resumes,
@@ -208,5 +212,7 @@ class ClientApi:
         answer["refused"] = dict(self.refusals)
         refused = sum(self.refusals.values())
         by = ", ".join(f"{n} {r}" for r, n in sorted(self.refusals.items()))
-        answer["report"] += f"\n\npolicy actions refused: {refused}" + (f" ({by})" if by else "")
+        answer["prediction_error"] = err = error_stats(self.cluster.prediction_errors)
+        answer["report"] += (f"\n\npolicy actions refused: {refused}" + (f" ({by})" if by else "")
+                             + f"\nprediction error: {format_error(err)}")
         return answer

@@ -100,6 +100,23 @@ class CoordinatorMetrics:
         return allocated, effective, queued
 
 
+def error_stats(errors: list[float]) -> dict[str, Any]:
+    """Mean and p90 of relative prediction errors, and how many jobs they cover."""
+    if not errors:
+        return {"jobs": 0, "mean": None, "p90": None}
+    ordered = sorted(errors)
+    p90 = ordered[min(len(ordered) - 1, math.ceil(0.9 * len(ordered)) - 1)]
+    return {"jobs": len(ordered), "mean": sum(ordered) / len(ordered), "p90": p90}
+
+
+def format_error(stats: dict[str, Any]) -> str:
+    """``error_stats`` as one line."""
+    if not stats["jobs"]:
+        return "none yet (no finished job was predicted)"
+    return (f"mean {100 * stats['mean']:.0f} %, p90 {100 * stats['p90']:.0f} % "
+            f"over {stats['jobs']} finished jobs")
+
+
 def job_record(job: LiveJob, now: float) -> JobRecord:
     """The shared metrics record of one live job."""
     waited = job.waited_s

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 from tfgshare.metrics import JobRecord, Report, Timeline, compute_report
+from tfgshare.policies.prediction import predict_remaining_s
 from tfgshare.policies.base import (ClusterSnapshot, Fragment, JobState, JobView, Migrate,
                                     Policy, SampleRecord, Start, Suspend)
 
@@ -72,6 +73,9 @@ class SimJob:
     contrib: float = 0.0          # useful utilisation per GPU it holds now
     sample: SampleRecord | None = None
     measured_step_s: float | None = None
+    restart_s: float | None = None  # measured cost of its last start (start-up, restore)
+    start_cost_s: float = 0.0       # true cost of its current start, measured once past it
+    start_measured: bool = True
     ready_at: float = 0.0         # its last checkpoint save completes
     has_checkpoint: bool = False
     held_since: float = 0.0
@@ -285,7 +289,10 @@ class Simulator:
         co = max(len(self.tenants.get(f.gpu, ())) for f in job.fragments) if job.fragments else 0
         job.sample = SampleRecord(measured, peak, job.prof.gpu_util, co)
         job.measured_step_s = measured
-        job.predicted_s = (job.total_steps - job.steps) * measured
+        self._measure_start(job)
+        # the same prediction as the live coordinator's, from these measurements
+        job.predicted_s = predict_remaining_s(job.total_steps - job.steps, measured, 1,
+                                              job.restart_s or 0.0)
         job.held_at_prediction = job.held_s
         job.has_checkpoint = True
         job.ready_at = now
@@ -299,6 +306,16 @@ class Simulator:
         self.n_waiting += 1
 
     # ---- GPU occupancy -----------------------------------------------------
+
+    def _noisy(self, value: float) -> float:
+        """A measurement of ``value`` with the configured relative noise."""
+        return value * max(0.5, 1.0 + self.rng.gauss(0.0, self.config.step_noise))
+
+    def _measure_start(self, job: SimJob) -> None:
+        """Measure what the job's current start cost, once (as the live coordinator does)."""
+        if not job.start_measured:
+            job.restart_s = self._noisy(job.start_cost_s)
+            job.start_measured = True
 
     def _speed_of(self, job: SimJob) -> float:
         return min(self.speed[f.gpu] for f in job.fragments) if job.fragments else 1.0
@@ -411,17 +428,27 @@ class Simulator:
             job.view_version += 1
             cfg = self.config
             self._settle(job)
-            step = job.prof.step_time_s * job.slow * self._span_factor(job)
-            job.measured_step_s = step
-            left = max(0.0, job.total_steps - job.steps) * step
-            left += max(0.0, job.stall_until - self.now)
+            # what the job reports: its current step time, measured (with noise), and
+            # the measured cost of its start once it is past it; never the true values
+            if self.now >= job.stall_until:
+                self._measure_start(job)
+                step = job.prof.step_time_s * job.slow / self._speed_of(job) \
+                    * self._span_factor(job)
+                job.measured_step_s = self._noisy(step)
+                restarts = 0
+            else:
+                restarts = 1   # still starting: as if waiting to start
+            left = None if job.measured_step_s is None else predict_remaining_s(
+                job.total_steps - job.steps, job.measured_step_s, restarts,
+                job.restart_s or 0.0)
             attained = (job.held_s + self.now - job.held_since) * job.num_gpus
-            due = self.now + max(cfg.refresh_s, cfg.refresh_share * left)
+            due = self.now + max(cfg.refresh_s, cfg.refresh_share * (left or 0.0))
             self.seq += 1
             heapq.heappush(self.refresh, (due, self.seq, job, job.view_version))
         else:
             step = job.measured_step_s
-            left = None if step is None else (job.total_steps - job.steps) * step
+            left = None if step is None else predict_remaining_s(
+                job.total_steps - job.steps, step, 1, job.restart_s or 0.0)
             attained = job.held_s * job.num_gpus
         return JobView(
             id=job.id, submit_time=job.submit, num_gpus=job.num_gpus, state=job.state,
@@ -543,6 +570,8 @@ class Simulator:
         wait_save = max([job.ready_at - now] + [self.busy_until.get(f.gpu, 0.0) - now
                                                 for f in fragments])
         job.stall_until = now + max(0.0, wait_save) + prof.startup_s + restore
+        job.start_cost_s = job.stall_until - now
+        job.start_measured = False
         job.t_prog = now
         if sample_only:
             cfg = self.config
