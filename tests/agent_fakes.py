@@ -3,7 +3,8 @@
 It follows ``tfgshare.runner.protocol``: JSON-lines events, exit codes, and
 SIGUSR1/SIGTERM = checkpoint after the current step and exit 75. Its
 "checkpoint" is the global step in ``<train_dir>/step``. Extra flags:
-``--step_time S`` (seconds per step) and ``--ignore_signals`` (never stops).
+``--step_time S`` (seconds per step), ``--ignore_signals`` (never stops) and
+``--hold_mb N`` (keeps N MiB resident).
 """
 
 FAKE_RUNNER = r'''
@@ -15,7 +16,9 @@ p.add_argument("--memory_fraction", type=float); p.add_argument("--num_gpus", ty
 p.add_argument("--job_id"); p.add_argument("--sample_only", action="store_true")
 p.add_argument("--step_time", type=float, default=0.02)
 p.add_argument("--ignore_signals", action="store_true")
+p.add_argument("--hold_mb", type=int, default=0)
 a, _ = p.parse_known_args()
+held = bytearray(a.hold_mb * 2**20)   # resident: bytearray zero-fills it
 def emit(event, **kw):
     with open(a.events_file, "a") as f:
         f.write(json.dumps({"event": event, "time": time.time(), **kw}) + "\n")

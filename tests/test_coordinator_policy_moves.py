@@ -126,3 +126,25 @@ def test_prediction_adds_the_measured_start_up_and_sampling_tail(live):
     agent.exit(j, 75, "sampled")
     info = client.job(j)
     assert info["predicted_total_s"] == pytest.approx(1000 * 0.1 + 1.8 + 0.3, abs=0.15)
+
+
+def test_out_of_memory_resizes_the_fragment_from_the_peak_and_requeues(live):
+    ct, client, agent, clock = live
+    (j,) = client.submit([spec()])
+    first = run_to(agent, j, 3000)          # sampled at 3000 MiB: a fragment of 3300
+    assert first.fragments[0].fraction * GIB32 == pytest.approx(3300)
+    # it grows past its fragment: the agent stops it and reports the peak it reached
+    agent.event(j, "out_of_memory", peak_memory_mb=3400.0, limit_mb=3300.0,
+                message="out of memory: 3400 MiB resident on GPU 0, its fragment is 3300 MiB")
+    agent.exit(j, 4, "out of memory")
+    again = agent.wait_command(s.StartJob, j)
+    assert again.fragments[0].fraction * GIB32 == pytest.approx(3400 * 1.1)
+    info = client.job(j)
+    assert info["state"] == "running" and "out of memory" in info["reason"]
+    # a job that no GPU could hold fails, with the reason
+    agent.event(j, "out_of_memory", peak_memory_mb=40000.0, limit_mb=3740.0, message="oom")
+    agent.exit(j, 4, "out of memory")
+    time.sleep(0.2)
+    info = client.job(j)
+    assert info["state"] == "failed" and "no GPU could hold it" in info["reason"]
+    assert client.metrics()["refused"] == {}

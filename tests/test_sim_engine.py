@@ -144,18 +144,23 @@ def test_colocated_jobs_slow_each_other(toy):
     assert res.report.util_effective == pytest.approx(min(1, 1.2 / slow) * busy / (10 + busy))
 
 
-def test_undersized_fragment_fails_start_and_teaches_memory(toy):
+def test_undersized_fragment_fails_start_and_the_job_learns_the_peak_it_reached(toy):
+    seen = []
+
     def fn(now, jobs):
         a = jobs["a"]
         if a.state is not JobState.QUEUED:
             return []
-        if a.sample is None:
-            return [Start("a", (Fragment("n0:0", 0.01),))]   # 245 MB < 1000 MB
-        return [Start("a", (Fragment("n0:0", a.sample.peak_memory_mb / 24576 + 0.01),))]
+        seen.append(a.min_memory_mb)
+        # 245 MB first (the job needs 1000 MB), then twice the peak it ran out at
+        return [Start("a", (Fragment("n0:0", max(0.01, 2 * a.min_memory_mb / 24576)),))]
     res = simulate(load_cluster("1x1"), [job("a", 0, 10)], toy, Script(fn),
                    SimConfig(check=True, tick_s=30))
-    assert res.oom_starts == 1
-    assert res.records[0].finish == pytest.approx(30 + 10 + 10)
+    # it learns only what it reached (its fragment, measured a little past it), never
+    # its true 1000 MB: 245.76 MB, then about 2 x 250.7 = 501.4 MB, then it fits
+    assert res.oom_starts == 2
+    assert seen[:3] == [0.0, pytest.approx(245.76 * 1.02), pytest.approx(2 * 245.76 * 1.02 ** 2)]
+    assert res.records[0].finish == pytest.approx(60 + 10 + 10)
 
 
 def test_policy_that_never_starts_a_job_is_reported(toy):

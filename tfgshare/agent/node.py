@@ -37,7 +37,8 @@ from tfgshare.agent.supervisor import EventOut, ExitOut, Supervisor
 log = logging.getLogger("tfgshare.agent")
 
 # runner events that change the coordinator's view; resent if not acknowledged
-_KEY_EVENTS = frozenset({"started", "sample", "checkpoint", "suspended", "finished", "error"})
+_KEY_EVENTS = frozenset({"started", "sample", "checkpoint", "suspended", "finished", "error",
+                         "out_of_memory"})
 
 
 @dataclass
@@ -180,6 +181,8 @@ class Agent:
         self._last_heartbeat = time.monotonic()
         runners = [p for p in self.sup.runners.values() if p.job not in self.quiet]
         tel = self.gpus.read({p.pid: p.gpu_indices for p in runners})
+        # a virtual GPU's fragment is enforced here (a real GPU's by TensorFlow itself)
+        self._forward(self.sup.enforce_memory(tel.process_memory_mb))
         msg = schema.Heartbeat(
             node=self.cfg.node,
             gpus=[schema.GpuTelemetry(index=r.index, util=r.util,
@@ -268,7 +271,9 @@ class Agent:
                               [(f.gpu_index, f.fraction) for f in msg.fragments],
                               virtual=virtual, sample_only=msg.sample_only,
                               cores=self._cores([f.gpu_index for f in msg.fragments])
-                              if virtual else None)
+                              if virtual else None,
+                              limits_mb={f.gpu_index: f.fraction * by_index[f.gpu_index].memory_mb
+                                         for f in msg.fragments} if virtual else None)
         self.quiet.discard(msg.job)
         log.info("started %s attempt %d on GPU(s) %s (pid %d)", msg.job, msg.attempt,
                  ",".join(str(i) for i in proc.gpu_indices), proc.pid)

@@ -157,6 +157,10 @@ class AgentProtocol:
             self._record_sample(job, ev, now)
         elif name == "error":
             job.reason = str(ev.get("message", ""))
+        elif name == "out_of_memory":
+            peak = number(ev, "peak_memory_mb", float)
+            if peak is not None:
+                job.memory_need_mb = max(job.memory_need_mb, peak)
         self._save(job)
         return {}
 
@@ -271,6 +275,8 @@ class AgentProtocol:
                 self._save(job)
             else:
                 self._to_waiting(job, JobState.SUSPENDED, now, f"suspended to its checkpoint")
+        elif code == rp.EXIT_OUT_OF_MEMORY:
+            self._out_of_memory(job, now, why)
         elif code in (rp.EXIT_BAD_INPUT, rp.EXIT_CHECKPOINT_ERROR):
             kind = "bad input" if code == rp.EXIT_BAD_INPUT else "checkpoint error"
             detail = msg.reason or job.reason
@@ -285,6 +291,27 @@ class AgentProtocol:
                                         f"{self.config.max_retries} from its checkpoint")
         self._start_reserved(now)
         return {}
+
+    def _out_of_memory(self, job: LiveJob, now: float, why: str) -> None:
+        """Re-queue a job that ran out of memory, at its place, to be re-sized from its peak.
+
+        The policy sizes its next fragment from the measured peak plus headroom
+        (``JobView.min_memory_mb``). It fails only when no GPU could hold that peak.
+        """
+        job.out_of_memory += 1
+        for f in job.fragments:   # at least the fragment it passed
+            info = self.cluster.gpu(f.gpu)
+            if info is not None:
+                job.memory_need_mb = max(job.memory_need_mb, f.fraction * info.memory_mb)
+        largest = max((g.memory_mb for n in self.cluster.nodes.values() for g in n.gpus.values()),
+                      default=0)
+        if job.memory_need_mb + self.cluster.reserve_mb > largest:
+            self._finish(job, JobState.FAILED, now,
+                         f"out of memory at {job.memory_need_mb:.0f} MiB per GPU: no GPU "
+                         f"could hold it (largest {largest} MiB); {why}")
+            return
+        self._requeue(job, now, f"out of memory ({why}); re-sized from its peak "
+                                f"{job.memory_need_mb:.0f} MiB")
 
     def _on_reply(self, peer: bytes, msg: s.Message) -> None:
         sent = self.pending.pop(msg.id, None)

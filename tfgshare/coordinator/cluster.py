@@ -66,6 +66,8 @@ class LiveJob:
     move_cost_s: float = 0.0
     retries: int = 0
     reason: str = ""                  # why it failed or was last requeued
+    memory_need_mb: float = 0.0       # per GPU, measured when it last ran out of memory
+    out_of_memory: int = 0            # times it ran out of memory (re-sized each time)
     # volatile
     unknown: bool = False             # was running before a restart, not yet re-adopted
     gpu_memory_mb: dict[int, float] = field(default_factory=dict)
@@ -134,7 +136,7 @@ class LiveJob:
                 fragments=fragments, attained_service_s=self.attained_service_s,
                 last_start=self.last_start, waited_s=self.waited_s,
                 last_wait_start=self.last_wait_start, suspends=self.suspends,
-                priority=spec.priority)
+                priority=spec.priority, min_memory_mb=self.memory_need_mb)
         return self._view
 
     # ---- persistence --------------------------------------------------------

@@ -88,6 +88,7 @@ class JobView:
     last_wait_start: float | None = None        # when its current wait began
     suspends: int = 0
     priority: int = 0                           # larger = more urgent (user hint)
+    min_memory_mb: float = 0.0                  # per GPU, measured when it ran out of memory
 
 
 @dataclass(frozen=True)

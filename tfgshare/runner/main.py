@@ -309,7 +309,32 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(sink, f"bad input: {exc}", exc.exit_code)
     except rp.CheckpointError as exc:
         return _fail(sink, f"checkpoint error: {exc}", exc.exit_code)
+    except Exception as exc:
+        if type(exc).__name__ != "ResourceExhaustedError":   # TensorFlow's out of memory
+            raise
+        peak = _gpu_peak_mb()
+        print(f"tfgshare train: out of memory (peak {peak:.0f} MiB): {exc}".splitlines()[0],
+              file=sys.stderr, flush=True)
+        sink.emit("out_of_memory", peak_memory_mb=peak, limit_mb=None,
+                  message=str(exc).splitlines()[0][:500])
+        return rp.EXIT_OUT_OF_MEMORY
     return result.exit_code
+
+
+def _gpu_peak_mb() -> float:
+    """The peak MiB TensorFlow's allocator reached on the visible GPUs (else peak RSS)."""
+    import tensorflow as tf
+
+    peak = 0.0
+    for i, _ in enumerate(tf.config.list_logical_devices("GPU")):
+        try:
+            info = tf.config.experimental.get_memory_info(f"GPU:{i}")
+        except (ValueError, RuntimeError):
+            continue
+        peak = max(peak, info["peak"] / 2**20)
+    if peak == 0.0:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return peak
 
 
 def _fail(sink: EventSink, message: str, code: int) -> int:

@@ -30,6 +30,10 @@ from typing import Iterator
 EXIT_OK = 0               # reached --max_number_of_steps
 EXIT_BAD_INPUT = 2        # bad flags: unknown model, impossible size, missing dataset
 EXIT_CHECKPOINT_ERROR = 3  # corrupt or mismatched checkpoint in --train_dir
+EXIT_OUT_OF_MEMORY = 4    # ran out of its memory: TensorFlow's ResourceExhaustedError on a
+                          # GPU, or (virtual GPUs) killed by its agent for passing its
+                          # fragment in resident memory; an ``out_of_memory`` event with the
+                          # measured peak comes first. The job may resume from its checkpoint.
 EXIT_SUSPENDED = 75       # checkpointed on request (signal or --sample_only) and exited
 
 SAMPLE_FILE = "sample.json"  # in --train_dir: the latest sample event, plus "step"
@@ -71,6 +75,7 @@ EVENTS: dict[str, tuple[str, ...]] = {
     "suspended": ("step",),
     "finished": ("step", "loss"),
     "error": ("message",),
+    "out_of_memory": ("peak_memory_mb", "limit_mb", "message"),
 }
 
 

@@ -44,6 +44,7 @@ from .profiles import ModelProfile, Profiles
 
 END, READY = 0, 1          # event kinds: a run reaches its target; a start-up stall ends
 EPS = 1e-9
+OOM_OVERSHOOT = 0.02   # a job that runs out of memory is measured this far past its fragment
 
 
 class SimulationError(RuntimeError):
@@ -88,6 +89,7 @@ class SimJob:
     resumes: int = 0
     migrations: int = 0
     oom_starts: int = 0
+    min_memory_mb: float = 0.0    # measured when it ran out of memory (JobView.min_memory_mb)
     move_cost_s: float = 0.0
     predicted_s: float | None = None   # remaining time predicted right after sampling
     held_at_prediction: float = 0.0
@@ -455,7 +457,8 @@ class Simulator:
             model=job.model, total_steps=job.total_steps, steps_done=int(job.steps + EPS),
             sample=job.sample, predicted_remaining_s=left, fragments=job.fragments,
             attained_service_s=attained, last_start=job.last_start, waited_s=job.waited_s,
-            last_wait_start=job.wait_since, suspends=job.suspends)
+            last_wait_start=job.wait_since, suspends=job.suspends,
+            min_memory_mb=job.min_memory_mb)
 
     def _decide(self) -> bool:
         now = self.now
@@ -558,12 +561,13 @@ class Simulator:
         else:
             job.move_cost_s += prof.startup_s + restore
         if any(f.fraction * self.gpu_mem[f.gpu] < prof.memory_mb - EPS for f in fragments):
-            # TensorFlow runs out of memory at start-up; the job learns its true peak
+            # out of memory at start-up. As on the live cluster, the job learns only
+            # the peak it reached, its fragment (a little past it, as the agent reads
+            # resident memory), and its next fragment is sized from that plus headroom
             self.oom_starts += 1
             job.oom_starts += 1
-            s = job.sample
-            job.sample = SampleRecord(s.step_time_s if s else prof.step_time_s, prof.memory_mb,
-                                      prof.gpu_util, s.co_tenants if s else 0)
+            reached = min(f.fraction * self.gpu_mem[f.gpu] for f in fragments)
+            job.min_memory_mb = max(job.min_memory_mb, reached * (1.0 + OOM_OVERSHOOT))
             state = job.state if not migrating else JobState.SUSPENDED
             self._to_waiting(job, state if state.waiting else JobState.SUSPENDED)
             return
