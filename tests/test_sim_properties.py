@@ -94,8 +94,8 @@ def test_every_policy_keeps_the_rules_and_finishes_every_job(name, scenario, pro
                    SimConfig(check=True, tick_s=TICK, seed=1))
     assert sorted(r.id for r in res.records) == sorted(j.id for j in jobs)
     for r in res.records:
-        assert r.finish is not None and r.finish >= r.submit
-        assert 0 <= r.waited_s <= r.finish - r.submit + 1e-6
+        assert r.finish_time is not None and r.finish_time >= r.submit_time
+        assert 0 <= r.waited_s <= r.finish_time - r.submit_time + 1e-6
     assert 0 <= res.report.util_allocated <= 1 + 1e-9
     assert 0 <= res.report.util_effective <= 1 + 1e-9
 

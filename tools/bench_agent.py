@@ -6,7 +6,7 @@ runners (no TensorFlow), so it measures the agent, not training:
 - forwarding: one runner writes N progress events as fast as it can; events
   per second from the first to the last one the coordinator receives;
 - rounds: with K idle runners, the time of one supervisor poll (tail K event
-  files, check K processes) and of one telemetry read (K /proc reads).
+  files, check K processes) and of one telemetry read (K psutil process reads).
 
 Goals: forwarding at least 5,000 events/s (a runner logs at most once a step);
 a poll plus a telemetry read under 2 ms for 16 runners.

@@ -31,6 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
 import zmq
 
 REPO = Path(__file__).resolve().parents[1]
@@ -136,13 +137,18 @@ class SimAgents:
 
 
 def rss_mb(pid: int) -> tuple[float, float]:
-    """(current, peak) resident memory of a process, MiB."""
-    fields = {}
+    """(current, peak) resident memory of a process, MiB.
+
+    psutil reads the current figure; it offers no peak on Linux, which the
+    kernel keeps as VmHWM in /proc/PID/status.
+    """
+    current = psutil.Process(pid).memory_info().rss / 2**20
+    peak = current
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            fields[key] = int(value.split()[0]) / 1024
-    return fields["VmRSS"], fields["VmHWM"]
+        if key == "VmHWM":
+            peak = int(value.split()[0]) / 1024
+    return current, peak
 
 
 def free_port() -> int:

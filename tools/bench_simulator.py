@@ -116,8 +116,9 @@ def headline(policies: list[str], budget: float) -> tuple[list[str], dict]:
                          for k, v in d.items()})
 
     lines = ["| cluster (GPUs) | offered load | policy | JCT mean h | JCT / (fifo÷policy) "
-             "| alloc util % | util x | eff util % | eff x | susp/res/mig | wall s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| alloc util % | util x | eff util % | eff x | device util % "
+             "| device util busy % | susp/res/mig | wall s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     raw: dict = {}
     for spec in HEADLINE_CLUSTERS:
         runs = {}
@@ -137,7 +138,9 @@ def headline(policies: list[str], budget: float) -> tuple[list[str], dict]:
                 f"| {spec} ({r['gpus']}) | {load:.2f} | {pol} | {rep.jct_mean / 3600:.2f} "
                 f"| {rat['jct_ratio']:.2f} | {100 * rep.util_allocated:.1f} "
                 f"| {rat['util_ratio']:.2f} | {100 * rep.util_effective:.1f} "
-                f"| {rat['eff_util_ratio']:.2f} | {rep.suspends}/{rep.resumes}/{rep.migrations} "
+                f"| {rat['eff_util_ratio']:.2f} | {100 * rep.util_device:.1f} "
+                f"| {100 * rep.util_device_busy:.1f} "
+                f"| {rep.suspends}/{rep.resumes}/{rep.migrations} "
                 f"| {r['wall_s']:.0f} |")
             print(lines[-1], flush=True)
     return lines, raw

@@ -83,7 +83,7 @@ class AgentProtocol:
                 job.steps_done = jt.step
                 self.cluster.refresh(job)
             job.gpu_memory_mb = dict(jt.gpu_memory_mb)
-            if job.state is JobState.SAMPLING:
+            if job.sample is None:
                 self._note_solo_util(job, node)
             over = []
             for f in job.fragments:
@@ -102,8 +102,11 @@ class AgentProtocol:
         return {}
 
     def _note_solo_util(self, job: LiveJob, node: Node) -> None:
-        """Keep the GPU utilisation of a sampling job that has its GPUs to itself."""
-        if self.cluster.co_tenants(job):
+        """Keep the GPU utilisation of a job not yet sampled that has its GPUs to itself.
+
+        The first few hundred readings are enough for a mean; a long run keeps no more.
+        """
+        if len(job.solo_util) >= 512 or self.cluster.co_tenants(job):
             return
         now = self.clock()
         for f in job.fragments:
@@ -151,7 +154,13 @@ class AgentProtocol:
         if step is not None and name in ("started", "progress", "finished", "suspended",
                                          "checkpoint"):
             job.steps_done = step
+        if name in ("started", "progress"):
+            job.training = True
+            job.end_move(now)        # it trains again: a resume or migration ends
         if name == "progress":
+            step_time = number(ev, "step_time_s", float)
+            if step_time is not None and step_time > 0:
+                job.step_time_s = step_time
             self._note_progress(job, ev, now)
         elif name == "sample":
             self._record_sample(job, ev, now)
@@ -174,22 +183,19 @@ class AgentProtocol:
         co = self.cluster.co_tenants(job)
         job.sample = SampleRecord(step_time_s=step_time, peak_memory_mb=peak, co_tenants=co,
                                   gpu_util=self._sampled_util(job, ev))
-        job.step_time_s = step_time
+        job.measured_step_s = step_time
         warmup = number(ev, "warmup_steps", int) or 0
         start = number(ev, "window_start", float)
         if start is not None and job.last_start is not None:
             # all before the sampled steps beyond plain steps: process start, graph build
             job.restart_s = max(0.0, start - job.last_start - warmup * step_time)
             job.attempt_step0 = None
-        job.sampled_at = now
         if job.sample_only:
             # predicted when the sampling run has exited (its tail is measured then)
             job.predicted_remaining_s = job.predict(1)
         else:
             job.predicted_remaining_s = job.predict(0)
-            if job.predicted_total_s is None:
-                job.predicted_total_s = job.predicted_remaining_s
-                job.run_at_prediction_s = job.run_time_s + (now - (job.last_start or now))
+            job.note_prediction(job.predicted_remaining_s, now)
 
     def _note_progress(self, job: LiveJob, ev: dict[str, Any], now: float) -> None:
         """Refresh the measured step time, the cost of this start, and the prediction."""
@@ -197,24 +203,21 @@ class AgentProtocol:
         left = number(ev, "predicted_remaining_s", float)
         total = job.spec.max_number_of_steps
         if step is not None and left is not None and total > step:
-            job.step_time_s = left / (total - step)   # the runner's running average
-        if (job.attempt_step0 is not None and step is not None and job.step_time_s
+            job.measured_step_s = left / (total - step)   # the runner's running average
+        if (job.attempt_step0 is not None and step is not None and job.measured_step_s
                 and job.last_start is not None and step > job.attempt_step0):
             job.restart_s = max(0.0, now - job.last_start
-                                - (step - job.attempt_step0) * job.step_time_s)
+                                - (step - job.attempt_step0) * job.measured_step_s)
             job.attempt_step0 = None
         left = job.predict(0)
         if left is not None:
             job.predicted_remaining_s = left
 
     def _sampling_ended(self, job: LiveJob, now: float) -> None:
-        """Predict a sampled job's run time once its sampling run has exited."""
-        if job.sampled_at is not None:
-            job.finish_s = max(0.0, now - job.sampled_at)
+        """Predict a sampled job's run time once its sampling run has exited (saved)."""
         job.predicted_remaining_s = job.predict(1)
-        if job.predicted_total_s is None and job.predicted_remaining_s is not None:
-            job.predicted_total_s = job.predicted_remaining_s
-            job.run_at_prediction_s = job.run_time_s
+        if job.predicted_remaining_s is not None:
+            job.note_prediction(job.predicted_remaining_s, now)
 
     def _sampled_util(self, job: LiveJob, ev: dict[str, Any]) -> float:
         """The job's single-tenant utilisation over its sampled steps, in [0, 1].
@@ -258,9 +261,6 @@ class AgentProtocol:
         now = self.clock()
         code = msg.exit_code
         why = f"exit {code}" + (f" ({msg.reason})" if msg.reason else "")
-        if job.move_started is not None:
-            job.move_cost_s += now - job.move_started
-            job.move_started = None
         if code == rp.EXIT_OK:
             self._finish(job, JobState.FINISHED, now, why)
         elif job.cancel_requested:

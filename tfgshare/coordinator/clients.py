@@ -67,9 +67,7 @@ class ClientApi:
 
     def describe(self, job: LiveJob, now: float) -> dict[str, Any]:
         """A job as the status command shows it."""
-        waited = job.waited_s + (now - job.last_wait_start
-                                 if job.last_wait_start is not None else 0.0)
-        run = job.run_time_s + (now - job.last_start if job.last_start is not None else 0.0)
+        waited, run = job.waited_until(now), job.run_until(now)
         return {
             "id": job.id, "name": job.spec.name, "model": job.spec.model_name,
             "state": job.display_state, "num_gpus": job.spec.num_gpus, "node": job.node,

@@ -14,6 +14,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
+from tfgshare.metrics import JobAccount
 from tfgshare.policies.base import (GPU, Action, ClusterSnapshot, Fragment, JobState, JobView,
                                     Migrate, SampleRecord, Start, Suspend)
 from tfgshare.policies.placement import GpuUse, fits
@@ -21,18 +22,23 @@ from tfgshare.policies.prediction import predict_remaining_s
 from tfgshare.schema import GpuInfo, JobSpec, plain
 
 # LiveJob fields that are saved to the database (the rest is volatile)
-_VOLATILE = frozenset({"unknown", "gpu_memory_mb", "over_memory", "solo_util", "_view",
-                       "_spec_record", "_counted", "reserved", "reserved_as"})
+_VOLATILE = frozenset({"unknown", "gpu_memory_mb", "over_memory", "solo_util", "step_time_s",
+                       "training", "_view", "_spec_record", "_counted", "reserved",
+                       "reserved_as"})
 
 
 @dataclass(eq=False)
-class LiveJob:
-    """One job as the coordinator tracks it."""
+class LiveJob(JobAccount):
+    """One job as the coordinator tracks it.
+
+    It is its own ``JobAccount`` (submit, waits, holds, moves, prediction):
+    the transitions change those only through the account's methods, as the
+    simulator does.
+    """
 
     id: str
     seq: int
     spec: JobSpec
-    submit_time: float
     state: JobState = JobState.QUEUED
     attempt: int = 0                  # bumped at every start; stale reports are ignored
     node: str | None = None
@@ -41,29 +47,14 @@ class LiveJob:
     steps_done: int = 0
     sample: SampleRecord | None = None
     predicted_remaining_s: float | None = None
-    predicted_total_s: float | None = None   # remaining time predicted at first sampling
-    run_at_prediction_s: float = 0.0  # run time already done when it was predicted
     # measurements behind the prediction (tfgshare.policies.prediction.predict_remaining_s)
-    step_time_s: float | None = None  # current measured step time (co-location included)
+    measured_step_s: float | None = None  # latest measured step time (co-location included)
     restart_s: float | None = None    # what its last start cost before steps ran at speed
-    finish_s: float = 0.0             # its sampling run's tail: checkpoint and exit
-    sampled_at: float | None = None   # when its sample arrived (its run's tail starts)
     attempt_step0: int | None = None  # steps_done at this attempt's start, until its cost is known
     pinned: bool = False              # manually suspended: not scheduled until resumed
     cancel_requested: bool = False
     migrate_to: tuple[Fragment, ...] | None = None   # target of a migration in flight
-    move_started: float | None = None  # when the current suspend/migrate was asked
-    first_start: float | None = None
-    finish_time: float | None = None
-    last_start: float | None = None
-    run_time_s: float = 0.0           # wall seconds spent holding GPUs
     attained_service_s: float = 0.0   # GPU-seconds
-    waited_s: float = 0.0
-    last_wait_start: float | None = None
-    suspends: int = 0
-    resumes: int = 0
-    migrations: int = 0
-    move_cost_s: float = 0.0
     retries: int = 0
     reason: str = ""                  # why it failed or was last requeued
     memory_need_mb: float = 0.0       # per GPU, measured when it last ran out of memory
@@ -74,6 +65,8 @@ class LiveJob:
     over_memory: str = ""             # non-empty when its real memory passes its fragment
     # (time, GPU util) from heartbeats while it sampled alone (real GPUs)
     solo_util: list[tuple[float, float]] = field(default_factory=list)
+    training: bool = False            # it has trained since its current start
+    step_time_s: float | None = None  # its last reported step time in the current start
     # a start the policy planned onto fragments that a suspend or migration in
     # flight still holds: reserved for this waiting job until they free
     reserved: tuple[Fragment, ...] | None = None
@@ -84,18 +77,17 @@ class LiveJob:
 
     def predict(self, restarts: int) -> float | None:
         """Run time left, from what was measured (None before its step time is known)."""
-        if self.step_time_s is None:
+        if self.measured_step_s is None:
             return None
         return predict_remaining_s(max(0, self.spec.max_number_of_steps - self.steps_done),
-                                   self.step_time_s, restarts, self.restart_s or 0.0,
-                                   self.finish_s)
+                                   self.measured_step_s, restarts, self.restart_s or 0.0)
 
     @property
     def prediction_error(self) -> float | None:
         """|predicted - actual| / actual run time after sampling, once finished."""
-        if self.state is not JobState.FINISHED or self.predicted_total_s is None:
+        actual = self.actual_after_prediction_s()
+        if self.state is not JobState.FINISHED or actual is None:
             return None
-        actual = self.run_time_s - self.run_at_prediction_s
         return abs(self.predicted_total_s - actual) / actual if actual > 0 else None
 
     def touch(self) -> None:

@@ -101,8 +101,8 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, Rounds):
             self._last_submit = max(self._last_submit, job.submit_time)
         self.seq = self.store.max_seq()
         self._awaiting_readoption = unknown > 0
-        for point in self.store.load_timeline():
-            self.metrics.timeline.add(*point)
+        for point in self.store.load_timeline():   # None: not recorded by an older version
+            self.metrics.timeline.add(*(0.0 if v is None else v for v in point))
         if self.cluster.jobs:
             log.info("loaded %d jobs (%d active, %d running before the restart, now unknown) "
                      "and %d nodes", len(self.cluster.jobs), len(self.cluster.active),
@@ -222,11 +222,12 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, Rounds):
 
     def _record_usage(self, now: float) -> None:
         """Refresh the gauges and add a timeline point (once per tick: O(jobs))."""
-        alloc, eff, queued = self.metrics.update(self.cluster, now)
+        use, queued = self.metrics.update(self.cluster, now)
         timeline = self.metrics.timeline
         t = max(now, timeline.times[-1]) if len(timeline) else now
-        timeline.add(t, alloc, eff, queued)
-        self.store.add_timeline(t, alloc, eff, queued)
+        point = (t, use.allocated, use.effective, queued, use.device, use.busy)
+        timeline.add(*point)
+        self.store.add_timeline(*point)
 
     # ---- frames ---------------------------------------------------------------
 

@@ -26,8 +26,11 @@ CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, seq INTEGER NOT NULL, data
 CREATE TABLE IF NOT EXISTS nodes (name TEXT PRIMARY KEY, data TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS log (job TEXT NOT NULL, time REAL NOT NULL, line TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS log_job ON log (job);
-CREATE TABLE IF NOT EXISTS timeline (time REAL, allocated REAL, effective REAL, queued REAL);
+CREATE TABLE IF NOT EXISTS timeline (time REAL, allocated REAL, effective REAL, queued REAL,
+                                     device REAL, busy REAL);
 """
+# columns added since the first format: an older database gets them (NULL in old rows)
+_ADDED_COLUMNS = {"timeline": ("device REAL", "busy REAL")}
 
 
 class StateStore:
@@ -42,6 +45,11 @@ class StateStore:
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.executescript(_TABLES)
+            for table, columns in _ADDED_COLUMNS.items():
+                have = {row[1] for row in self.db.execute(f"PRAGMA table_info({table})")}
+                for col in columns:
+                    if col.split()[0] not in have:
+                        self.db.execute(f"ALTER TABLE {table} ADD COLUMN {col}")
         except sqlite3.DatabaseError as exc:
             raise ValueError(f"cannot use {self.path} as the state database: {exc}") from None
         self._in_tx = False
@@ -109,11 +117,16 @@ class StateStore:
         return [r for (r,) in rows][::-1]
 
     def add_timeline(self, time: float, allocated: float, effective: float,
-                     queued: float) -> None:
-        """Record the cluster usage from ``time`` on."""
-        self._tx().execute("INSERT INTO timeline VALUES (?, ?, ?, ?)",
-                           (time, allocated, effective, queued))
+                     queued: float, device: float = 0.0, busy: float = 0.0) -> None:
+        """Record the cluster usage from ``time`` on (see ``tfgshare.metrics.Timeline``)."""
+        self._tx().execute(
+            "INSERT INTO timeline (time, allocated, effective, queued, device, busy) "
+            "VALUES (?, ?, ?, ?, ?, ?)", (time, allocated, effective, queued, device, busy))
 
-    def load_timeline(self) -> list[tuple[float, float, float, float]]:
-        """Every timeline point, in time order."""
-        return list(self.db.execute("SELECT * FROM timeline ORDER BY time, rowid"))
+    def load_timeline(self) -> list[tuple[float, ...]]:
+        """Every timeline point (time, allocated, effective, queued, device, busy), in time order.
+
+        Points written before device and busy were recorded have None there.
+        """
+        return list(self.db.execute("SELECT time, allocated, effective, queued, device, busy "
+                                    "FROM timeline ORDER BY time, rowid"))

@@ -6,10 +6,19 @@ from .base import JobView
 from .queueing import WAITING
 
 
+def remaining_time_s(total_steps: float, steps_done: float, step_time_s: float) -> float:
+    """The sampling analysis's prediction: remaining steps x step time (never negative).
+
+    The one formula the coordinator, the simulator and the policies use.
+    """
+    left = total_steps - steps_done
+    return left * step_time_s if left > 0 else 0.0
+
+
 def predict_remaining_s(steps_left: float, step_time_s: float, restarts: int = 0,
-                        restart_s: float = 0.0, finish_s: float = 0.0) -> float:
+                        restart_s: float = 0.0) -> float:
     """Run time a job still needs: its steps at the current measured step time, plus
-    the measured cost of each restart still expected and of its final save and exit.
+    the measured cost of each restart still expected.
 
     ``step_time_s`` is the latest measured step time, so it carries the present
     co-location slowdown; ``restart_s`` is what its last start cost before its
@@ -18,8 +27,7 @@ def predict_remaining_s(steps_left: float, step_time_s: float, restarts: int = 0
     live coordinator and the simulator both predict with this function, from
     measurements (the simulator's carry its measurement noise).
     """
-    return (max(0.0, steps_left) * max(0.0, step_time_s) + restarts * max(0.0, restart_s)
-            + max(0.0, finish_s))
+    return max(0.0, steps_left) * max(0.0, step_time_s) + restarts * max(0.0, restart_s)
 
 
 def remaining_s(job: JobView) -> float | None:
@@ -27,7 +35,7 @@ def remaining_s(job: JobView) -> float | None:
     if job.predicted_remaining_s is not None:
         return job.predicted_remaining_s
     if job.sample is not None:
-        return max(0, job.total_steps - job.steps_done) * job.sample.step_time_s
+        return remaining_time_s(job.total_steps, job.steps_done, job.sample.step_time_s)
     return None
 
 
