@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -58,9 +59,9 @@ def test_runner_gets_its_devices_fraction_and_threads_and_finishes(sup, tmp_path
     events, exit_ = run_until_exit(sup, "j1")
     started = events[0]
     assert started["event"] == "started"
-    assert started["cuda_visible_devices"] == "1"
     assert started["memory_fraction"] == 0.3
-    assert started["threads"] == "1"
+    env = json.loads((tmp_path / "ckpt" / "j1" / "env.json").read_text())
+    assert env == {"cuda_visible_devices": "1", "threads": "1"}
     assert [e["step"] for e in events if e["event"] == "progress"] == [1, 2, 3, 4, 5]
     assert events[-1]["event"] == "finished"
     assert (exit_.exit_code, exit_.reason) == (0, "finished")
@@ -71,7 +72,7 @@ def test_virtual_gpu_hides_cuda_devices_but_keeps_fraction(sup, tmp_path):
     sup.start("j1", 1, ["--model_name", "lenet", "--max_number_of_steps", "1"],
               tmp_path / "ckpt", [(0, 0.25), (1, 0.5)], virtual=True)
     events, exit_ = run_until_exit(sup, "j1")
-    assert events[0]["cuda_visible_devices"] == ""
+    assert json.loads((tmp_path / "ckpt" / "env.json").read_text())["cuda_visible_devices"] == ""
     assert events[0]["memory_fraction"] == 0.25   # the smallest of its fragments
     assert exit_.exit_code == 0
 
