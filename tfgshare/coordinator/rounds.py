@@ -74,7 +74,6 @@ class Rounds:
         self.metrics.rounds.observe(took)
         return actions
 
-
     def _refuse(self, action, reason: str, text: str, now: float) -> None:
         """Record an action the cluster could not take: a log line, a job event, a count."""
         name = getattr(self.policy, "name", "?")
