@@ -67,12 +67,12 @@ class Watch:
     def __getattr__(self, attr):          # sample_steps, tick_s ... of the policy
         return getattr(self.policy, attr)
 
-    def decide(self, now, cluster, jobs):
+    def decide(self, now, cluster, jobs, memo=None):
         for j in jobs:
             assert j.steps_done >= self.steps.get(j.id, 0), f"{j.id} lost steps at {now}"
             assert 0 <= j.steps_done <= j.total_steps
             self.steps[j.id] = j.steps_done
-        return self.policy.decide(now, cluster, jobs)
+        return self.policy.decide(now, cluster, jobs, memo)
 
 
 def fgs_for_tests():

@@ -18,6 +18,10 @@ class AgentProtocol:
     def _on_register(self, peer: bytes, msg: s.Register) -> dict[str, Any]:
         if self.config.token is not None and msg.token != self.config.token:
             raise RequestError("register refused: wrong or missing token")
+        caller = self._caller
+        if caller is not None and msg.node != caller.name:
+            raise RequestError(f"register refused: agent key {caller.name!r} may register only "
+                               f"node {caller.name!r}, not {msg.node!r}")
         if not msg.gpus:
             raise RequestError("register refused: the node offers no GPUs")
         indices = [g.index for g in msg.gpus]
@@ -33,7 +37,7 @@ class AgentProtocol:
         node.gpus, node.identity, node.last_seen, node.lost = gpus, peer, now, False
         self.peers[peer] = node.name
         self.cluster.nodes_changed()
-        self.store.save_node(node.name, {"gpus": [vars(g) for g in msg.gpus]})
+        self.store.save_node(node.name, {"gpus": [s.plain(g) for g in msg.gpus]})
         log.info("node %s joined with %d GPUs (%s), reporting %d runners", node.name,
                  len(gpus), ", ".join(f"{g.index}:{g.name} {g.memory_mb} MiB" for g in msg.gpus),
                  len(msg.jobs))
@@ -314,8 +318,11 @@ class AgentProtocol:
                                 f"{job.memory_need_mb:.0f} MiB")
 
     def _on_reply(self, peer: bytes, msg: s.Message) -> None:
-        sent = self.pending.pop(msg.id, None)
-        if sent is None or not isinstance(msg, s.Error):
+        sent = self.pending.get(msg.id)
+        if sent is None or self.peers.get(peer) != sent[3]:
+            return                   # not an answer to a command we sent to this peer
+        del self.pending[msg.id]
+        if not isinstance(msg, s.Error):
             return
         job_id, attempt, kind, _node = sent
         node = self.peers.get(peer, peer.hex())

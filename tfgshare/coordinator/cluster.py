@@ -2,9 +2,10 @@
 
 ``LiveJob`` is one job as the coordinator tracks it (what is persisted plus
 volatile telemetry); ``Node`` is one agent's machine. ``Cluster`` holds both and
-builds the policy's ``ClusterSnapshot`` and ``JobView``s cheaply: the GPU list
-is rebuilt only when nodes change, and each job's view is cached until the job
-changes (call ``LiveJob.touch``).
+builds the policy's ``ClusterSnapshot`` and ``JobView``s cheaply: the snapshot
+is rebuilt only when nodes change, each job's view is cached until the job
+changes (call ``LiveJob.touch``), and the views live in a ``JobSet`` whose change
+log lets the policy's memo follow only the jobs that changed.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any, Iterator, Sequence
 from tfgshare.metrics import JobAccount
 from tfgshare.policies.base import (GPU, Action, ClusterSnapshot, Fragment, JobState, JobView,
                                     Migrate, SampleRecord, Start, Suspend)
+from tfgshare.policies.jobset import JobSet
 from tfgshare.policies.placement import GpuUse, fits
 from tfgshare.policies.prediction import predict_remaining_s
 from tfgshare.schema import GpuInfo, JobSpec, plain
@@ -39,6 +41,7 @@ class LiveJob(JobAccount):
     id: str
     seq: int
     spec: JobSpec
+    owner: str = ""                   # the submitter's key name (set from the key, "" if keys off)
     state: JobState = JobState.QUEUED
     attempt: int = 0                  # bumped at every start; stale reports are ignored
     node: str | None = None
@@ -208,17 +211,17 @@ class Cluster:
         self.tenants: dict[str, dict[str, LiveJob]] = {}   # GPU id -> jobs holding it
         self.migrating: dict[str, LiveJob] = {}   # jobs with a migration target reserved
         self.reserved: dict[str, LiveJob] = {}    # waiting jobs with a start in flight
-        self._views: dict[str, JobView] = {}       # what the policy sees, kept up to date
+        self._views = JobSet()                     # what the policy sees, kept up to date
         self.counts: dict[str, int] = {}          # jobs by state ("unknown" apart), kept up to date
         self.over_count = 0                       # jobs over their fragment's memory
         self.prediction_errors: list[float] = []  # of finished jobs
-        self._gpus: tuple[GPU, ...] | None = None
+        self._snapshot: ClusterSnapshot | None = None
 
     # ---- nodes -------------------------------------------------------------
 
     def nodes_changed(self) -> None:
-        """Rebuild the GPU list at the next snapshot."""
-        self._gpus = None
+        """Rebuild the snapshot at the next call."""
+        self._snapshot = None
 
     def up_nodes(self) -> Iterator[Node]:
         """Nodes whose agent is connected."""
@@ -226,11 +229,12 @@ class Cluster:
 
     def snapshot(self) -> ClusterSnapshot:
         """The GPUs of every up node, as the policy sees them."""
-        if self._gpus is None:
-            self._gpus = tuple(
-                GPU(id=n.gpu_id(i), node=n.name, index=i, memory_mb=g.memory_mb)
-                for n in self.up_nodes() for i, g in sorted(n.gpus.items()))
-        return ClusterSnapshot(gpus=self._gpus, reserve_mb=self.reserve_mb, one_node_gangs=True)
+        if self._snapshot is None:   # one object while nodes stay: its layout is kept on it
+            gpus = tuple(GPU(id=n.gpu_id(i), node=n.name, index=i, memory_mb=g.memory_mb)
+                         for n in self.up_nodes() for i, g in sorted(n.gpus.items()))
+            self._snapshot = ClusterSnapshot(gpus=gpus, reserve_mb=self.reserve_mb,
+                                             one_node_gangs=True)
+        return self._snapshot
 
     def largest_node(self) -> int:
         """The most GPUs any known node has (0 when no node has joined yet)."""
@@ -264,7 +268,7 @@ class Cluster:
         """Drop a finished, failed or cancelled job from the active set."""
         self.unplace(job)
         self.active.pop(job.id, None)
-        self._views.pop(job.id, None)
+        self._views.drop(job.id)
 
     def place(self, job: LiveJob, fragments: tuple[Fragment, ...]) -> None:
         """Record that ``job`` holds these fragments."""
@@ -331,13 +335,19 @@ class Cluster:
                     self.prediction_errors.append(err)
             job._counted = counted
         if job.state.done or job.unknown or (job.pinned and job.state.waiting):
-            self._views.pop(job.id, None)
+            self._views.drop(job.id)
         else:
-            self._views[job.id] = job.view()
+            self._views.put(job.view())
 
-    def views(self) -> list[JobView]:
-        """Views of the jobs the policy decides on (not done, held or unknown)."""
-        return list(self._views.values())
+    def views(self) -> JobSet:
+        """Views of the jobs the policy decides on (not done, held or unknown).
+
+        A frozen copy carrying the changes since the last call, for the policy's
+        memo; later changes go to the next call's copy.
+        """
+        out = self._views.frozen()
+        self._views.trim()
+        return out
 
     def check_actions(self, actions: Sequence[Action]) -> "Checked":
         """Which actions can be carried out now, which must wait, and why the others cannot.

@@ -109,12 +109,26 @@ class StateStore:
 
     def logs(self, job_id: str, tail: int | None = None) -> list[str]:
         """A job's log lines, oldest first (the last ``tail`` when given)."""
-        if tail is None:
-            rows = self.db.execute("SELECT line FROM log WHERE job = ? ORDER BY rowid", (job_id,))
-            return [r for (r,) in rows]
-        rows = self.db.execute(
-            "SELECT line FROM log WHERE job = ? ORDER BY rowid DESC LIMIT ?", (job_id, tail))
-        return [r for (r,) in rows][::-1]
+        lines, _ = self.logs_page(job_id, tail, 0, None)
+        return lines
+
+    def logs_page(self, job_id: str, tail: int | None, cursor: int, limit: int | None
+                  ) -> tuple[list[str], int | None]:
+        """Up to ``limit`` log lines after ``cursor`` (0: from the start, or the last
+        ``tail``), and the cursor of the next page (None: no more)."""
+        if cursor == 0 and tail is not None:
+            if tail == 0:
+                return [], None
+            row = self.db.execute("SELECT rowid FROM log WHERE job = ? ORDER BY rowid DESC "
+                                  "LIMIT 1 OFFSET ?", (job_id, tail - 1)).fetchone()
+            cursor = row[0] - 1 if row else 0
+        query = "SELECT rowid, line FROM log WHERE job = ? AND rowid > ? ORDER BY rowid"
+        if limit is None:
+            return [line for _, line in self.db.execute(query, (job_id, cursor))], None
+        rows = self.db.execute(query + " LIMIT ?", (job_id, cursor, limit + 1)).fetchall()
+        more = len(rows) > limit
+        rows = rows[:limit]
+        return [line for _, line in rows], (rows[-1][0] if more else None)
 
     def add_timeline(self, time: float, allocated: float, effective: float,
                      queued: float, device: float = 0.0, busy: float = 0.0) -> None:

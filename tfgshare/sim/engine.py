@@ -1,7 +1,9 @@
 """The discrete-event simulator: replays jobs on a cluster under one policy.
 
 Time jumps from event to event (arrivals, runs reaching their target step,
-start-up stalls ending, and a periodic tick while jobs wait). All events at one
+start-up stalls ending, and a periodic tick while jobs wait; with no tick,
+``tick_s=None``, the policy's own timed events from ``wake_at`` instead, such
+as the moment a waiting fgs job passes its bound and is promoted). All events at one
 timestamp are handled together, then the policy is asked once for actions,
 given only the live jobs. A job's training progresses at
 ``1 / step_time`` steps per second where ``step_time`` is its profile's step
@@ -37,6 +39,7 @@ from tfgshare.metrics import (JobAccount, JobRecord, Report, Timeline, compute_r
                               held_share, kernel_share)
 from tfgshare.policies.base import (ClusterSnapshot, Fragment, JobState, JobView, Migrate,
                                     Policy, SampleRecord, Start, Suspend)
+from tfgshare.policies.jobset import JobSet
 from tfgshare.policies.prediction import predict_remaining_s
 
 from .cluster import SimCluster
@@ -187,7 +190,9 @@ class Simulator:
         wall0 = time.perf_counter()
         jobs, n = self.jobs, len(self.jobs)
         self.live: dict[str, SimJob] = {}
-        self.views: dict[str, JobView] = {}     # the policy's view of each live job
+        self.views = JobSet()                   # the policy's view of each live job
+        new_memo = getattr(self.policy, "new_memo", None)
+        self.memo = new_memo() if new_memo is not None else None   # the policy's, ours to keep
         self.dirty: dict[SimJob, None] = {}     # live jobs whose view is out of date (ordered)
         self.heap: list = []
         self.refresh: list = []
@@ -204,11 +209,12 @@ class Simulator:
         rounds = 0
         i = 0
         next_tick = math.inf
+        self.wake = math.inf   # when the policy asked to decide again (its timed events)
         heap = self.heap
         while True:
             t_arr = jobs[i].submit_time if i < n else math.inf
             t_ev = heap[0][0] if heap else math.inf
-            t_tick = next_tick if self.n_waiting else math.inf
+            t_tick = min(next_tick, self.wake) if self.n_waiting else math.inf
             t = min(t_arr, t_ev, t_tick)
             if t == math.inf:
                 break
@@ -270,7 +276,7 @@ class Simulator:
             del self.live[job.id]
             job.end(now)
             self.records.append(JobRecord.of(job.id, job.num_gpus, job, now))
-            self.views.pop(job.id, None)
+            self.views.drop(job.id)
             self.dirty.pop(job, None)
             if self.progress is not None:
                 self.progress(len(self.records), len(self.jobs))
@@ -462,15 +468,22 @@ class Simulator:
             _, _, job, version = heapq.heappop(refresh)
             if version == job.view_version and job.state.holds_gpu:
                 self.dirty[job] = None
+        views = self.views
         if self.dirty:
-            cache = self.views
             for job in self.dirty:
-                cache[job.id] = self._view(job)
+                views.put(self._view(job))
             self.dirty.clear()
-        views = list(self.views.values())
         t0 = time.perf_counter()
-        actions = self.policy.decide(now, self.snapshot, views)
+        if self.memo is not None:
+            actions = self.policy.decide(now, self.snapshot, views, self.memo)
+        else:
+            actions = self.policy.decide(now, self.snapshot, list(views))
         self.decide_s.append(time.perf_counter() - t0)
+        views.trim()   # the memo has read the changes
+        wake_at = getattr(self.policy, "wake_at", None)
+        if wake_at is not None and self.memo is not None and not self.tick_s:
+            w = wake_at(now, self.memo)
+            self.wake = math.inf if w is None else max(w, now + 1e-6)
         if not actions:
             return False
         if self.config.check:
