@@ -84,6 +84,7 @@ def make_cluster(tmp_path):
         c.stop_all(timeout_s=10)
 
 
+@pytest.mark.timeout(450)   # two sampling runs one after the other (11.8 GB sampling fragment)
 def test_two_jobs_share_one_gpu_from_submit_to_finish(make_cluster):
     cluster = make_cluster()
     cluster.start_coordinator()
@@ -99,7 +100,7 @@ def test_two_jobs_share_one_gpu_from_submit_to_finish(make_cluster):
             running = [f for f in gpu["fragments"] if f["state"] == "running"]
             most_together = max(most_together, len(running))
             return all(job_in(c, j, "finished") for j in ids)
-        wait_until("both jobs to finish", both_done, timeout=280)
+        wait_until("both jobs to finish", both_done, timeout=420)
         assert most_together == 2, "the two jobs never ran on the GPU at the same time"
         for j in ids:
             log = "\n".join(c.logs(j))
