@@ -410,6 +410,10 @@ class _Round:
         self.rep = next(iter(self.free.gpus.values())) if len(self.free.sizes) == 1 else None
         self.actions: list[Action] = []
         self.acted: set[str] = set()
+        # per round, actions apart: (job id, gang size) -> may move now / ever;
+        # gang size -> ready_in of every holder (holders and now are fixed in a round)
+        self._movable: dict[tuple[str, int], tuple[bool, bool]] = {}
+        self._ready: dict[int, dict[str, float]] = {}
 
     # ---- fitting ---------------------------------------------------------
 
@@ -596,7 +600,7 @@ class _Round:
 
     def movable(self, holder: JobView, size: int) -> bool:
         """Whether a running job may be moved now for a job of ``size`` GPUs."""
-        return self.evictable(holder, size) and self.settled(holder)
+        return holder.id not in self.acted and self._may_move(holder, size)[0]
 
     def evictable(self, holder: JobView, size: int) -> bool:
         """Whether a running job may ever be moved for a job of ``size`` GPUs.
@@ -604,21 +608,39 @@ class _Round:
         Not one that already waited past its own bound (it was promoted once):
         otherwise promoted jobs would take turns suspending each other.
         """
-        return (holder.state is JobState.RUNNING and holder.id not in self.acted
-                and holder.num_gpus <= size
-                and not self.pol._overdue(holder.waited_s, remaining_s(holder)))
+        return holder.id not in self.acted and self._may_move(holder, size)[1]
+
+    def _may_move(self, holder: JobView, size: int) -> tuple[bool, bool]:
+        """(movable, evictable) as if the job were not acted on this round (kept per round)."""
+        key = (holder.id, size)
+        got = self._movable.get(key)
+        if got is None:
+            ever = (holder.state is JobState.RUNNING and holder.num_gpus <= size
+                    and not self.pol._overdue(holder.waited_s, remaining_s(holder)))
+            got = self._movable[key] = (ever and self.settled(holder), ever)
+        return got
 
     def settled(self, job: JobView) -> bool:
         """Whether the job has run at least ``min_run_s`` since its last start."""
         return job.last_start is None or self.now - job.last_start >= self.pol.min_run_s
 
     def readiness(self, size: int) -> dict[str, float]:
-        """``ready_in`` for every job holding a GPU, by job id."""
-        seen: dict[str, float] = {}
-        for hs in self.holders.values():
-            for h in hs:
-                if h.id not in seen:
-                    seen[h.id] = self.ready_in(h, size)
+        """``ready_in`` for every job holding a GPU, by job id, as if not acted on this round.
+
+        Only read for holders not acted on, so it is kept for the round.
+        """
+        seen = self._ready.get(size)
+        if seen is not None:
+            return seen
+        seen = self._ready[size] = {}
+        acted, self.acted = self.acted, set()
+        try:
+            for hs in self.holders.values():
+                for h in hs:
+                    if h.id not in seen:
+                        seen[h.id] = self.ready_in(h, size)
+        finally:
+            self.acted = acted
         return seen
 
     def ready_in(self, holder: JobView, size: int) -> float:
@@ -643,10 +665,16 @@ class _Round:
         if use is None:   # idle
             return (0.0, 0, ()) if free >= f - EPS else None
         tenants = use.tenants
-        cap = self.pol.max_cotenants
-        if free >= f - EPS and tenants < cap and self.calm(gid, util):
+        pol = self.pol
+        cap = pol.max_cotenants
+        if free >= f - EPS and tenants < cap and (   # calm(gid, util), inline
+                tenants <= 0 or util <= room_for(tenants, use.util, pol.slowdown_cap,
+                                                 pol.interference_overhead) + EPS):
             return (0.0, 0, ())
-        hs = [h for h in self.holders.get(gid, ()) if h.id not in self.acted]
+        acted = self.acted
+        hs = self.holders.get(gid, ())
+        if acted:
+            hs = [h for h in hs if h.id not in acted]
         if not hs:
             return None
         r = reserve_fraction(self.free.gpus[gid], self.reserve)
@@ -655,7 +683,7 @@ class _Round:
             if free + _frac_on(h, gid) + r >= f - EPS:
                 return (ready[h.id], 1, hs)
             return None
-        hs.sort(key=lambda h: (ready[h.id], -_frac_on(h, gid), h.id))
+        hs = sorted(hs, key=lambda h: (ready[h.id], -_frac_on(h, gid), h.id))
         gone: list[JobView] = []
         wait = 0.0
         for h in hs:
