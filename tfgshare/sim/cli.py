@@ -42,11 +42,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--end", default=None, help="only jobs submitted before this")
     p.add_argument("--time-compression", type=float, default=1.0,
                    help="arrivals come this many times faster (default 1)")
-    p.add_argument("--profiles", default=None, help="model profile YAML (default: shipped)")
+    p.add_argument("--profile", "--profiles", dest="profiles", default=None,
+                   help="model profile YAML, e.g. one `tfgshare profile` wrote (default: the "
+                        "shipped one); a measured profile's co-location fit and checkpoint "
+                        "bandwidth are used too")
     p.add_argument("--tick", type=float, default=60.0,
                    help="seconds between policy calls while jobs wait (default 60)")
-    p.add_argument("--storage-mb-s", type=float, default=SimConfig.storage_mb_s,
-                   help="checkpoint bandwidth in MB/s")
+    p.add_argument("--storage-mb-s", type=float, default=None,
+                   help=f"checkpoint bandwidth in MB/s (default: the profile's measured one, "
+                        f"else {SimConfig.storage_mb_s:g})")
     p.add_argument("--check", action="store_true",
                    help="validate every decision and invariant (slow)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
@@ -104,8 +108,10 @@ def _run(args) -> int:
         raise ValueError(f"--tick must be positive, got {args.tick}")
     cluster = load_cluster(spec)
     profiles = load_profiles(args.profiles)
-    config = SimConfig(seed=args.seed, tick_s=args.tick, storage_mb_s=args.storage_mb_s,
-                       check=args.check)
+    measured = profiles.sim_overrides()
+    if args.storage_mb_s is not None:
+        measured["storage_mb_s"] = args.storage_mb_s
+    config = SimConfig(seed=args.seed, tick_s=args.tick, check=args.check, **measured)
     work = load_workload(args.trace, profiles, cluster.num_gpus, seed=args.seed,
                          num_jobs=args.jobs, vcs=vcs, start=_time_arg(args.start),
                          end=_time_arg(args.end), time_compression=args.time_compression)

@@ -1,0 +1,129 @@
+"""tfgshare profile / replay / reproduce four-models, for real on the CPU (small settings)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tfgshare.localcluster import LocalCluster
+from tfgshare.sim.profiles import load_profiles
+
+REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.timeout(300)
+
+# one cheap paper model: the mapping only draws the paper's four, and the profile need
+# only name those it profiled
+TINY_PROFILE = """
+reference_gpu: "test: CPU virtual GPU"
+models:
+  alexnet_v2:
+    image_size: 195
+    checkpoint_mb: 300
+    startup_s: 12
+    batches:
+      1: {step_time_s: 0.3, memory_mb: 900, gpu_util: 1.0}
+"""
+
+
+def tfgshare(*args: str, timeout: float = 280) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tfgshare.cli", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_profile_on_the_cpu_writes_a_profile_the_simulator_loads(tmp_path):
+    out = tmp_path / "cpu.yaml"
+    done = tfgshare("profile", "lenet", "alexnet_v2@195", "--batch-sizes", "1", "--cpu",
+                    "--colocate", "--out", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "co-location fit: overhead" in done.stdout and "fit error mean" in done.stdout
+    doc = yaml.safe_load(out.read_text())
+    assert doc["device"].startswith("CPU virtual GPU") and doc["tensorflow"] != "unknown"
+    assert doc["date"] and doc["colocation"]["pairs"][0]["models"] == ["lenet/1", "alexnet_v2/1"]
+    prof = load_profiles(out)
+    alex = prof.get("alexnet_v2", 1)
+    assert alex.image_size == 195 and 0 < alex.step_time_s < 30 and 0 < alex.gpu_util <= 1
+    assert alex.checkpoint_mb > 100            # alexnet_v2's 50 M parameters and their slots
+    row = doc["models"]["alexnet_v2"]
+    assert row["startup_s"] > row["graph_build_s"] >= 0 and row["save_s"] > 0
+    sim = tfgshare("simulate", "--profile", str(out), "--trace", "philly", "--jobs", "30",
+                   "--cluster", "1x2", "--policy", "fifo,fgs", "--no-plots",
+                   "--out", str(tmp_path / "sim"))
+    assert sim.returncode == 0, sim.stderr
+    report = json.loads((tmp_path / "sim" / "report.json").read_text())
+    assert report["policies"]["fgs"]["report"]["finished"] == 30
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = LocalCluster(tmp_path / "cluster", policy="fifo")
+    try:
+        c.start_coordinator()
+        c.start_agent("n1", "2x16GiB")
+        c.wait_nodes({"n1"})
+        yield c
+    finally:
+        c.stop_all(timeout_s=10)
+
+
+def test_replay_of_a_small_slice_finishes_every_job_and_reports_live_beside_sim(cluster,
+                                                                                  tmp_path):
+    from tfgshare.repro import replay
+
+    profile = tmp_path / "tiny.yaml"
+    profile.write_text(TINY_PROFILE)
+    out = tmp_path / "replay"
+    code = replay.main(["--coordinator", cluster.address, "--speedup", "20000", "--jobs", "4",
+                        "--start", "2017-10-09", "--profile", str(profile), "--out", str(out),
+                        "--timeout", "240"])
+    assert code == 0
+    doc = json.loads((out / "report.json").read_text())
+    assert doc["jobs"] == 4 and doc["policy"] == "fifo" and doc["cluster"] == "1x2:16384"
+    assert doc["live"]["report"]["finished"] == 4 == doc["sim"]["report"]["finished"]
+    assert all(j["state"] == "finished" for j in doc["live"]["jobs"])
+    assert doc["jct_mean_sim_vs_live"] is not None
+    # the step counts follow the compressed durations: 66 s / 20000 is under one 0.3 s step
+    assert [j["total_steps"] for j in doc["mapping"]][:2] == [1, 1]
+    with open(out / "report.csv") as f:
+        assert [line.split(",")[0] for line in f.read().splitlines()[1:]] == \
+            ["fifo live", "fifo sim"]
+
+
+def test_reproduce_four_models_records_match_the_coordinators_store(tmp_path):
+    config = tmp_path / "batch.yaml"
+    config.write_text(yaml.safe_dump({"scales": {"small": {
+        "cluster": {"nodes": 1, "virtual_gpus": "1x16GiB"}, "timeout_s": 200,
+        "burst": 1, "interval_s": 2,
+        "jobs": [{"model": "lenet", "batch_size": 2, "steps": 30},
+                 {"model": "alexnet_v2", "image_size": 195, "batch_size": 1, "steps": 3},
+                 {"model": "lenet", "batch_size": 2, "steps": 20}]}}}))
+    out = tmp_path / "four"
+    done = tfgshare("reproduce", "four-models", "--policy", "fifo,fgs", "--scale", "small",
+                    "--config", str(config), "--out", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    for name in ("report.txt", "report.csv", "jobs.json", "jct.png", "gantt.png"):
+        assert (out / name).stat().st_size > 0, name
+    table = (out / "report.txt").read_text().splitlines()
+    assert table[0].split()[:2] == ["policy", "jobs"] and "JCT /" in table[0]
+    assert [line.split()[0] for line in table[2:]] == ["fifo", "fgs"]
+    doc = json.loads((out / "jobs.json").read_text())
+    assert doc["baseline"] == "fifo"
+    for policy in ("fifo", "fgs"):
+        jobs = doc["policies"][policy]["jobs"]
+        assert [j["name"] for j in jobs] == ["01-lenet", "02-alexnet_v2", "03-lenet"]
+        db = sqlite3.connect(out / "clusters" / policy / "state.db")
+        stored = {i: json.loads(d) for i, d in db.execute("SELECT id, data FROM jobs")}
+        db.close()
+        assert set(stored) == {j["id"] for j in jobs}
+        for j in jobs:
+            s = stored[j["id"]]
+            assert j["state"] == s["state"] == "finished"
+            assert j["finish_time"] == pytest.approx(s["finish_time"])
+            assert j["submit_time"] == pytest.approx(s["submit_time"])
+            assert j["steps_done"] == s["steps_done"] == s["spec"]["max_number_of_steps"]
+        assert doc["policies"][policy]["report"]["finished"] == 3
