@@ -117,7 +117,8 @@ def scaling(policies: list[str], budget: float) -> list[str]:
     return lines
 
 
-def headline(policies: list[str], budget: float) -> tuple[list[str], dict]:
+def headline(policies: list[str], budget: float,
+             clusters: tuple[str, ...] = HEADLINE_CLUSTERS) -> tuple[list[str], dict]:
     from tfgshare.metrics import Report, ratios
 
     def as_report(d: dict) -> Report:
@@ -128,7 +129,7 @@ def headline(policies: list[str], budget: float) -> tuple[list[str], dict]:
              "| alloc util % | util x | eff util % | eff x | susp/res/mig | wall s |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     raw: dict = {}
-    for spec in HEADLINE_CLUSTERS:
+    for spec in clusters:
         runs = {}
         for pol in policies:
             r = in_subprocess(pol, HEADLINE_JOBS, spec, HEADLINE_START, timeout=budget * 1.5)
@@ -215,6 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-write", action="store_true", help="print only")
     p.add_argument("--skip-scaling", action="store_true")
     p.add_argument("--headline-only", action="store_true", help="run (b) only")
+    p.add_argument("--clusters", default=",".join(HEADLINE_CLUSTERS),
+                   help="clusters of the headline (b)")
     args = p.parse_args(argv)
     if args.one:
         pol, n, spec, start = args.one
@@ -225,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     skip = args.skip_scaling or args.headline_only
     scale = [] if skip else scaling(policies, args.budget)
     steady = [] if args.headline_only else stationary()
-    head, raw = headline(policies, args.budget)
+    head, raw = headline(policies, args.budget, tuple(args.clusters.split(",")))
     print(f"bench took {time.time() - t0:.0f} s")
     if args.headline_only:   # the other generated tables stay as they are: print only
         print(render(scale, steady, head))

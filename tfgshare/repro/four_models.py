@@ -204,6 +204,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--scale", default="small", help="small (CPU, minutes) or paper (GPUs)")
     p.add_argument("--config", default=None, help="batch YAML (default: the shipped one)")
     p.add_argument("--jobs", type=int, default=None, help="only the first N jobs of the batch")
+    p.add_argument("--real-gpus", action="store_true",
+                   help="agents use the node's GPUs (NVML) instead of the scale's virtual GPUs")
     p.add_argument("--out", default=None, help="output folder (default: a new temp folder)")
     return p
 
@@ -223,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
         batch = load_batch(Path(args.config) if args.config else default_config(),
                            args.scale, args.jobs)
+        if args.real_gpus:
+            batch["cluster"] = {**batch["cluster"], "virtual_gpus": None}
     except (ValueError, KeyError, FileNotFoundError) as err:
         msg = err.args[0] if isinstance(err, KeyError) and err.args else err
         print(f"tfgshare reproduce: error: {msg}", file=sys.stderr)

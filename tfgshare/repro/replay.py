@@ -30,8 +30,12 @@ RUNNER_TICK_S = 0.5     # LocalCluster's coordinator tick: the simulator calls t
 
 def compressed_jobs(trace: str, profiles, speedup: float, *, num_jobs: int | None = None,
                     start=None, end=None, vcs: list[str] | None = None, seed: int = 0,
-                    max_gpus: int = 1) -> list:
-    """The slice's jobs, mapped and compressed by ``speedup`` (see the module doc)."""
+                    max_gpus: int = 1, as_model: tuple[str, int] | None = None) -> list:
+    """The slice's jobs, mapped and compressed by ``speedup`` (see the module doc).
+
+    ``as_model`` (model, batch size) runs every job as that profiled model instead of its
+    mapped one, with the step count its duration needs (a quick stand-in, e.g. lenet).
+    """
     from philly.filters import compress_time
     from philly.mapping import assign_models
     from philly.trace import load_trace
@@ -44,6 +48,10 @@ def compressed_jobs(trace: str, profiles, speedup: float, *, num_jobs: int | Non
     if not jobs:
         raise ValueError(f"trace {trace!r} has no jobs left after the filters")
     mapped = assign_models(jobs, profiles.step_times(), seed)
+    if as_model is not None:
+        profiles.get(*as_model)           # a clear error when it is not profiled
+        mapped = [dataclasses.replace(j, model=as_model[0], batch_size=as_model[1])
+                  for j in mapped]
     out = []
     for job in compress_time(mapped, speedup, durations=True):
         step = profiles.get(job.model, job.batch_size).step_time_s
@@ -127,6 +135,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="profile of the live devices (default: the CPU profile shipped in "
                         "tfgshare/data/profiles/cpu-virtual-gpu.yaml)")
     p.add_argument("--seed", type=int, default=0, help="seed of the model mapping")
+    p.add_argument("--as-model", default=None, metavar="MODEL:BATCH",
+                   help="run every job as this profiled model and batch size (a fast "
+                        "stand-in such as lenet:4; durations are kept)")
     p.add_argument("--max-gpus-per-job", type=int, default=1,
                    help="cap on a job's GPU count (default 1, see the module doc)")
     p.add_argument("--timeout", type=float, default=3600.0,
@@ -161,9 +172,16 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
         profiles = load_profiles(args.profile or default_live_profile())
         vcs = [v.strip() for v in args.vc.split(",")] if args.vc else None
+        as_model = None
+        if args.as_model:
+            name, _, batch = args.as_model.partition(":")
+            if not batch.isdigit():
+                raise ValueError(f"--as-model takes MODEL:BATCH, got {args.as_model!r}")
+            as_model = (name, int(batch))
         jobs = compressed_jobs(args.trace, profiles, args.speedup, num_jobs=args.jobs,
                                start=_time(args.start), end=_time(args.end), vcs=vcs,
-                               seed=args.seed, max_gpus=args.max_gpus_per_job)
+                               seed=args.seed, max_gpus=args.max_gpus_per_job,
+                               as_model=as_model)
     except (ValueError, KeyError, FileNotFoundError) as err:
         msg = err.args[0] if isinstance(err, KeyError) and err.args else err
         print(f"tfgshare replay: error: {msg}", file=sys.stderr)
