@@ -83,13 +83,18 @@ def cluster_shape(nodes: list[dict]) -> str:
 
 
 def simulate_same(jobs: list, profiles, policy_name: str, spec: str, seed: int = 0):
-    """The same jobs through the simulator (the profile's measured costs, the live tick)."""
+    """The same jobs through the simulator (the profile's measured costs, the live tick and
+    the runner's default sampling warm-up and share)."""
     from tfgshare.policies.registry import get_policy
     from tfgshare.sim.cluster import load_cluster
     from tfgshare.sim.config import SimConfig
     from tfgshare.sim.engine import simulate
 
-    config = SimConfig(seed=seed, tick_s=RUNNER_TICK_S, **profiles.sim_overrides())
+    from tfgshare.runner.config import TrainConfig
+
+    # the live runner's sampling phase: its default warm-up and share of the job
+    config = SimConfig(seed=seed, tick_s=RUNNER_TICK_S, warmup_steps=TrainConfig.warmup_steps,
+                       sample_share=TrainConfig.max_sample_share, **profiles.sim_overrides())
     return simulate(load_cluster(spec), jobs, profiles, get_policy(policy_name), config)
 
 
