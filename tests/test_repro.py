@@ -146,3 +146,31 @@ def test_gpu_check_passes_its_allow_cpu_mode(tmp_path):
     for name in ("discovery", "sharing", "continuity", "profile", "reproduce"):
         assert f"- {name}: ok" in block
     assert "pair lenet/1 + cifarnet/1: slowdown" in block and "JCT /" in block
+
+
+def test_colocation_fit_recovers_the_model_that_made_the_slowdowns():
+    from tfgshare.repro.profile import fit_colocation
+    from tfgshare.sim.colocation import Colocation
+
+    truth = Colocation(overhead=0.15, exponent=1.3)
+    utils = {"a/1": 0.9, "b/1": 0.5, "c/1": 0.3}
+    pairs = [{"models": [x, y], "slowdown": [truth.slowdown(2, utils[x] + utils[y])] * 2}
+             for x, y in (("a/1", "b/1"), ("a/1", "c/1"), ("b/1", "c/1"))]
+    fit = fit_colocation(pairs, utils)
+    assert fit["overhead"] == pytest.approx(0.15, abs=0.011)
+    assert fit["exponent"] == pytest.approx(1.3, abs=0.051)
+    assert fit["fit_error_max"] < 0.01 and fit["points"] == 6
+
+
+def test_a_measured_profile_sets_the_simulators_colocation_and_checkpoint_bandwidth(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text(TINY_PROFILE + "storage_mb_s: 42.5\ncolocation: {overhead: 0.3, "
+                    "exponent: 0.7, fit_error_mean: 0.1}\n")
+    prof = load_profiles(path)
+    over = prof.sim_overrides()
+    assert over["storage_mb_s"] == 42.5
+    assert (over["colocation"].overhead, over["colocation"].exponent) == (0.3, 0.7)
+    assert prof.get("alexnet_v2", 1).checkpoint_mb == 300
+    path.write_text(TINY_PROFILE + "colocation: {overhead: -1, exponent: 1}\n")
+    with pytest.raises(ValueError, match="colocation.overhead"):
+        load_profiles(path)
