@@ -50,6 +50,11 @@ MODELS: dict[str, ModelSpec] = {
 
 MODEL_NAMES: tuple[str, ...] = tuple(sorted(MODELS))
 
+# The batch norm the nets are built with: "fused" (``slim_models.batch_norm``, same
+# variables and updates as TF-Slim's, builds faster) or "slim" (``tf_slim.batch_norm``).
+BATCH_NORM = "fused"
+BATCH_NORMS = ("fused", "slim")
+
 # The four models of the paper's TF-Slim benchmarks (see PAPER.md).
 PAPER_MODELS: tuple[str, ...] = ("inception_v3", "resnet_v1_50", "vgg_16", "alexnet_v2")
 
@@ -86,11 +91,11 @@ def check_model(name: str, image_size: int | None = None) -> None:
 
 
 def get_network_fn(name: str, num_classes: int, weight_decay: float = 0.0,
-                   is_training: bool = False):
+                   is_training: bool = False, batch_norm: str | None = None):
     """A function ``fn(images) -> (logits [batch, num_classes], end_points)`` for model ``name``.
 
     ``fn.default_image_size`` holds the model's default input size. The net is built
-    under its TF-Slim arg scope. Inputs larger than the net's fixed-size head are
+    under its TF-Slim arg scope, with ``batch_norm`` (default ``BATCH_NORM``). Inputs larger than the net's fixed-size head are
     classified fully convolutionally and the logits averaged over space.
     """
     spec = _spec(name)
@@ -99,6 +104,9 @@ def get_network_fn(name: str, num_classes: int, weight_decay: float = 0.0,
         raise ValueError(f"num_classes must be a positive integer, got {num_classes!r}")
     if weight_decay < 0:
         raise ValueError(f"weight_decay must be >= 0, got {weight_decay!r}")
+    batch_norm = batch_norm or BATCH_NORM
+    if batch_norm not in BATCH_NORMS:
+        raise ValueError(f"unknown batch norm {batch_norm!r}; valid: {', '.join(BATCH_NORMS)}")
 
     from slim_models.compat import ensure_tf_compat
     ensure_tf_compat()
@@ -119,7 +127,11 @@ def get_network_fn(name: str, num_classes: int, weight_decay: float = 0.0,
                     f"minimum {spec.min_image_size}")
         if spec.squeeze_arg:
             kwargs.setdefault("spatial_squeeze", False)
-        with slim.arg_scope(arg_scope(weight_decay=weight_decay)):
+        scope = arg_scope(weight_decay=weight_decay)
+        if batch_norm == "fused":
+            from slim_models.batch_norm import use_fused
+            scope = use_fused(scope)
+        with slim.arg_scope(scope):
             logits, end_points = builder(images, num_classes=num_classes,
                                          is_training=is_training, **kwargs)
         logits = _to_2d(tf, logits, "logits")

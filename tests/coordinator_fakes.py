@@ -13,6 +13,7 @@ from pathlib import Path
 
 import zmq
 
+from tfgshare import keys
 from tfgshare import schema as s
 from tfgshare.coordinator.server import Coordinator, CoordinatorConfig
 
@@ -39,13 +40,15 @@ class CoordinatorThread:
 class FakeAgent:
     """One node's agent, driven by the test."""
 
-    def __init__(self, address: str, node: str, gpus=((0, 16384),), token=None) -> None:
+    def __init__(self, address: str, node: str, gpus=((0, 16384),), token=None,
+                 key: Path | None = None) -> None:
         self.node = node
         self.gpus = [s.GpuInfo(i, "virtual", mb, True) for i, mb in gpus]
         self.token = token
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
+        keys.secure_client(self.sock, keys.client_files(key, None) if key else None)
         self.sock.connect(address)
         self.commands: list[s.Message] = []
         self.replies: dict[str, s.Message] = {}

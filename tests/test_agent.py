@@ -86,8 +86,7 @@ def setup(ctx, tmp_path):
 
 
 def start_msg(tmp_path, job="j1", attempt=1, steps=5, gpu=1, fraction=0.4, **kw):
-    spec = schema.JobSpec(model_name="lenet", max_number_of_steps=steps,
-                          extra=["--step_time", "0.02"])
+    spec = schema.JobSpec(model_name="lenet", max_number_of_steps=steps)
     return schema.StartJob(job=job, attempt=attempt, spec=spec,
                            fragments=[schema.FragmentSpec(gpu_index=gpu, fraction=fraction)],
                            train_dir=str(tmp_path / "ckpt" / job), **kw)
@@ -285,3 +284,28 @@ def test_runner_understands_every_flag_the_agent_passes_for_a_spec(tmp_path):
     assert (config.optimizer, config.learning_rate, config.learning_rate_decay_type,
             config.weight_decay) == ("sgd", 0.05, "fixed", 0.0001)
     assert (config.image_size, config.num_classes, config.log_every_n_steps) == (32, 10, 5)
+
+
+@pytest.mark.parametrize("where", ["outside", "root itself", "symlink", "dataset"])
+def test_paths_from_the_wire_are_confined_to_the_roots(setup, tmp_path, where):
+    agent, coord = setup
+    pump(agent, coord, lambda: agent.registered)
+    agent.checkpoint_root = str(tmp_path / "ckpt")
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    msg = start_msg(tmp_path)
+    if where == "outside":
+        msg.train_dir = str(tmp_path / "elsewhere" / "j1")
+    elif where == "root itself":
+        msg.train_dir = str(tmp_path / "ckpt" / "j1" / "..")
+    elif where == "symlink":
+        (tmp_path / "ckpt" / "j1").symlink_to(tmp_path / "elsewhere")
+    else:
+        agent.cfg.data_roots = [tmp_path / "data"]
+        msg.spec.dataset_dir = str(tmp_path / "data" / ".." / "elsewhere")
+    coord.send(msg)
+    reply = pump(agent, coord, lambda: coord.reply_to(msg))
+    what = "dataset dir" if where == "dataset" else "train dir"
+    assert reply.TYPE == "error" and f"{what} " in reply.reason
+    assert "outside the allowed roots" in reply.reason
+    assert not agent.sup.runners and not (tmp_path / "elsewhere" / "j1").exists()

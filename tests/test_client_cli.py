@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import pytest
 
 from coordinator_fakes import CoordinatorThread, FakeAgent
 from tfgshare.client import commands as cli
+from tfgshare.client.api import Client
 from tfgshare import schema as s
 from tfgshare.cli import main as tfgshare
 from tfgshare.policies.registry import get_policy
@@ -51,14 +53,14 @@ def test_unreachable_coordinator_gets_a_clear_message_not_a_hang(capsys, command
     assert time.monotonic() - t0 < 5   # bounded by the 1 s request timeout, not a hang
 
 
-def test_parse_submit_maps_slim_flags_and_passes_others_through():
+def test_parse_submit_maps_slim_flags_and_checks_the_others():
     (spec,) = cli.parse_submit(["inception_v3", "--batch_size", "16", "--max_number_of_steps=200",
                                 "--num_gpus", "2", "--memory_fraction", "0.25",
                                 "--learning_rate", "0.01", "--log_every_n_steps", "5",
-                                "--clone_on_cpu"])
+                                "--deterministic"])
     assert (spec.model_name, spec.batch_size, spec.max_number_of_steps) == ("inception_v3", 16, 200)
     assert spec.num_gpus == 2 and spec.memory_fraction == 0.25 and spec.learning_rate == 0.01
-    assert spec.extra == ["--log_every_n_steps", "5", "--clone_on_cpu"]
+    assert spec.extra == ["--log_every_n_steps", "5", "--deterministic"]
     assert cli.parse_submit(["vgg_16", "--memory_fraction", "auto"])[0].memory_fraction == "auto"
 
 
@@ -81,16 +83,22 @@ def test_submit_from_yaml_and_bad_yaml(capsys, cluster, tmp_path):
     ct, agent = cluster
     good = tmp_path / "jobs.yaml"
     good.write_text("- model: inception_v3\n  batch_size: 8\n  max_number_of_steps: 20\n"
-                    "- model_name: vgg_16\n  memory_fraction: 0.5\n  extra: ['--foo', '1']\n")
+                    "- model_name: vgg_16\n  memory_fraction: 0.5\n  extra: ['--seed', '1']\n")
     code, out, _ = run(capsys, "submit", "--coordinator", ct.address, "-f", str(good))
     assert code == 0 and out.split() == ["j1", "inception_v3", "j2", "vgg_16"]
     job = ct.coord.cluster.jobs["j2"]
-    assert job.spec.memory_fraction == 0.5 and job.spec.extra == ["--foo", "1"]
+    assert job.spec.memory_fraction == 0.5 and job.spec.extra == ["--seed", "1"]
 
     bad = tmp_path / "bad.yaml"
     bad.write_text("- model: inception_v3\n- model: vgg_16\n  batch_sise: 8\n")
     code, _, err = run(capsys, "submit", "--coordinator", ct.address, "-f", str(bad))
-    assert code == 2 and "bad.yaml job 2: unknown field(s) batch_sise" in err
+    assert code == 2 and "bad.yaml, line 3: job 2: unknown field(s) batch_sise" in err
+    bad.write_text("jobs:\n  - model: lenet\n    batch_size: 8\n    extra: [--model_name, vgg_16]\n")
+    code, _, err = run(capsys, "submit", "--coordinator", ct.address, "-f", str(bad))
+    assert code == 2 and "bad.yaml, line 4: job 1: runner flag --model_name would override" in err
+    bad.write_text("- !!python/object/apply:os.system ['true']\n")
+    code, _, err = run(capsys, "submit", "--coordinator", ct.address, "-f", str(bad))
+    assert code == 2 and "not valid YAML" in err and "line 1" in err
     bad.write_text("- model: nosuchnet\n")
     code, _, err = run(capsys, "submit", "--coordinator", ct.address, "-f", str(bad))
     assert code == 2 and "nosuchnet" in err
@@ -100,6 +108,26 @@ def test_submit_from_yaml_and_bad_yaml(capsys, cluster, tmp_path):
     code, _, err = run(capsys, "submit", "--coordinator", ct.address, "-f", str(tmp_path / "no"))
     assert code == 2 and "cannot read" in err
     assert len(ct.coord.cluster.jobs) == 2
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--model_name", "vgg_16"], "runner flag --model_name would override the job's validated "
+                                 "field model_name"),
+    (["--clone_on_cpu"], "unknown runner flag --clone_on_cpu"),
+    (["--train_dir", "/etc"], "--train_dir is set by the agent"),
+])
+def test_submit_refuses_flags_that_override_fields_or_are_unknown(capsys, cluster, flags, words):
+    ct, _ = cluster
+    code, _, err = run(capsys, "submit", "--coordinator", ct.address, "lenet", *flags)
+    assert code == 2 and words in err
+    # the coordinator checks too: the wire is untrusted
+    frame = json.dumps({"v": 1, "type": "submit", "id": "r1",
+                        "jobs": [{"model_name": "lenet", "extra": flags}]}).encode()
+    with Client(ct.address, timeout_s=5) as client:
+        client.send_raw(frame)
+        reply = s.decode(client.recv_raw())
+    assert isinstance(reply, s.Error) and words in reply.reason and reply.id == "r1"
+    assert not ct.coord.cluster.jobs
 
 
 def test_refused_submit_exits_1_with_the_reason(capsys, cluster):

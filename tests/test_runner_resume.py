@@ -17,6 +17,7 @@ from runner_helpers import assert_same_state, checkpoint_values, small_config  #
 
 from tfgshare.runner import main as runner  # noqa: E402
 from tfgshare.runner import protocol as rp  # noqa: E402
+from tfgshare.runner.graph_file import GRAPH_FILE  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 PYTHONPATH = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
@@ -48,9 +49,11 @@ def wait_for_step(events_file: Path, step: int, proc: subprocess.Popen,
     pytest.fail(f"runner did not reach step {step} in {timeout}s")
 
 
-def test_suspend_by_max_steps_or_signal_then_resume_in_new_processes(tmp_path):
+@pytest.mark.parametrize("graph", ["imported", "built"])
+def test_suspend_by_max_steps_or_signal_then_resume_in_new_processes(tmp_path, graph):
     # Two interrupted jobs run side by side: one stops at --max_number_of_steps=4
-    # (momentum), one is suspended by SIGUSR1 (adam). Each resumes in a new process.
+    # (momentum), one is suspended by SIGUSR1 (adam). Each resumes in a new process,
+    # from the graph the first attempt exported or (without it) from a rebuilt one.
     by_steps = small_config(tmp_path / "steps", optimizer="momentum", max_number_of_steps=4)
     by_signal = small_config(tmp_path / "signal", optimizer="adam", max_number_of_steps=100000,
                              events_file=str(tmp_path / "signal.jsonl"))
@@ -68,6 +71,10 @@ def test_suspend_by_max_steps_or_signal_then_resume_in_new_processes(tmp_path):
 
     by_steps.max_number_of_steps = 9
     by_signal.max_number_of_steps = k + 5
+    by_steps.events_file = str(tmp_path / "steps.jsonl")
+    if graph == "built":
+        for config in (by_steps, by_signal):
+            (Path(config.train_dir) / GRAPH_FILE).unlink()
     second_steps, second_signal = start(by_steps), start(by_signal)
 
     # meanwhile, in this process, the same jobs without a stop
@@ -81,6 +88,9 @@ def test_suspend_by_max_steps_or_signal_then_resume_in_new_processes(tmp_path):
         assert code == rp.EXIT_OK, out
     resumed = [e for e in rp.iter_events(by_signal.events_file) if e["event"] == "started"][-1]
     assert resumed["restored"] is True and resumed["global_step"] == k
+    for config in (by_steps, by_signal):
+        phases = [e for e in rp.iter_events(config.events_file) if e["event"] == "start_phases"]
+        assert phases[-1]["graph_source"] == graph and phases[-1]["start_s"] > 0
 
     resumed_steps = runner_checkpoint_latest(by_steps.train_dir)
     resumed_signal = runner_checkpoint_latest(by_signal.train_dir)

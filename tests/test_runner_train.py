@@ -147,7 +147,7 @@ def test_sample_only_checkpoints_and_suspends(tmp_path):
                                       sample_only=True))
     assert result.status == "suspended" and result.global_step == 6
     names = [e["event"] for e in events]
-    assert names[-4:] == ["sample", "progress", "checkpoint", "suspended"]
+    assert names[-5:] == ["sample", "progress", "checkpoint", "stop_phases", "suspended"]
     assert (tmp_path / runner.SAMPLE_FILE).exists()
 
 

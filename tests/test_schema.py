@@ -97,12 +97,12 @@ def test_oversized_frame_is_refused():
 
 def test_runner_args_carry_only_set_flags():
     spec = s.JobSpec("resnet_v1_50", batch_size=8, max_number_of_steps=20,
-                     learning_rate=0.1, extra=["--foo", "1"])
+                     learning_rate=0.1, extra=["--log_every_n_steps", "1"])
     args = spec.runner_args()
-    assert args[:2] == ["--model_name", "resnet_v1_50"]
+    assert args[:4] == ["--log_every_n_steps", "1", "--model_name", "resnet_v1_50"]
     assert args[args.index("--batch_size") + 1] == "8"
     assert args[args.index("--learning_rate") + 1] == "0.1"
-    assert "--optimizer" not in args and args[-2:] == ["--foo", "1"]
+    assert "--optimizer" not in args
     assert spec.requested_fraction is None
     assert s.JobSpec("vgg_16", memory_fraction=0.3).requested_fraction == 0.3
 
@@ -116,10 +116,66 @@ _specs = st.builds(
     learning_rate=st.none() | st.floats(0, 10, allow_nan=False),
     image_size=st.none() | st.integers(1, 2048), num_gpus=st.integers(1, 64),
     memory_fraction=st.just("auto") | st.floats(0.001, 1.0),
-    priority=st.integers(-10, 10), extra=st.lists(_text, max_size=4))
+    priority=st.integers(-10, 10),
+    extra=st.lists(st.sampled_from([["--log_every_n_steps", "5"], ["--deterministic"],
+                                    ["--momentum=0.5"], ["--seed", "7"]]),
+                   max_size=4, unique_by=lambda f: f[0][:6]).map(lambda fs: sum(fs, [])))
 
 
 @given(st.lists(_specs, min_size=1, max_size=5))
 def test_any_valid_submit_round_trips(specs):
     msg = s.Submit(jobs=specs)
     assert s.decode(s.encode(msg)) == msg
+
+
+def _submit(**spec) -> bytes:
+    return _frame(type="submit", jobs=[{"model_name": "lenet", **spec}])
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["--model_name", "vgg_16"], "--model_name would override the job's validated field "
+                                 "model_name"),
+    (["--batch_size=4096"], "--batch_size would override"),
+    (["--train_image_size", "64"], "field image_size"),
+    (["--train_dir", "/etc"], "--train_dir is set by the agent"),
+    (["--clone_on_cpu"], "unknown runner flag --clone_on_cpu"),
+    (["--log_every_n_steps", "0"], "--log_every_n_steps '0': expected int >= 1"),
+    (["--momentum", "lots"], "--momentum 'lots'"),
+    (["--seed", "1", "--seed", "2"], "--seed is given twice"),
+    (["--warmup_steps"], "--warmup_steps needs a value"),
+])
+def test_runner_flags_that_would_override_fields_or_are_unknown_are_refused(extra, words):
+    with pytest.raises(s.SchemaError) as err:
+        s.decode(_submit(extra=extra))
+    assert words in str(err.value) and "submit.jobs[0]" in str(err.value)
+    with pytest.raises(s.SchemaError, match="runner flag"):
+        s.JobSpec("lenet", extra=extra)
+
+
+def test_allowed_runner_flags_are_runner_flags_with_the_runner_s_choices():
+    import dataclasses
+    import typing
+    from tfgshare.runner import config
+    names = {f.name for f in dataclasses.fields(config.TrainConfig)}
+    assert set(s.RUNNER_FLAGS) <= names
+    assert set(s.FIELD_FLAGS) - {"train_image_size"} <= names
+    assert s.AGENT_FLAGS <= names
+    assert names == set(s.RUNNER_FLAGS) | set(s.FIELD_FLAGS) - {"train_image_size"} | s.AGENT_FLAGS
+    assert typing.get_args(s.Optimizer) == config.OPTIMIZERS
+    assert typing.get_args(s.DecayType) == config.DECAY_TYPES
+
+
+def test_checked_flags_parse_in_the_runner_and_fields_win(tmp_path):
+    from tfgshare.runner.config import parse_args
+    spec = s.JobSpec("lenet", batch_size=8, extra=["--log_every_n_steps", "5", "--deterministic",
+                                                    "--momentum=0.5"])
+    config = parse_args(spec.runner_args() + ["--train_dir", str(tmp_path)])
+    assert (config.log_every_n_steps, config.deterministic, config.momentum) == (5, True, 0.5)
+    assert config.batch_size == 8 and config.model_name == "lenet"
+
+
+def test_bad_utf8_inside_a_field_is_a_schema_error():
+    frame = b'{"v":1,"type":"logs","id":"x","job":"\xff\xfe"}'
+    with pytest.raises(s.SchemaError, match="malformed JSON"):
+        s.decode(frame)
+    assert s.request_id(frame) == "x"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from philly.jobs import TraceJob
-from tfgshare.policies.base import Fragment, JobState, Start, Suspend
+from tfgshare.policies.base import Fragment, JobState, Migrate, Start, Suspend
 from tfgshare.policies.registry import get_policy
 from tfgshare.sim.cluster import load_cluster
 from tfgshare.sim.colocation import Colocation
@@ -65,8 +65,8 @@ def test_fifo_two_jobs_one_gpu_by_hand(toy):
     res = simulate(load_cluster("1x1"), [job("a", 0, 100), job("b", 5, 50)], toy,
                    get_policy("fifo"), SimConfig(check=True))
     recs = {r.id: r for r in res.records}
-    assert (recs["a"].first_start, recs["a"].finish, recs["a"].waited_s) == (0, 110, 0)
-    assert (recs["b"].first_start, recs["b"].finish, recs["b"].waited_s) == (110, 170, 105)
+    assert (recs["a"].first_start, recs["a"].finish_time, recs["a"].waited_s) == (0, 110, 0)
+    assert (recs["b"].first_start, recs["b"].finish_time, recs["b"].waited_s) == (110, 170, 105)
     rep = res.report
     assert rep.jct_mean == pytest.approx((110 + 165) / 2)
     assert rep.wait_mean == pytest.approx(105 / 2)
@@ -95,9 +95,11 @@ def test_sampling_phase_counts_its_steps_and_predicts(toy):
     assert sampled.last_wait_start == pytest.approx(15 + SAVE)
     rec = res.records[0]
     # restart: 10 s start-up + checkpoint restore, then the remaining 95 steps
-    assert rec.finish == pytest.approx(15 + SAVE + 10 + SAVE + 95)
+    assert rec.finish_time == pytest.approx(15 + SAVE + 10 + SAVE + 95)
     assert rec.predicted_total_s == pytest.approx(95)
-    assert rec.actual_total_s == pytest.approx(10 + SAVE + 95)
+    # run time from the prediction (made at the last sampled step, as the live runner
+    # makes it): the sampling checkpoint, the restart and the 95 steps
+    assert rec.actual_total_s == pytest.approx(SAVE + 10 + SAVE + 95)
 
 
 def test_suspend_keeps_steps_and_charges_save_and_restore(toy):
@@ -120,9 +122,9 @@ def test_suspend_keeps_steps_and_charges_save_and_restore(toy):
     rec = {r.id: r for r in res.records}
     # b waits for a's checkpoint save to leave the GPU, starts up, runs its one step
     b_end = 50 + SAVE + 10 + 1
-    assert rec["b"].finish == pytest.approx(b_end)
+    assert rec["b"].finish_time == pytest.approx(b_end)
     # a resumes when b ends: start-up + restore, then its 60 remaining steps
-    assert rec["a"].finish == pytest.approx(b_end + 10 + SAVE + 60)
+    assert rec["a"].finish_time == pytest.approx(b_end + 10 + SAVE + 60)
     assert (rec["a"].suspends, rec["a"].resumes, rec["a"].migrations) == (1, 1, 0)
     assert rec["a"].waited_s == pytest.approx(b_end - 50)
     assert rec["a"].move_cost_s == pytest.approx(SAVE + 10 + SAVE)
@@ -138,9 +140,28 @@ def test_colocated_jobs_slow_each_other(toy):
                    toy, Script(fn), SimConfig(check=True, colocation=colo))
     slow = (1 + 0.08) * 1.2                         # two tenants, utilisations sum to 1.2
     for rec in res.records:
-        assert rec.finish == pytest.approx(10 + 100 * slow)
+        assert rec.finish_time == pytest.approx(10 + 100 * slow)
     busy = 100 * slow
     assert res.report.util_effective == pytest.approx(min(1, 1.2 / slow) * busy / (10 + busy))
+
+
+def test_migration_costs_from_its_request_until_it_trains_again(toy):
+    def fn(now, jobs):
+        a, b = jobs.get("a"), jobs.get("b")
+        if a and a.state is JobState.QUEUED:
+            return [Start("a", whole())]
+        if b and b.state is JobState.QUEUED:        # b arrives at 30: a moves to n0:1
+            return [Migrate("a", whole("n0:1")), Start("b", whole())]
+        return []
+    res = simulate(load_cluster("1x2"), [job("a", 0, 100), job("b", 30, 1)], toy, Script(fn),
+                   SimConfig(check=True))
+    rec = {r.id: r for r in res.records}
+    # a saves (SAVE), starts up (10) and restores (SAVE) on n0:1, counted once
+    assert (rec["a"].migrations, rec["a"].suspends, rec["a"].resumes) == (1, 0, 0)
+    assert rec["a"].move_cost_s == pytest.approx(SAVE + 10 + SAVE)
+    assert rec["a"].waited_s == 0.0
+    assert rec["a"].finish_time == pytest.approx(30 + SAVE + 10 + SAVE + 80)
+    assert rec["b"].finish_time == pytest.approx(30 + SAVE + 10 + 1)  # after a's save
 
 
 def test_undersized_fragment_fails_start_and_teaches_memory(toy):
@@ -154,7 +175,7 @@ def test_undersized_fragment_fails_start_and_teaches_memory(toy):
     res = simulate(load_cluster("1x1"), [job("a", 0, 10)], toy, Script(fn),
                    SimConfig(check=True, tick_s=30))
     assert res.oom_starts == 1
-    assert res.records[0].finish == pytest.approx(30 + 10 + 10)
+    assert res.records[0].finish_time == pytest.approx(30 + 10 + 10)
 
 
 def test_policy_that_never_starts_a_job_is_reported(toy):

@@ -67,12 +67,12 @@ class Watch:
     def __getattr__(self, attr):          # sample_steps, tick_s ... of the policy
         return getattr(self.policy, attr)
 
-    def decide(self, now, cluster, jobs):
+    def decide(self, now, cluster, jobs, memo=None):
         for j in jobs:
             assert j.steps_done >= self.steps.get(j.id, 0), f"{j.id} lost steps at {now}"
             assert 0 <= j.steps_done <= j.total_steps
             self.steps[j.id] = j.steps_done
-        return self.policy.decide(now, cluster, jobs)
+        return self.policy.decide(now, cluster, jobs, memo)
 
 
 def fgs_for_tests():
@@ -94,8 +94,8 @@ def test_every_policy_keeps_the_rules_and_finishes_every_job(name, scenario, pro
                    SimConfig(check=True, tick_s=TICK, seed=1))
     assert sorted(r.id for r in res.records) == sorted(j.id for j in jobs)
     for r in res.records:
-        assert r.finish is not None and r.finish >= r.submit
-        assert 0 <= r.waited_s <= r.finish - r.submit + 1e-6
+        assert r.finish_time is not None and r.finish_time >= r.submit_time
+        assert 0 <= r.waited_s <= r.finish_time - r.submit_time + 1e-6
     assert 0 <= res.report.util_allocated <= 1 + 1e-9
     assert 0 <= res.report.util_effective <= 1 + 1e-9
 

@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
                   "reproduce four-models: the paper's four models on a local live cluster"),
     "coordinator": ("tfgshare.coordinator.server:main", "run the ZeroMQ coordinator"),
     "agent": ("tfgshare.agent.node:main", "run a node agent"),
+    "keys": ("tfgshare.keys:main", "make and register CurveZMQ keys (init, add-user, add-agent, list, revoke)"),
     "submit": ("tfgshare.client.commands:submit", "submit a job (MODEL [slim flags]) or many (-f jobs.yaml)"),
     "status": ("tfgshare.client.commands:status", "show jobs as a table, or one job"),
     "watch": ("tfgshare.client.commands:watch", "live progress per job"),

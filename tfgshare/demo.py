@@ -194,7 +194,9 @@ def main(argv: list[str] | None = None) -> int:
         if s:
             console.print(f"\nGPU utilisation over the run: allocated "
                           f"{100 * s['util_allocated']:.1f}%, effective "
-                          f"{100 * s['util_effective']:.1f}% of {report['gpus']} GPUs; "
+                          f"{100 * s['util_effective']:.1f}%, device "
+                          f"{100 * s['util_device']:.1f}% (busy GPUs "
+                          f"{100 * s['util_device_busy']:.1f}%) of {report['gpus']} GPUs; "
                           f"{s['suspends']} suspends, {s['resumes']} resumes, "
                           f"{s['migrations']} migrations")
     except KeyboardInterrupt:

@@ -2,12 +2,14 @@
 
 Every message is one ZeroMQ frame holding one UTF-8 JSON object::
 
-    {"v": 1, "type": "<type>", "id": "<request id>", ...fields}
+    {"type": "<type>", "v": 1, "id": "<request id>", ...fields}
 
-Each message type is a plain dataclass below. ``encode`` turns one into bytes;
-``decode`` parses bytes, checks the version, the type and every field, and
-raises ``SchemaError`` with a message naming the problem. Replies carry the
-request's ``id`` and are ``ok`` (free-form fields) or ``error`` (``reason``).
+Each message type is a msgspec ``Struct`` below, tagged by its ``type`` field.
+``encode`` turns one into bytes; ``decode`` checks the size, the version and
+the type, then lets msgspec validate every field (types, ranges, lengths) in
+one pass, and raises ``SchemaError`` with a message naming the field and the
+problem. Replies carry the request's ``id`` and are ``ok`` (free-form fields)
+or ``error`` (``reason``).
 
 Who sends what:
 
@@ -21,13 +23,12 @@ Who sends what:
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import types
-import typing
+import re
 import uuid
-from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Union
+from typing import Annotated, Any, ClassVar, Literal, Union
+
+import msgspec
+from msgspec import UNSET, Meta, Struct, field
 
 VERSION = 1
 MAX_MESSAGE_BYTES = 1 << 20   # larger frames are dropped by ZMQ (ZMQ_MAXMSGSIZE)
@@ -42,49 +43,53 @@ def new_id() -> str:
     return uuid.uuid4().hex[:12]
 
 
+# ---- field types -------------------------------------------------------------
+
+Name = Annotated[str, Meta(max_length=256)]          # ids, node and job names
+NonEmptyName = Annotated[str, Meta(min_length=1, max_length=256)]
+PathText = Annotated[str, Meta(min_length=1, max_length=4096)]
+Text = Annotated[str, Meta(max_length=65536)]
+Positive = Annotated[int, Meta(ge=1)]
+NonNegative = Annotated[int, Meta(ge=0)]
+Fraction = Annotated[float, Meta(gt=0.0, le=1.0)]
+MAX_PAGE = 500              # jobs per status reply (a reply stays well under 1 MiB)
+MAX_LOG_PAGE = 10_000       # log lines per logs reply
+PageSize = Annotated[int, Meta(ge=1, le=MAX_PAGE)]
+Unit = Annotated[float, Meta(ge=0.0, le=1.0)]
+Optimizer = Literal["sgd", "momentum", "rmsprop", "adam"]       # runner.config.OPTIMIZERS
+DecayType = Literal["fixed", "exponential", "polynomial"]        # runner.config.DECAY_TYPES
+
+# how a range or value error on these fields reads (the field's rule in words)
+_RULES = {"memory_fraction": "must be in (0, 1] or 'auto'"}
+
+
 # ---- nested records --------------------------------------------------------
 
 
-@dataclass
-class JobSpec:
+class JobSpec(Struct, forbid_unknown_fields=True):
     """What a user asks to train: a TF-Slim model and its flags, and resources."""
 
-    model_name: str
-    name: str = ""
-    dataset_name: str = "synthetic"
-    dataset_dir: str | None = None
-    batch_size: int = 32
-    max_number_of_steps: int = 1000
-    optimizer: str | None = None
-    learning_rate: float | None = None
-    learning_rate_decay_type: str | None = None
-    weight_decay: float | None = None
-    image_size: int | None = None
-    num_classes: int | None = None
-    num_gpus: int = 1
-    memory_fraction: float | str = "auto"   # a fraction in (0, 1], or "auto"
-    priority: int = 0
-    extra: list[str] = field(default_factory=list)   # more runner flags, verbatim
+    model_name: NonEmptyName
+    name: Name = ""
+    dataset_name: Name = "synthetic"
+    dataset_dir: PathText | None = None      # confined to the agent's data roots
+    batch_size: Annotated[int, Meta(ge=1, le=65536)] = 32
+    max_number_of_steps: Annotated[int, Meta(ge=1, le=10**12)] = 1000
+    optimizer: Optimizer | None = None
+    learning_rate: Annotated[float, Meta(ge=0.0, le=100.0)] | None = None
+    learning_rate_decay_type: DecayType | None = None
+    weight_decay: Unit | None = None
+    image_size: Annotated[int, Meta(ge=1, le=4096)] | None = None
+    num_classes: Annotated[int, Meta(ge=2, le=1_000_000)] | None = None
+    num_gpus: Annotated[int, Meta(ge=1, le=1024)] = 1
+    memory_fraction: Fraction | Literal["auto"] = "auto"   # a fraction, or "auto"
+    priority: Annotated[int, Meta(ge=-1000, le=1000)] = 0
+    # more runner flags: only those in RUNNER_FLAGS, e.g. ["--log_every_n_steps", "5"]
+    extra: Annotated[list[Name], Meta(max_length=64)] = field(default_factory=list)
 
-    def check(self) -> None:
-        """Raise SchemaError if a field is out of range."""
-        if not self.model_name:
-            raise SchemaError("model_name must not be empty")
-        for name in ("batch_size", "max_number_of_steps", "num_gpus"):
-            if getattr(self, name) < 1:
-                raise SchemaError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.image_size is not None and self.image_size < 1:
-            raise SchemaError(f"image_size must be >= 1, got {self.image_size}")
-        if self.num_classes is not None and self.num_classes < 1:
-            raise SchemaError(f"num_classes must be >= 1, got {self.num_classes}")
-        if isinstance(self.memory_fraction, str):
-            if self.memory_fraction != "auto":
-                raise SchemaError(
-                    f"memory_fraction must be a number in (0, 1] or 'auto', "
-                    f"got {self.memory_fraction!r}")
-        elif not 0.0 < self.memory_fraction <= 1.0:
-            raise SchemaError(
-                f"memory_fraction must be in (0, 1], got {self.memory_fraction}")
+    def __post_init__(self) -> None:
+        if self.extra:
+            runner_flags(self.extra)
 
     @property
     def requested_fraction(self) -> float | None:
@@ -106,265 +111,309 @@ class JobSpec:
         for flag, value in optional.items():
             if value is not None:
                 args += [flag, str(value)]
-        return args + list(self.extra)
+        # the checked extra flags first: should one slip through, the fields still win
+        return list(self.extra) + args
 
 
-@dataclass
-class GpuInfo:
+# Runner flags a job may carry in ``JobSpec.extra`` (see tfgshare/runner/config.py), each
+# with the values the runner accepts. Any other flag is refused at submit.
+RUNNER_FLAGS: dict[str, Any] = {
+    "dataset_split_name": Literal["train", "validation", "test"],
+    "learning_rate_decay_factor": Fraction,
+    "num_epochs_per_decay": Annotated[float, Meta(gt=0.0, le=1e6)],
+    "end_learning_rate": Annotated[float, Meta(ge=0.0, le=100.0)],
+    "momentum": Unit, "rmsprop_decay": Unit, "rmsprop_momentum": Unit,
+    "opt_epsilon": Annotated[float, Meta(gt=0.0, le=10.0)],
+    "adam_beta1": Unit, "adam_beta2": Unit,
+    "label_smoothing": Annotated[float, Meta(ge=0.0, lt=1.0)],
+    "seed": Annotated[int, Meta(ge=0, le=2**31 - 1)],
+    "deterministic": bool,                   # --deterministic / --nodeterministic
+    "warmup_steps": Annotated[int, Meta(ge=0, le=100_000)],
+    "num_sample_steps": Annotated[int, Meta(ge=0, le=100_000)],
+    "max_sample_share": Fraction,
+    "save_interval_steps": Annotated[int, Meta(ge=0)],
+    "save_interval_secs": Annotated[float, Meta(ge=0.0, le=1e7)],
+    "max_to_keep": Annotated[int, Meta(ge=1, le=1000)],
+    "log_every_n_steps": Annotated[int, Meta(ge=1)],
+}
+# runner flags that a JobSpec field sets (flag -> field): never from ``extra``
+FIELD_FLAGS = {"model_name": "model_name", "dataset_name": "dataset_name",
+               "dataset_dir": "dataset_dir", "batch_size": "batch_size",
+               "max_number_of_steps": "max_number_of_steps", "optimizer": "optimizer",
+               "learning_rate": "learning_rate",
+               "learning_rate_decay_type": "learning_rate_decay_type",
+               "weight_decay": "weight_decay", "image_size": "image_size",
+               "train_image_size": "image_size", "num_classes": "num_classes",
+               "num_gpus": "num_gpus", "memory_fraction": "memory_fraction"}
+# runner flags the agent sets for every attempt
+AGENT_FLAGS = frozenset({"train_dir", "events_file", "job_id", "sample_only",
+                         "intra_op_threads", "inter_op_threads"})
+
+
+def runner_flags(extra: list[str]) -> dict[str, Any]:
+    """Check a job's extra runner flags; return them by name, or raise SchemaError."""
+    out: dict[str, Any] = {}
+    i = 0
+    while i < len(extra):
+        token = extra[i]
+        i += 1
+        if not token.startswith("--"):
+            raise SchemaError(f"extra: unexpected {token[:64]!r}; runner flags look like "
+                              "--log_every_n_steps 5")
+        name, eq, value = token[2:].partition("=")
+        base = name[2:] if name.startswith("no") and RUNNER_FLAGS.get(name[2:]) is bool else name
+        if base in FIELD_FLAGS:
+            raise SchemaError(f"runner flag --{name} would override the job's validated "
+                              f"field {FIELD_FLAGS[base]}; set that field instead")
+        if base in AGENT_FLAGS:
+            raise SchemaError(f"runner flag --{name} is set by the agent, not by a job")
+        kind = RUNNER_FLAGS.get(base)
+        if kind is None:
+            raise SchemaError(f"unknown runner flag --{name[:64]} (allowed: "
+                              f"{', '.join(sorted(RUNNER_FLAGS))})")
+        if base in out:
+            raise SchemaError(f"runner flag --{base} is given twice")
+        if kind is bool:
+            if eq:
+                raise SchemaError(f"runner flag --{name} takes no value")
+            out[base] = base == name
+            continue
+        if not eq:
+            if i == len(extra):
+                raise SchemaError(f"runner flag --{name} needs a value")
+            value = extra[i]
+            i += 1
+        try:
+            out[base] = msgspec.convert(value, kind, strict=False)
+        except msgspec.ValidationError as exc:
+            why = str(exc).replace("`", "")
+            raise SchemaError(f"runner flag --{name} {value[:64]!r}: {why[0].lower()}{why[1:]}"
+                              ) from None
+    return out
+
+
+class GpuInfo(Struct, forbid_unknown_fields=True):
     """A GPU an agent offers at registration."""
 
-    index: int
-    name: str
-    memory_mb: int
+    index: NonNegative
+    name: Name
+    memory_mb: Positive
     virtual: bool = False
 
 
-@dataclass
-class RunningJob:
+class RunningJob(Struct, forbid_unknown_fields=True):
     """A runner still alive on an agent, reported at (re-)registration."""
 
-    job: str
+    job: Name
     pid: int
-    step: int = 0
+    step: NonNegative = 0
     attempt: int | None = None
 
 
-@dataclass
-class GpuTelemetry:
+class GpuTelemetry(Struct, forbid_unknown_fields=True):
     """One GPU's load in a heartbeat."""
 
-    index: int
+    index: NonNegative
     util: float = 0.0
     memory_used_mb: float = 0.0
 
 
-@dataclass
-class JobTelemetry:
+class JobTelemetry(Struct, forbid_unknown_fields=True):
     """One job's progress and real GPU memory (per GPU index) in a heartbeat."""
 
-    job: str
-    step: int = 0
+    job: Name
+    step: NonNegative = 0
     gpu_memory_mb: dict[int, float] = field(default_factory=dict)
 
 
-@dataclass
-class FragmentSpec:
+class FragmentSpec(Struct, forbid_unknown_fields=True):
     """One fragment of a job on the agent's GPU ``gpu_index``."""
 
-    gpu_index: int
-    fraction: float
+    gpu_index: NonNegative
+    fraction: Fraction
 
 
 # ---- messages --------------------------------------------------------------
 
 
-@dataclass(kw_only=True)
-class Message:
-    """Base of every message: its request id."""
+class Message(Struct, kw_only=True, tag_field="type", forbid_unknown_fields=True):
+    """Base of every message: the schema version and its request id."""
 
     TYPE: ClassVar[str] = ""
-    id: str = field(default_factory=new_id)
+    v: int = VERSION
+    id: Name = field(default_factory=new_id)
 
 
 # agent -> coordinator
 
-@dataclass(kw_only=True)
-class Register(Message):
+class Register(Message, tag="register"):
     """An agent joins (or re-joins) with its GPUs and the runners it still has."""
 
-    TYPE: ClassVar[str] = "register"
-    node: str
+    node: NonEmptyName
     gpus: list[GpuInfo]
     jobs: list[RunningJob] = field(default_factory=list)
-    token: str | None = None
+    token: Name | None = None
 
 
-@dataclass(kw_only=True)
-class Heartbeat(Message):
+class Heartbeat(Message, tag="heartbeat"):
     """Periodic telemetry from an agent."""
 
-    TYPE: ClassVar[str] = "heartbeat"
-    node: str
+    node: NonEmptyName
     gpus: list[GpuTelemetry] = field(default_factory=list)
     jobs: list[JobTelemetry] = field(default_factory=list)
 
 
-@dataclass(kw_only=True)
-class JobEvent(Message):
+class JobEvent(Message, tag="job_event"):
     """One runner event (see ``tfgshare.runner.protocol.EVENTS``), forwarded."""
 
-    TYPE: ClassVar[str] = "job_event"
-    node: str
-    job: str
+    node: NonEmptyName
+    job: Name
     attempt: int
     event: dict[str, Any]
 
 
-@dataclass(kw_only=True)
-class JobExit(Message):
+class JobExit(Message, tag="job_exit"):
     """A runner process ended with ``exit_code`` (see runner_protocol)."""
 
-    TYPE: ClassVar[str] = "job_exit"
-    node: str
-    job: str
+    node: NonEmptyName
+    job: Name
     attempt: int
     exit_code: int
-    reason: str = ""
+    reason: Text = ""
 
 
 # coordinator -> agent
 
-@dataclass(kw_only=True)
-class StartJob(Message):
+class StartJob(Message, tag="start_job"):
     """Start (or resume from ``train_dir``) a job's runner on these fragments."""
 
-    TYPE: ClassVar[str] = "start_job"
-    job: str
+    job: Name
     attempt: int
     spec: JobSpec
     fragments: list[FragmentSpec]
-    train_dir: str
+    train_dir: PathText
     sample_only: bool = False
 
 
-@dataclass(kw_only=True)
-class SuspendJob(Message):
+class SuspendJob(Message, tag="suspend_job"):
     """Ask a runner to checkpoint and exit (SIGUSR1); it then sends job_exit 75."""
 
-    TYPE: ClassVar[str] = "suspend_job"
-    job: str
+    job: Name
     attempt: int
 
 
-@dataclass(kw_only=True)
-class CancelJob(Message):
+class CancelJob(Message, tag="cancel_job"):
     """Stop a runner for good (SIGKILL is fine); it then sends job_exit."""
 
-    TYPE: ClassVar[str] = "cancel_job"
-    job: str
+    job: Name
     attempt: int
 
 
-@dataclass(kw_only=True)
-class AdoptJob(Message):
+class AdoptJob(Message, tag="adopt"):
     """A reported runner is kept: report it from now on under ``attempt``."""
 
-    TYPE: ClassVar[str] = "adopt"
-    job: str
+    job: Name
     attempt: int
 
 
-@dataclass(kw_only=True)
-class KillJob(Message):
+class KillJob(Message, tag="kill"):
     """A reported runner is not wanted (placed elsewhere or done): kill it quietly."""
 
-    TYPE: ClassVar[str] = "kill"
-    job: str
+    job: Name
 
 
 # client -> coordinator
 
-@dataclass(kw_only=True)
-class Submit(Message):
+class Submit(Message, tag="submit"):
     """Queue one or more jobs; the reply carries ``job_ids`` in the same order."""
 
-    TYPE: ClassVar[str] = "submit"
     jobs: list[JobSpec]
 
 
-@dataclass(kw_only=True)
-class Status(Message):
-    """All jobs (reply ``jobs``, and ``counts`` by state), or one (reply ``job``).
+class Status(Message, tag="status"):
+    """One page of jobs (reply ``jobs``, ``counts`` by state, ``next_cursor``), or one job.
 
-    ``active`` lists only the jobs not finished, failed or cancelled.
+    ``active`` lists only the jobs not finished, failed or cancelled. A page holds
+    at most ``limit`` jobs (default and cap: ``MAX_PAGE``) after job number
+    ``cursor``; the reply's ``next_cursor`` asks for the next page (None: no more).
     """
 
-    TYPE: ClassVar[str] = "status"
-    job: str | None = None
+    job: Name | None = None
     active: bool = False
+    limit: PageSize | None = None
+    cursor: NonNegative = 0
 
 
-@dataclass(kw_only=True)
-class Nodes(Message):
+class Nodes(Message, tag="nodes"):
     """Nodes, GPUs and fragments (reply ``nodes``)."""
 
-    TYPE: ClassVar[str] = "nodes"
+
+class Logs(Message, tag="logs"):
+    """One page of a job's log lines (reply ``lines``, ``next_cursor``); ``tail``: the last N.
+
+    A page holds at most ``limit`` lines (default and cap: ``MAX_LOG_PAGE``) after
+    line ``cursor`` (an opaque number from the previous reply).
+    """
+
+    job: Name
+    tail: NonNegative | None = None
+    limit: Annotated[int, Meta(ge=1, le=10_000)] | None = None
+    cursor: NonNegative = 0
 
 
-@dataclass(kw_only=True)
-class Logs(Message):
-    """A job's log lines (reply ``lines``); ``tail`` keeps the last N."""
-
-    TYPE: ClassVar[str] = "logs"
-    job: str
-    tail: int | None = None
-
-
-@dataclass(kw_only=True)
-class CancelRequest(Message):
+class CancelRequest(Message, tag="cancel"):
     """Cancel a job, running or not."""
 
-    TYPE: ClassVar[str] = "cancel"
-    job: str
+    job: Name
 
 
-@dataclass(kw_only=True)
-class SuspendRequest(Message):
+class SuspendRequest(Message, tag="suspend"):
     """Suspend a job and keep it suspended until resumed."""
 
-    TYPE: ClassVar[str] = "suspend"
-    job: str
+    job: Name
 
 
-@dataclass(kw_only=True)
-class ResumeRequest(Message):
+class ResumeRequest(Message, tag="resume"):
     """Let a manually suspended job be scheduled again."""
 
-    TYPE: ClassVar[str] = "resume"
-    job: str
+    job: Name
 
 
-@dataclass(kw_only=True)
-class MigrateRequest(Message):
+class MigrateRequest(Message, tag="migrate"):
     """Move a job to GPU ``to`` ("NODE:GPU") if its fragment fits there."""
 
-    TYPE: ClassVar[str] = "migrate"
-    job: str
-    to: str
+    job: Name
+    to: Name
 
 
-@dataclass(kw_only=True)
-class MetricsRequest(Message):
+class MetricsRequest(Message, tag="metrics"):
     """The metrics report (reply ``report``: text, ``summary``: numbers, ``jobs``: rows,
     ``rounds``: scheduling round times since round number ``since_round``)."""
 
-    TYPE: ClassVar[str] = "metrics"
-    since_round: int = 0
+    since_round: NonNegative = 0
 
 
 # replies
 
-@dataclass(kw_only=True)
-class Ok(Message):
+class Ok(Message, tag="ok"):
     """A successful reply; ``fields`` are sent flat beside v/type/id."""
 
-    TYPE: ClassVar[str] = "ok"
     fields: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass(kw_only=True)
-class Error(Message):
+class Error(Message, tag="error"):
     """A refused or failed request, with the reason."""
 
-    TYPE: ClassVar[str] = "error"
-    reason: str
+    reason: Text
 
 
-MESSAGES: dict[str, type[Message]] = {cls.TYPE: cls for cls in (
-    Register, Heartbeat, JobEvent, JobExit,
-    StartJob, SuspendJob, CancelJob, AdoptJob, KillJob,
-    Submit, Status, Nodes, Logs, CancelRequest, SuspendRequest, ResumeRequest,
-    MigrateRequest, MetricsRequest, Ok, Error)}
+_STRUCTS = (Register, Heartbeat, JobEvent, JobExit,
+            StartJob, SuspendJob, CancelJob, AdoptJob, KillJob,
+            Submit, Status, Nodes, Logs, CancelRequest, SuspendRequest, ResumeRequest,
+            MigrateRequest, MetricsRequest, Error)
+for _cls in (*_STRUCTS, Ok):
+    _cls.TYPE = _cls.__struct_config__.tag
+MESSAGES: dict[str, type[Message]] = {cls.TYPE: cls for cls in (*_STRUCTS, Ok)}
 
 AGENT_TYPES = frozenset({"heartbeat", "job_event", "job_exit"})   # need a registered peer
 COMMAND_TYPES = frozenset({"start_job", "suspend_job", "cancel_job", "adopt", "kill"})
@@ -376,41 +425,30 @@ REPLY_TYPES = frozenset({"ok", "error"})
 # ---- encode / decode -------------------------------------------------------
 
 
-def to_dict(msg: Message) -> dict[str, Any]:
-    """The JSON object for ``msg`` (with v, type and id)."""
-    out: dict[str, Any] = {"v": VERSION, "type": msg.TYPE, "id": msg.id}
-    if isinstance(msg, Ok):
-        out.update(msg.fields)
-    else:
-        body = plain(msg)
-        del body["id"]
-        out.update(body)
-    return out
+class _Envelope(Struct):
+    """What every frame must carry; other fields are skipped at this step."""
+
+    v: Any = UNSET
+    type: Any = UNSET
+    id: Any = ""
 
 
-_NAMES: dict[type, tuple[str, ...]] = {}
+_encoder = msgspec.json.Encoder()
+_envelope = msgspec.json.Decoder(_Envelope)
+_any = msgspec.json.Decoder()
+_messages = msgspec.json.Decoder(Union[_STRUCTS])   # tagged on "type"
 
 
 def plain(obj: Any) -> Any:
-    """Dataclasses, lists and dicts as plain JSON-ready data (a fast ``asdict``)."""
-    cls = type(obj)
-    if cls in (str, int, float, bool) or obj is None:
-        return obj
-    if cls is list or cls is tuple:
-        return [plain(v) for v in obj]
-    if cls is dict:
-        return {k: plain(v) for k, v in obj.items()}
-    names = _NAMES.get(cls)
-    if names is None:
-        if not dataclasses.is_dataclass(cls):
-            return obj
-        names = _NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
-    return {n: plain(getattr(obj, n)) for n in names}
+    """Structs, dataclasses, lists and dicts as plain JSON-ready data."""
+    return msgspec.to_builtins(obj)
 
 
 def encode(msg: Message) -> bytes:
     """Serialize ``msg`` to one frame."""
-    return json.dumps(to_dict(msg), separators=(",", ":")).encode()
+    if type(msg) is Ok:
+        return _encoder.encode({"type": "ok", "v": VERSION, "id": msg.id, **msg.fields})
+    return _encoder.encode(msg)
 
 
 def decode(data: bytes | str, max_bytes: int | None = MAX_MESSAGE_BYTES) -> Message:
@@ -422,38 +460,54 @@ def decode(data: bytes | str, max_bytes: int | None = MAX_MESSAGE_BYTES) -> Mess
     if max_bytes is not None and len(data) > max_bytes:
         raise SchemaError(f"message of {len(data)} bytes exceeds {max_bytes}")
     try:
-        obj = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
+        head = _envelope.decode(data)
+    except RecursionError:
+        raise SchemaError("message nested too deeply") from None
+    except msgspec.DecodeError as exc:
+        if isinstance(exc, msgspec.ValidationError):
+            raise _schema_error(exc, "message", "a message must be a JSON object") from None
         raise SchemaError(f"malformed JSON: {exc}") from None
-    return from_dict(obj)
-
-
-def from_dict(obj: Any) -> Message:
-    """Validate a decoded JSON object and build its message."""
-    if not isinstance(obj, dict):
-        raise SchemaError(f"a message must be a JSON object, got {type(obj).__name__}")
-    if "v" not in obj:
+    if head.v is UNSET:
         raise SchemaError("missing version field 'v'")
-    if obj["v"] != VERSION:
-        raise SchemaError(f"unsupported version {obj['v']!r} (this side speaks {VERSION})")
-    kind = obj.get("type")
-    if not isinstance(kind, str):
+    if type(head.v) is not int or head.v != VERSION:
+        raise SchemaError(f"unsupported version {repr(head.v)[:32]} (this side speaks {VERSION})")
+    kind = head.type
+    if type(kind) is not str:
         raise SchemaError("missing or non-string field 'type'")
-    cls = MESSAGES.get(kind)
-    if cls is None:
-        raise SchemaError(f"unknown message type {kind!r}")
-    msg_id = obj.get("id", "")
-    if not isinstance(msg_id, str):
+    if kind not in MESSAGES:
+        raise SchemaError(f"unknown message type {kind[:64]!r}")
+    if type(head.id) is not str:
         raise SchemaError(f"{kind}: field 'id' must be a string")
-    body = {k: v for k, v in obj.items() if k not in ("v", "type", "id")}
-    if cls is Ok:
-        return Ok(id=msg_id, fields=body)
-    return _build(cls, body, kind, msg_id)
+    try:
+        if kind == "ok":
+            body = _any.decode(data)
+            for key in ("v", "type", "id"):
+                body.pop(key, None)
+            return Ok(id=head.id, fields=body)
+        return _messages.decode(data)
+    except msgspec.ValidationError as exc:
+        raise _schema_error(exc, kind) from None
+    except msgspec.DecodeError as exc:   # e.g. bad UTF-8 in a field the first pass skipped
+        raise SchemaError(f"malformed JSON: {exc}") from None
+    except RecursionError:
+        raise SchemaError(f"{kind}: nested too deeply") from None
+
+
+def request_id(data: bytes) -> str:
+    """The ``id`` of a frame that may not be valid, or "" (to address an error reply)."""
+    try:
+        head = _envelope.decode(data)
+    except (msgspec.DecodeError, RecursionError):
+        return ""
+    return head.id[:256] if type(head.id) is str else ""
 
 
 def job_spec(obj: Any, where: str = "job") -> JobSpec:
     """Validate a mapping of JobSpec fields (from YAML, say) and build the spec."""
-    return _build(JobSpec, obj, where)
+    try:
+        return msgspec.convert(obj, JobSpec)
+    except msgspec.ValidationError as exc:
+        raise _schema_error(exc, where) from None
 
 
 def reply_ok(request: Message | str, **fields: Any) -> Ok:
@@ -468,157 +522,60 @@ def reply_error(request: Message | str, reason: str) -> Error:
     return Error(id=rid, reason=reason)
 
 
-# ---- validation: one converter per type, built once ---------------------------
+# ---- msgspec's validation errors in our words --------------------------------
 
-Converter = Callable[[Any, str], Any]
-_CONVERTERS: dict[Any, Converter] = {}
-_FIELDS: dict[type, tuple[dict[str, Converter], frozenset[str]]] = {}
-
-
-def _fields(cls: type) -> tuple[dict[str, Converter], frozenset[str]]:
-    """Per dataclass: a converter per init field (but id), and the required names."""
-    got = _FIELDS.get(cls)
-    if got is None:
-        hints = typing.get_type_hints(cls)
-        convs, required = {}, set()
-        for f in dataclasses.fields(cls):
-            if not f.init or f.name == "id":
-                continue
-            convs[f.name] = _converter(hints[f.name])
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                required.add(f.name)
-        got = _FIELDS[cls] = (convs, frozenset(required))
-    return got
+_NAMES = {"array": "list", "object": "object", "null": "null"}
+_EXPECTED = re.compile(r"Expected `([^`]+)`, got `([^`]+)`")
+_RANGE = re.compile(r"Expected `[^`]+` (>=|>|<=|<) (\S+)")
+_LENGTH = re.compile(r"Expected `([^`]+)` of length (>=|<=) (\d+)")
+_MISSING = re.compile(r"Object missing required field `([^`]+)`")
+_UNKNOWN = re.compile(r"Object contains unknown field `([^`]+)`")
+_ENUM = re.compile(r"Invalid (?:enum )?value (.+)")
 
 
-def _build(cls: type, body: Any, where: str, msg_id: str | None = None) -> Any:
-    if type(body) is not dict:
-        raise SchemaError(f"{where}: expected an object, got {_json_name(body)}")
-    convs, required = _fields(cls)
-    for name in body:
-        if name not in convs:
-            unknown = sorted(set(body) - set(convs))
-            raise SchemaError(f"{where}: unknown field(s) {', '.join(unknown)}")
-    for name in required:
-        if name not in body:
-            raise SchemaError(f"{where}: missing field '{name}'")
-    kwargs = {name: convs[name](value, f"{where}.{name}") for name, value in body.items()}
-    if msg_id is not None:
-        kwargs["id"] = msg_id
-    obj = cls(**kwargs)
-    check = getattr(obj, "check", None)
-    if check is not None:
-        try:
-            check()
-        except SchemaError as exc:
-            raise SchemaError(f"{where}: {exc}") from None
-    return obj
+def _type_name(name: str) -> str:
+    return " or ".join(_NAMES.get(part, part) for part in name.split(" | "))
 
 
-def _converter(tp: Any) -> Converter:
-    conv = _CONVERTERS.get(tp)
-    if conv is None:
-        conv = _CONVERTERS[tp] = _make_converter(tp)
-    return conv
-
-
-def _fail(tp: Any, value: Any, where: str) -> SchemaError:
-    return SchemaError(f"{where}: expected {_type_name(tp)}, got {_json_name(value)}")
-
-
-def _make_converter(tp: Any) -> Converter:
-    origin = typing.get_origin(tp)
-    if origin in (Union, types.UnionType):
-        options = [a for a in typing.get_args(tp) if a is not type(None)]
-        nullable = len(options) < len(typing.get_args(tp))
-        convs = [_converter(a) for a in options]
-        names = " or ".join(_type_name(a) for a in typing.get_args(tp))
-
-        def union(value: Any, where: str) -> Any:
-            if value is None and nullable:
-                return None
-            for conv in convs:
-                try:
-                    return conv(value, where)
-                except SchemaError:
-                    continue
-            raise SchemaError(f"{where}: expected {names}, got {_json_name(value)}")
-        return union
-    if tp is type(None):
-        def none(value: Any, where: str) -> Any:
-            if value is None:
-                return None
-            raise _fail(tp, value, where)
-        return none
-    if tp is Any:
-        return lambda value, where: value
-    if tp in (bool, str):
-        def exact(value: Any, where: str) -> Any:
-            if type(value) is tp:
-                return value
-            raise _fail(tp, value, where)
-        return exact
-    if tp is int:
-        def integer(value: Any, where: str) -> Any:
-            if type(value) is int:
-                return value
-            raise _fail(tp, value, where)
-        return integer
-    if tp is float:
-        def number(value: Any, where: str) -> Any:
-            if type(value) is float:
-                return value
-            if type(value) is int:
-                return float(value)
-            raise _fail(tp, value, where)
-        return number
-    if origin is list:
-        (item_type,) = typing.get_args(tp)
-        item = _converter(item_type)
-
-        def listing(value: Any, where: str) -> Any:
-            if type(value) is not list:
-                raise _fail(tp, value, where)
-            return [item(v, f"{where}[{i}]") for i, v in enumerate(value)]
-        return listing
-    if origin is dict:
-        key_type, value_type = typing.get_args(tp)
-        item = _converter(value_type)
-
-        def mapping(value: Any, where: str) -> Any:
-            if type(value) is not dict:
-                raise _fail(tp, value, where)
-            out = {}
-            for k, v in value.items():
-                key = k
-                if key_type is int:
-                    try:
-                        key = int(k)
-                    except (TypeError, ValueError):
-                        raise SchemaError(f"{where}: key {k!r} is not an integer") from None
-                out[key] = item(v, f"{where}[{k!r}]")
-            return out
-        return mapping
-    if dataclasses.is_dataclass(tp):
-        return lambda value, where: _build(tp, value, where)
-    raise TypeError(f"no converter for {tp!r}")
-
-
-def _type_name(tp: Any) -> str:
-    if tp is type(None):
-        return "null"
-    origin = typing.get_origin(tp)
-    if origin is list:
-        return "list"
-    if origin is dict:
-        return "object"
-    if dataclasses.is_dataclass(tp):
-        return f"{tp.__name__} object"
-    return getattr(tp, "__name__", str(tp))
-
-
-def _json_name(value: Any) -> str:
-    if value is None:
-        return "null"
-    return {bool: "bool", int: "int", float: "float", str: "str", list: "list",
-            dict: "object"}.get(type(value), type(value).__name__)
+def _schema_error(exc: msgspec.ValidationError, where: str, top: str | None = None
+                  ) -> SchemaError:
+    """Turn ``... - at `$.jobs[0].batch_size``` into ``submit.jobs[0].batch_size: ...``."""
+    text, _, at = str(exc).partition(" - at `")
+    is_key = at.startswith("key` in `")
+    path = at.split("`")[-2] if is_key else at.rstrip("`")
+    path = path[1:] if path.startswith("$") else path
+    place = where + path
+    parent, dot, name = place.rpartition(".")
+    if not dot or name.endswith("]"):
+        parent, name = place, ""
+    if top is not None and not path:
+        m = _EXPECTED.match(text)
+        return SchemaError(f"{top}, got {_type_name(m.group(2)) if m else text}")
+    if is_key:
+        return SchemaError(f"{place}: a key is not an integer ({text})")
+    if name in _RULES and not _EXPECTED.match(text):
+        return SchemaError(f"{parent}: {name} {_RULES[name]} ({text})")
+    m = _EXPECTED.match(text)
+    if m:
+        return SchemaError(f"{place}: expected {_type_name(m.group(1))}, "
+                           f"got {_type_name(m.group(2))}")
+    m = _LENGTH.match(text)
+    if m and name and m.group(2) == ">=" and m.group(3) == "1":
+        return SchemaError(f"{parent}: {name} must not be empty")
+    if m and name:
+        unit = "characters" if m.group(1) == "str" else "items"
+        most = "at most" if m.group(2) == "<=" else "at least"
+        return SchemaError(f"{parent}: {name} must have {most} {m.group(3)} {unit}")
+    m = _RANGE.match(text)
+    if m and name:
+        return SchemaError(f"{parent}: {name} must be {m.group(1)} {m.group(2)}")
+    m = _MISSING.match(text)
+    if m:
+        return SchemaError(f"{place}: missing field '{m.group(1)}'")
+    m = _UNKNOWN.match(text)
+    if m:
+        return SchemaError(f"{place}: unknown field(s) {m.group(1)}")
+    m = _ENUM.match(text)
+    if m:
+        return SchemaError(f"{place}: invalid value {m.group(1)}")
+    return SchemaError(f"{place}: {text}")

@@ -6,7 +6,7 @@ runners (no TensorFlow), so it measures the agent, not training:
 - forwarding: one runner writes N progress events as fast as it can; events
   per second from the first to the last one the coordinator receives;
 - rounds: with K idle runners, the time of one supervisor poll (tail K event
-  files, check K processes) and of one telemetry read (K /proc reads).
+  files, check K processes) and of one telemetry read (K psutil process reads).
 
 Goals: forwarding at least 5,000 events/s (a runner logs at most once a step);
 a poll plus a telemetry read under 2 ms for 16 runners.
@@ -62,11 +62,12 @@ def forwarding(tmp: Path, n: int) -> float:
             agent.step(10)
             while coord.poll(0):
                 peer, frame = coord.recv_multipart()
-                msg = schema.decode(frame)
-                coord.send_multipart([peer, schema.encode(schema.reply_ok(msg))])
+                msg = schema.decode(frame)   # train dirs must lie under the checkpoint root
+                reply = schema.reply_ok(msg, checkpoint_root=str(tmp / "ckpt"))
+                coord.send_multipart([peer, schema.encode(reply)])
         start = schema.StartJob(job="b1", attempt=1, spec=schema.JobSpec(
             model_name="lenet", max_number_of_steps=n), fragments=[
-            schema.FragmentSpec(gpu_index=0, fraction=0.5)], train_dir=str(tmp / "ckpt"))
+            schema.FragmentSpec(gpu_index=0, fraction=0.5)], train_dir=str(tmp / "ckpt" / "b1"))
         coord.send_multipart([peer, schema.encode(start)])
         end = time.monotonic() + 120
         while time.monotonic() < end:

@@ -11,15 +11,21 @@ measures:
   connection per command, in this process) and as a ``tfgshare submit`` process;
 - p50/p99/max of the coordinator's scheduling rounds while 10,000+ jobs are
   queued, all GPUs are busy and the agents finish jobs, heartbeat and sample;
-- the coordinator process's resident memory at that load.
+- the coordinator process's resident memory at that load;
+- the wire schema before and after its move to msgspec, side by side in one run:
+  decode+validate messages/s in this process (the hand-written validator is loaded
+  from git, ``--before COMMIT``), and one-job submits/s at load against a
+  coordinator built from that commit (``git archive``) and against this tree.
 
 Usage: python tools/bench_coordinator.py [--gpus 1000] [--jobs 10000] [--policy fgs]
+       [--before COMMIT | --before none]
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import io
 import json
 import os
@@ -31,6 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
 import zmq
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,6 +46,9 @@ sys.path.insert(0, str(REPO))
 from tfgshare.client import commands as client_cli  # noqa: E402
 from tfgshare import schema as s  # noqa: E402
 from tfgshare.client.api import Client  # noqa: E402
+
+# the last commit with the hand-written schema validator
+BEFORE_MSGSPEC = "0cc27e9"
 
 
 class SimAgents:
@@ -136,13 +146,18 @@ class SimAgents:
 
 
 def rss_mb(pid: int) -> tuple[float, float]:
-    """(current, peak) resident memory of a process, MiB."""
-    fields = {}
+    """(current, peak) resident memory of a process, MiB.
+
+    psutil reads the current figure; it offers no peak on Linux, which the
+    kernel keeps as VmHWM in /proc/PID/status.
+    """
+    current = psutil.Process(pid).memory_info().rss / 2**20
+    peak = current
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            fields[key] = int(value.split()[0]) / 1024
-    return fields["VmRSS"], fields["VmHWM"]
+        if key == "VmHWM":
+            peak = int(value.split()[0]) / 1024
+    return current, peak
 
 
 def free_port() -> int:
@@ -158,8 +173,9 @@ def raw_submits(address: str, agents: SimAgents, n: int, per_msg: int = 1,
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     sock.connect(address)
-    frames = [s.encode(s.Submit(jobs=[s.JobSpec("inception_v3", max_number_of_steps=1000)
-                                      for _ in range(per_msg)])) for _ in range(n // per_msg)]
+    spec = {"model_name": "inception_v3", "max_number_of_steps": 1000}
+    frames = [json.dumps({"v": 1, "type": "submit", "id": s.new_id(),
+                          "jobs": [spec] * per_msg}).encode() for _ in range(n // per_msg)]
     sent = got = 0
     t0 = time.perf_counter()
     while got < len(frames):
@@ -214,7 +230,7 @@ def cli_submits(address: str, agents: SimAgents, n: int) -> float:
 def cli_process_s(address: str, agents: SimAgents, n: int = 3) -> float:
     """Mean wall seconds of one ``tfgshare submit`` command run as its own process."""
     cmd = [sys.executable, "-m", "tfgshare.cli", "submit", "--coordinator", address,
-           "alexnet_v2", "--max_number_of_steps", "1000"]
+           "--timeout", "10", "alexnet_v2", "--max_number_of_steps", "1000"]
     took = []
     for _ in range(n):
         t0 = time.perf_counter()
@@ -257,6 +273,85 @@ def steady(address: str, agents: SimAgents, seconds: float, finish_per_s: float,
             "jobs": len(jobs), "finished": sum(j["state"] == "finished" for j in jobs)}
 
 
+def old_schema(commit: str):
+    """The wire schema module as it was at ``commit`` (from git), imported under its own name."""
+    text = subprocess.run(["git", "show", f"{commit}:tfgshare/schema.py"], cwd=REPO,
+                          check=True, capture_output=True, text=True).stdout
+    tmp = Path(tempfile.mkdtemp()) / "schema_before.py"
+    tmp.write_text(text)
+    spec = importlib.util.spec_from_file_location("schema_before", tmp)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["schema_before"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def sample_frames() -> list[bytes]:
+    """A mix of what a loaded coordinator reads: heartbeats, runner events, exits, submits."""
+    hb = s.Heartbeat(node="node0001", gpus=[s.GpuTelemetry(i, 0.5, 4000.0) for i in range(8)],
+                     jobs=[s.JobTelemetry(f"j{i}", 100 + i, {i % 8: 2000.0}) for i in range(16)])
+    ev = s.JobEvent(node="node0001", job="j17", attempt=2, event={
+        "event": "progress", "time": 1.7e9, "step": 120, "loss": 2.3,
+        "step_time_s": 0.21, "predicted_remaining_s": 180.0})
+    ex = s.JobExit(node="node0001", job="j17", attempt=2, exit_code=0)
+    spec = {"model_name": "inception_v3", "batch_size": 32, "max_number_of_steps": 1000,
+            "memory_fraction": "auto"}
+    sub = json.dumps({"v": 1, "type": "submit", "id": "abc", "jobs": [spec]}).encode()
+    return [s.encode(hb), s.encode(ev), s.encode(ex), sub]
+
+
+def decode_rate(decode, frames: list[bytes], seconds: float = 1.0) -> float:
+    """Frames decoded and validated per second (cycling through ``frames``)."""
+    n = 0
+    t0 = time.perf_counter()
+    while True:
+        for f in frames:
+            decode(f)
+        n += len(frames)
+        took = time.perf_counter() - t0
+        if took >= seconds:
+            return n / took
+
+
+def start_coordinator(repo: Path, tmp: Path, args, label: str) -> tuple[subprocess.Popen, str]:
+    """``tfgshare coordinator`` from the code in ``repo``, on a free loopback port."""
+    address = f"tcp://127.0.0.1:{free_port()}"
+    log = open(tmp / f"coordinator-{label}.log", "w")
+    profile = ["-m", "cProfile", "-o", args.profile] if args.profile and label == "now" else []
+    proc = subprocess.Popen(
+        [sys.executable, *profile, "-m", "tfgshare.cli", "coordinator", "--bind", address,
+         "--state", str(tmp / f"state-{label}.db"), "--policy", args.policy,
+         "--tick", str(args.tick), "--node-timeout", "600"],
+        cwd=repo, env=dict(os.environ, PYTHONPATH=str(repo)), stdout=log, stderr=log)
+    log.close()
+    with Client(address, timeout_s=30) as c:
+        c.nodes()          # a request an older coordinator also reads
+    return proc, address
+
+
+def submits_before(commit: str, tmp: Path, args, nodes: int) -> dict:
+    """Queue filling and one-job submits at load against the coordinator of ``commit``."""
+    old = tmp / "before"
+    old.mkdir()
+    archive = subprocess.run(["git", "archive", commit], cwd=REPO, check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(old)], input=archive, check=True)
+    proc, address = start_coordinator(old, tmp, args, "before")
+    agents = None
+    try:
+        agents = SimAgents(address, nodes, args.gpus_per_node)
+        agents.register()
+        batch = raw_submits(address, agents, args.jobs, per_msg=100, window=20)
+        settle(agents)
+        single = raw_submits(address, agents, args.single_submits)
+    finally:
+        if agents is not None:
+            agents.close()
+        proc.terminate()
+        proc.wait(30)
+    return {"raw_batch100_submits_per_s": round(batch), "raw_submits_per_s": round(single)}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--gpus", type=int, default=1000)
@@ -271,29 +366,30 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steady-s", type=float, default=15.0)
     p.add_argument("--finish-per-s", type=float, default=50.0)
     p.add_argument("--tick", type=float, default=1.0)
+    p.add_argument("--before", default=BEFORE_MSGSPEC, metavar="COMMIT",
+                   help="compare the wire schema with this commit's ('none': skip)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--profile", metavar="PATH", help="run the coordinator under cProfile")
     args = p.parse_args(argv)
     rng = random.Random(1)
     nodes = args.gpus // args.gpus_per_node
-    with tempfile.TemporaryDirectory() as tmp:
-        address = f"tcp://127.0.0.1:{free_port()}"
-        log = open(Path(tmp) / "coordinator.log", "w")
-        profile = ["-m", "cProfile", "-o", args.profile] if args.profile else []
-        proc = subprocess.Popen(
-            [sys.executable, *profile, "-m", "tfgshare.cli", "coordinator", "--bind", address,
-             "--state", str(Path(tmp) / "state.db"), "--policy", args.policy,
-             "--tick", str(args.tick), "--node-timeout", "600"],
-            cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=log, stderr=log)
+    res: dict = {"gpus": nodes * args.gpus_per_node, "nodes": nodes, "policy": args.policy}
+    frames = sample_frames()
+    res["decode_per_s"] = round(decode_rate(s.decode, frames))
+    if args.before != "none":
+        before = old_schema(args.before)
+        res["before_decode_per_s"] = round(decode_rate(before.decode, frames))
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        if args.before != "none":
+            res["before"] = submits_before(args.before, tmp, args, nodes)
+        proc, address = start_coordinator(REPO, tmp, args, "now")
         agents = None
         try:
-            with Client(address, timeout_s=30) as c:
-                c.jobs()
             base_rss = rss_mb(proc.pid)[0]
             agents = SimAgents(address, nodes, args.gpus_per_node)
             agents.register()
-            res: dict = {"gpus": nodes * args.gpus_per_node, "nodes": nodes,
-                         "policy": args.policy, "coordinator_rss_idle_mb": round(base_rss, 1)}
+            res["coordinator_rss_idle_mb"] = round(base_rss, 1)
             # fill the queue, let the GPUs fill up, then measure submits at that load
             res["raw_batch100_submits_per_s"] = round(raw_submits(address, agents, args.jobs,
                                                                   per_msg=100, window=20))
@@ -312,7 +408,6 @@ def main(argv: list[str] | None = None) -> int:
                 agents.close()
             proc.terminate()
             proc.wait(30)
-            log.close()
     if args.json:
         print(json.dumps(res, indent=1))
     else:
@@ -331,6 +426,15 @@ def main(argv: list[str] | None = None) -> int:
               f"over {r['count']} rounds (wall time; the policy runs beside the serving loop)"
               f"\n    of which policy.decide p50 {d['p50_ms']:.2f} ms, p99 {d['p99_ms']:.2f} ms; "
               f"its CPU time p50 {c['p50_ms']:.2f} ms, p99 {c['p99_ms']:.2f} ms")
+        if "before" in res:
+            b = res["before"]
+            print(f"  wire schema, hand-written ({args.before}) -> msgspec: decode+validate "
+                  f"{res['before_decode_per_s']} -> {res['decode_per_s']} messages/s; "
+                  f"submits/s filling the queue {b['raw_batch100_submits_per_s']} -> "
+                  f"{res['raw_batch100_submits_per_s']}, at load (1 job/msg) "
+                  f"{b['raw_submits_per_s']} -> {res['raw_submits_per_s']}")
+        else:
+            print(f"  wire schema: decode+validate {res['decode_per_s']} messages/s")
         print(f"  coordinator memory: {res['coordinator_rss_mb']} MiB resident "
               f"(peak {res['coordinator_peak_rss_mb']}, idle {res['coordinator_rss_idle_mb']})")
     return 0

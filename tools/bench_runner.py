@@ -1,30 +1,38 @@
-"""Benchmark the job runner: its per-step overhead, and suspend/resume costs.
+"""Benchmark the job runner: its per-step overhead, and the cost of its moves.
 
 1. Overhead: the runner's training loop and a bare ``session.run(train_op)``
    loop over the same graph and session, in alternating blocks; the median
    step time of each and the overhead of the runner (goal: at most 3%).
-2. Suspend and resume for the paper's four models at their default image
-   sizes: tf.train.Checkpoint save (suspend) and restore plus the first step
-   after it (resume), the checkpoint's size, and a plain tf.compat.v1.train.Saver
-   save/restore of the same variables.
+2. Moves, for the paper's four models at their default image sizes:
+   - resume, request to first finished step: a runner process started on a
+     suspended train dir, until its first progress event; with ``--before REF``
+     also the runner of git revision REF (e.g. the code before a change), side by side;
+   - the floor: a plain tf.compat.v1.train.Saver restore (ops built beforehand)
+     plus the first step in a new session;
+   - suspend: the runner's checkpoint save against a plain Saver save of the same
+     variables, alternating, medians.
 
-Usage: python tools/bench_runner.py [--overhead-only | --suspend-only] [--models ...]
+Usage: python tools/bench_runner.py [--overhead-only | --moves-only] [--models ...]
+       [--before REF]
 Prints markdown tables for docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
 
 from tfgshare.runner import main as runner  # noqa: E402
 from tfgshare.runner.config import TrainConfig  # noqa: E402
@@ -39,6 +47,7 @@ def _session(built, config):
     session = tf.compat.v1.Session(graph=built.graph,
                                    config=runner_graph.session_config(config))
     session.run(built.init_op)
+    runner_graph.start_input(session, built)
     return session
 
 
@@ -65,7 +74,7 @@ def bench_overhead(model: str, batch: int, blocks: int, steps: int, work: Path) 
 
     sink = EventSink(config.events_file, lambda event: None, "bench")
     step = 0
-    key = built.graph.step_key
+    key = built.step_key
     for _ in range(3):   # warm-up
         session.run(built.train_tensor)
     for _ in range(blocks):
@@ -101,34 +110,63 @@ def bench_overhead(model: str, batch: int, blocks: int, steps: int, work: Path) 
             "overhead_pct": (ours / bare - 1) * 100}
 
 
-def bench_suspend(model: str, batch: int, work: Path, repeats: int = 3) -> dict:
-    """Checkpoint save/restore times and size for ``model`` at its default size.
+def _runner(src: Path, train_dir: Path, model: str, steps: int, events: Path) -> float:
+    """Run the runner of source tree ``src`` until step ``steps``; seconds to its first step."""
+    cmd = [sys.executable, "-m", "tfgshare.runner", "--train_dir", str(train_dir),
+           "--model_name", model, "--batch_size", "1", "--optimizer", "momentum",
+           "--learning_rate", "0.001", "--max_number_of_steps", str(steps),
+           "--save_interval_secs", "0", "--num_sample_steps", "0", "--log_every_n_steps", "1",
+           "--events_file", str(events)]
+    env = {**os.environ, "PYTHONPATH": str(src), "TF_CPP_MIN_LOG_LEVEL": "3",
+           "CUDA_VISIBLE_DEVICES": ""}
+    offset = events.stat().st_size if events.exists() else 0
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=src, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    first = None
+    while proc.poll() is None and first is None:
+        from tfgshare.runner.protocol import read_events
+        new, _ = read_events(events, offset)
+        if any(e["event"] == "progress" for e in new):
+            first = time.perf_counter() - start
+        time.sleep(0.02)
+    _, err = proc.communicate(timeout=900)
+    if proc.returncode != 0:
+        raise RuntimeError(f"runner of {src} failed ({proc.returncode}): {err[-2000:]}")
+    return first if first is not None else time.perf_counter() - start
 
-    Saves alternate between tf.train.Checkpoint (the runner's) and a plain Saver of
-    the same variables, ``repeats`` times each, so disk and load noise hit both.
-    """
+
+def bench_resume(model: str, src: Path, work: Path, tag: str) -> dict:
+    """A first attempt of one step, then the timed resume to the second step."""
+    train_dir, events = work / f"{tag}-{model}", work / f"{tag}-{model}.jsonl"
+    _runner(src, train_dir, model, 1, events)
+    seconds = _runner(src, train_dir, model, 2, events)
+    phases = [e for e in _events(events) if e["event"] == "start_phases"]
+    return {"resume_s": seconds, "phases": phases[-1] if phases else None}
+
+
+def _events(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def bench_floor_and_suspend(model: str, work: Path, repeats: int = 3) -> dict:
+    """Saver restore + first step in a new session (the floor); runner save vs Saver save."""
     import tensorflow as tf
 
     from tfgshare.runner import graph as runner_graph
 
-    train_dir = work / f"suspend-{model}"
-    config = TrainConfig(train_dir=str(train_dir), model_name=model, batch_size=batch,
+    config = TrainConfig(train_dir=str(work / f"floor-{model}"), model_name=model, batch_size=1,
                          optimizer="momentum", learning_rate=0.001, max_to_keep=1)
     config.check()
-    start = time.perf_counter()
+    Path(config.train_dir).mkdir(parents=True)
     built = runner_graph.build_training_graph(config)
-    build_s = time.perf_counter() - start
     prefix = str(work / f"saver-{model}" / "model.ckpt")
     with built.graph.as_default():
-        start = time.perf_counter()
         saver = tf.compat.v1.train.Saver(var_list=built.variables, max_to_keep=1)
-        saver_build_s = time.perf_counter() - start
     session = _session(built, config)
     _timed_step(session, built)
-    first = built.checkpoint.save(session, 1)          # suspend: the first save builds its ops
     saves, saver_saves = [], []
-    for step in range(2, 2 + repeats):
-        _timed_step(session, built)
+    for step in range(1, 1 + repeats):
         saved = built.checkpoint.save(session, step)
         saves.append(saved.seconds)
         with built.graph.as_default():
@@ -137,22 +175,25 @@ def bench_suspend(model: str, batch: int, work: Path, repeats: int = 3) -> dict:
             saver_saves.append(time.perf_counter() - start)
     session.close()
 
-    session = _session(built, config)                  # resume: restore, then one step
-    restore_s = built.checkpoint.restore(session, saved.path)
-    resume_step_s = _timed_step(session, built)
-    saver_restores = []
+    session = _session(built, config)
     with built.graph.as_default():
-        for _ in range(repeats):
-            start = time.perf_counter()
-            saver.restore(session, prefix)
-            saver_restores.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        saver.restore(session, prefix)
+        restore_s = time.perf_counter() - start
+    first_step_s = _timed_step(session, built)
     session.close()
-    return {"model": model, "size": built.image_size, "build_s": build_s,
-            "size_mb": saved.size_mb, "first_save_s": first.seconds,
-            "save_s": statistics.median(saves), "restore_s": restore_s,
-            "resume_s": restore_s + resume_step_s, "saver_build_s": saver_build_s,
-            "saver_save_s": statistics.median(saver_saves),
-            "saver_restore_s": statistics.median(saver_restores)}
+    return {"size_mb": saved.size_mb, "save_s": statistics.median(saves),
+            "saver_save_s": statistics.median(saver_saves), "saver_restore_s": restore_s,
+            "floor_s": restore_s + first_step_s}
+
+
+def _source_tree(ref: str, work: Path) -> Path:
+    """The files of git revision ``ref`` of this repository, unpacked under ``work``."""
+    tree = work / f"src-{ref}"
+    tree.mkdir()
+    archive = subprocess.run(["git", "archive", ref], cwd=REPO, capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+    return tree
 
 
 def _timed_step(session, built) -> float:
@@ -165,7 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     """Run the runner benchmarks and print markdown tables."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--overhead-only", action="store_true")
-    parser.add_argument("--suspend-only", action="store_true")
+    parser.add_argument("--moves-only", action="store_true")
+    parser.add_argument("--before", metavar="REF",
+                        help="also time the resume of this git revision's runner")
     parser.add_argument("--overhead-models", nargs="+", default=["lenet", "cifarnet"])
     parser.add_argument("--models", nargs="+",
                         default=["inception_v3", "resnet_v1_50", "vgg_16", "alexnet_v2"])
@@ -180,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
           f"load average {os.getloadavg()[0]:.1f}\n")
     with tempfile.TemporaryDirectory(prefix="bench_runner_") as tmp:
         work = Path(tmp)
-        if not args.suspend_only:
+        if not args.moves_only:
             print("| model | batch | steps each | bare loop median ms | runner median ms "
                   "| overhead |")
             print("|---|---|---|---|---|---|")
@@ -190,17 +233,35 @@ def main(argv: list[str] | None = None) -> int:
                       f"| {r['runner_ms']:.2f} | {r['overhead_pct']:+.1f}% |", flush=True)
             print()
         if not args.overhead_only:
-            print("| model | image | graph build s | checkpoint MB | suspend: first save s "
-                  "| later saves, median s | resume: restore + first step s | restore alone s "
-                  "| Saver build s | Saver save, median s | Saver restore, median s |")
-            print("|---|---|---|---|---|---|---|---|---|---|---|")
+            before = _source_tree(args.before, work) if args.before else None
+            label = f"before ({args.before})" if before else None
+            print("| model | image | checkpoint MB | "
+                  + (f"resume s, {label} | " if label else "")
+                  + "resume s, now | of which start (import) s | graph s (source) | restore s "
+                  "| first step s | floor: Saver restore + first step s | now / floor "
+                  "| suspend: save s | Saver save s | save / Saver |")
+            print("|---" * (12 + bool(label)) + "|")
             for model in args.models:
-                r = bench_suspend(model, 1, work)
-                print(f"| {r['model']} | {r['size']} | {r['build_s']:.1f} | {r['size_mb']:.0f} "
-                      f"| {r['first_save_s']:.2f} | {r['save_s']:.2f} | {r['resume_s']:.2f} "
-                      f"| {r['restore_s']:.2f} | {r['saver_build_s']:.2f} "
-                      f"| {r['saver_save_s']:.2f} | {r['saver_restore_s']:.2f} |", flush=True)
+                old = bench_resume(model, before, work, "before") if before else None
+                new = bench_resume(model, REPO, work, "now")
+                r = bench_floor_and_suspend(model, work)
+                ph = new["phases"]
+                size = _default_size(model)
+                print(f"| {model} | {size} | {r['size_mb']:.0f} | "
+                      + (f"{old['resume_s']:.1f} | " if old else "")
+                      + f"{new['resume_s']:.1f} | {ph['start_s']:.1f} | {ph['graph_s']:.1f} "
+                      f"({ph['graph_source']}) | {ph['restore_s']:.2f} | "
+                      f"{ph['first_step_s']:.2f} | {r['floor_s']:.2f} | "
+                      f"{new['resume_s'] / r['floor_s']:.1f}x | {r['save_s']:.2f} | "
+                      f"{r['saver_save_s']:.2f} | {r['save_s'] / r['saver_save_s']:.2f}x |",
+                      flush=True)
     return 0
+
+
+def _default_size(model: str) -> int:
+    from slim_models import nets_factory
+
+    return nets_factory.default_image_size(model)
 
 
 if __name__ == "__main__":

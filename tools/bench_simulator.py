@@ -13,6 +13,14 @@ Writes the "Simulator" section of docs/benchmarks.md (``--no-write`` to only pri
 (b) Headline: 2,000 Philly jobs from the start of the evaluation window replayed on
     clusters of 64 to 512 GPUs (8 x 24 GB per node): ratios of mean JCT and
     utilisation against fifo, for every policy, next to the paper's x4.1 and /3.6.
+(d) Contended (``--contended``): the whole Philly CSV (82,247 jobs) on 256 and
+    512 GPUs, and its first 14,000 jobs on 256 GPUs (a stand-in for the ~14k-job
+    Tiresias-CSV trace), for every policy: wall time, jobs/s, peak memory.
+(e) Event cost against queue length (``--event-cost``): a full 256-GPU cluster
+    with 10 to 10,000 waiting jobs; one event (an arrival, a departure, a
+    progress report) and the policy round after it, in microseconds.
+With ``--before DIR`` (a checkout of older code, e.g. ``git archive``), (d) and
+(e) also run on that code, side by side in the same run.
 
 The trace is split by submit time into a tuning window (before 2017-11-01; fgs's
 defaults were chosen on 2,000 jobs from 2017-10-09, inside it) and a disjoint
@@ -44,9 +52,16 @@ HEADLINE_CLUSTERS = ("8x8", "16x8", "32x8", "64x8")
 PAPER_UTIL, PAPER_JCT = 4.1, 3.6
 
 
+def _cpu_s() -> float:
+    """CPU seconds this process used (user + system): robust to a loaded machine."""
+    u = resource.getrusage(resource.RUSAGE_SELF)
+    return u.ru_utime + u.ru_stime
+
+
 def one_run(policy: str, num_jobs: int | None, spec: str, start: str | None) -> dict:
     """Simulate once in this process; timings, peak memory and the report summary."""
     import numpy as np
+    import tfgshare
 
     from tfgshare.policies.registry import get_policy
     from tfgshare.sim.cluster import load_cluster
@@ -59,6 +74,7 @@ def one_run(policy: str, num_jobs: int | None, spec: str, start: str | None) -> 
     cluster = load_cluster(spec)
     work = load_workload("philly", profiles, cluster.num_gpus, num_jobs=num_jobs, start=start)
     load_s = time.perf_counter() - t0
+    cpu0 = _cpu_s()   # the replay's CPU time, loading excluded
     res = simulate(cluster, work.jobs, profiles, get_policy(policy))
     d = np.frombuffer(res.decide_s, dtype=float)
     rep = res.report
@@ -69,14 +85,20 @@ def one_run(policy: str, num_jobs: int | None, spec: str, start: str | None) -> 
         "decide_p50_ms": float(np.percentile(d, 50) * 1e3) if len(d) else 0.0,
         "decide_p99_ms": float(np.percentile(d, 99) * 1e3) if len(d) else 0.0,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "cpu_s": _cpu_s() - cpu0,
         "oom_starts": res.oom_starts, "report": rep.as_dict(),
+        "code": str(Path(tfgshare.__file__).resolve().parents[1]),
     }
 
 
 def in_subprocess(policy: str, num_jobs: int | None, spec: str, start: str | None,
-                  timeout: float) -> dict | None:
-    """``one_run`` in a fresh interpreter (clean peak RSS); None if it timed out."""
+                  timeout: float, code: str | None = None) -> dict | None:
+    """``one_run`` in a fresh interpreter (clean peak RSS); None if it timed out.
+
+    ``code``: import tfgshare from this checkout instead of this one.
+    """
     cmd = [sys.executable, __file__, "--one", policy, str(num_jobs or 0), spec, start or ""]
+    cmd += ["--code", code] if code else []
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=True)
     except subprocess.TimeoutExpired:
@@ -126,8 +148,9 @@ def headline(policies: list[str], budget: float,
                          for k, v in d.items()})
 
     lines = ["| cluster (GPUs) | offered load | policy | JCT mean h | JCT / (fifo÷policy) "
-             "| alloc util % | util x | eff util % | eff x | susp/res/mig | wall s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| alloc util % | util x | eff util % | eff x | device util % "
+             "| device util busy % | susp/res/mig | wall s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     raw: dict = {}
     for spec in clusters:
         runs = {}
@@ -147,7 +170,9 @@ def headline(policies: list[str], budget: float,
                 f"| {spec} ({r['gpus']}) | {load:.2f} | {pol} | {rep.jct_mean / 3600:.2f} "
                 f"| {rat['jct_ratio']:.2f} | {100 * rep.util_allocated:.1f} "
                 f"| {rat['util_ratio']:.2f} | {100 * rep.util_effective:.1f} "
-                f"| {rat['eff_util_ratio']:.2f} | {rep.suspends}/{rep.resumes}/{rep.migrations} "
+                f"| {rat['eff_util_ratio']:.2f} | {100 * rep.util_device:.1f} "
+                f"| {100 * rep.util_device_busy:.1f} "
+                f"| {rep.suspends}/{rep.resumes}/{rep.migrations} "
                 f"| {r['wall_s']:.0f} |")
             print(lines[-1], flush=True)
     return lines, raw
@@ -176,6 +201,149 @@ def stationary() -> list[str]:
         lines.append(f"| {n:,} | {res.wall_s:.1f} | {engine:.2f} | {1e6 * engine / n:.0f} "
                      f"| {np.percentile(d, 50) * 1e3:.2f} |")
         print(lines[-1], flush=True)
+    return lines
+
+
+CONTENDED = ((None, "32x8"), (None, "64x8"), (14000, "32x8"))   # (jobs, cluster)
+
+
+def contended(policies: list[str], budget: float, before: str | None) -> list[str]:
+    """Whole-trace replays on small clusters (queues of thousands), before and after."""
+    lines = ["| trace | GPUs | policy | code | wall s | CPU s | jobs/s (by CPU s) | decide s "
+             "| rounds | peak RSS MB | mean JCT h |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for n, spec in CONTENDED:
+        for pol in policies:
+            for label, code in ([("before", before)] if before else []) + [("after", None)]:
+                r = in_subprocess(pol, n, spec, None, timeout=budget, code=code)
+                trace = "Philly, first 14,000" if n else "Philly, all"
+                if r is None:
+                    lines.append(f"| {trace} | {spec} | {pol} | {label} | > {budget:,.0f} "
+                                 "(stopped) | | | | | | |")
+                else:
+                    jct = r["report"]["jct_mean"]
+                    lines.append(
+                        f"| {trace} | {r['gpus']} | {pol} | {label} | {r['wall_s']:.1f} "
+                        f"| {r['cpu_s']:.1f} | {r['jobs'] / r['cpu_s']:,.0f} | {r['decide_s']:.1f} "
+                        f"| {r['rounds']:,} | {r['peak_rss_mb']:,.0f} "
+                        f"| {jct / 3600:.1f} |")
+                print(lines[-1], flush=True)
+    return lines
+
+
+QUEUES = (10, 100, 1000, 10000)
+
+
+def event_cost_run(policy: str, waiting: int, events: int = 300) -> dict:
+    """Mean and p99 microseconds of one event plus the policy round after it.
+
+    A 256-GPU cluster (8 x 24 GB per node) with every GPU held by a running
+    job, and ``waiting`` sampled jobs of 1 to 8 GPUs that cannot fit. The
+    events cycle through an arrival, a departure (cancel) and a running job's
+    progress report, each followed by a round, as the simulator does them.
+    """
+    import random
+
+    from tfgshare.policies.base import (ClusterSnapshot, Fragment, JobState, JobView,
+                                        SampleRecord)
+    from tfgshare.policies.registry import get_policy
+    from tfgshare.sim.cluster import load_cluster
+
+    cluster = load_cluster("32x8")
+    snap = ClusterSnapshot(cluster.gpus, cluster.reserve_mb)
+    pol = get_policy(policy)
+    rng = random.Random(1)
+    now = 2000.0
+    running = {}
+    for i, g in enumerate(snap.gpus):
+        running[f"r{i}"] = JobView(
+            id=f"r{i}", submit_time=0.0, num_gpus=1, state=JobState.RUNNING, total_steps=10 ** 6,
+            steps_done=1000, sample=SampleRecord(0.5, 20000.0, 0.9),
+            predicted_remaining_s=1e5 + i,
+            fragments=(Fragment(g.id, 1 - cluster.reserve_mb / g.memory_mb),),
+            attained_service_s=1000.0 * (i % 3), last_start=0.0)
+
+    def waiter(k: int) -> JobView:
+        t = rng.uniform(0, now)
+        return JobView(id=f"w{k}", submit_time=t, num_gpus=rng.choice([1, 1, 1, 2, 4, 8]),
+                       state=JobState.SAMPLED, total_steps=10 ** 5,
+                       sample=SampleRecord(0.5, rng.uniform(2000, 20000), rng.uniform(0.3, 1)),
+                       predicted_remaining_s=rng.uniform(2e4, 1e5), last_wait_start=t,
+                       last_start=t)
+
+    views = dict(running)
+    for k in range(waiting):
+        views[f"w{k}"] = waiter(k)
+    new_memo = getattr(pol, "new_memo", None)
+    if new_memo is not None:   # this code's interface: a JobSet and a memo
+        from tfgshare.policies.jobset import JobSet
+        jobs, memo = JobSet(views.values()), new_memo()
+
+        def put(v):
+            jobs.put(v)
+
+        def drop(jid):
+            jobs.drop(jid)
+
+        def decide():
+            out = pol.decide(now, snap, jobs, memo)
+            jobs.trim()
+            return out
+    else:                      # older code: the caller lists every view each round
+        def put(v):
+            views[v.id] = v
+
+        def drop(jid):
+            views.pop(jid, None)
+
+        def decide():
+            return pol.decide(now, snap, list(views.values()))
+    decide()
+    took, acted = [], 0
+    nxt, oldest = waiting, 0
+    for e in range(events):
+        t0 = time.perf_counter()
+        if e % 3 == 0:
+            put(waiter(nxt))
+            nxt += 1
+        elif e % 3 == 1:
+            drop(f"w{oldest}")
+            oldest += 1
+        else:
+            r = running[f"r{e % len(running)}"]
+            r = running[r.id] = JobView(**{**r.__dict__, "steps_done": r.steps_done + 1,
+                                           "predicted_remaining_s": r.predicted_remaining_s - 1})
+            put(r)
+        acted += len(decide())
+        took.append(time.perf_counter() - t0)
+        now += 1.0
+    took.sort()
+    return {"policy": policy, "waiting": waiting, "mean_us": 1e6 * sum(took) / len(took),
+            "p50_us": 1e6 * took[len(took) // 2], "p99_us": 1e6 * took[int(0.99 * len(took))],
+            "actions": acted}
+
+
+def event_cost(policies: list[str], before: str | None) -> list[str]:
+    """Per-event cost against queue length, before and after, one subprocess each."""
+    head = " | ".join(f"{q:,} waiting" for q in QUEUES)
+    lines = ["Median microseconds per event (mean in brackets; the machine is shared, so "
+             "means carry scheduling noise).", "",
+             f"| policy | code | {head} | 10,000 / 10 (median) |",
+             "|---|---|" + "---|" * len(QUEUES) + "---|"]
+    for pol in policies:
+        for label, code in ([("before", before)] if before else []) + [("after", None)]:
+            cells = []
+            for q in QUEUES:
+                cmd = [sys.executable, __file__, "--event", pol, str(q)]
+                cmd += ["--code", code] if code else []
+                out = subprocess.run(cmd, capture_output=True, text=True, timeout=900,
+                                     check=True)
+                cells.append(json.loads(out.stdout.strip().splitlines()[-1]))
+            ratio = cells[-1]["p50_us"] / cells[0]["p50_us"]
+            lines.append(f"| {pol} | {label} | " + " | ".join(
+                f"{c['p50_us']:,.0f} (mean {c['mean_us']:,.0f})" for c in cells)
+                + f" | {ratio:.1f}x |")
+            print(lines[-1], flush=True)
     return lines
 
 
@@ -210,7 +378,15 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--one", nargs=4, metavar=("POLICY", "JOBS", "CLUSTER", "START"),
                    help=argparse.SUPPRESS)
+    p.add_argument("--event", nargs=2, metavar=("POLICY", "WAITING"), help=argparse.SUPPRESS)
+    p.add_argument("--code", help=argparse.SUPPRESS)   # import tfgshare from here
     p.add_argument("--policies", default="fifo,sjf,tiresias,gandiva,fgs")
+    p.add_argument("--contended", action="store_true",
+                   help="only (d): whole-trace replays on 256 and 512 GPUs")
+    p.add_argument("--event-cost", action="store_true",
+                   help="only (e): per-event cost against queue length")
+    p.add_argument("--before", metavar="DIR",
+                   help="also run (d) and (e) on the code in DIR, side by side")
     p.add_argument("--budget", type=float, default=240.0,
                    help="skip scaling runs projected to take longer (seconds)")
     p.add_argument("--no-write", action="store_true", help="print only")
@@ -219,12 +395,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--clusters", default=",".join(HEADLINE_CLUSTERS),
                    help="clusters of the headline (b)")
     args = p.parse_args(argv)
+    if args.code:
+        sys.path.insert(0, str(Path(args.code).resolve()))
+    if args.event:
+        print(json.dumps(event_cost_run(args.event[0], int(args.event[1]))))
+        return 0
     if args.one:
         pol, n, spec, start = args.one
         print(json.dumps(one_run(pol, int(n) or None, spec, start or None)))
         return 0
     policies = args.policies.split(",")
     t0 = time.time()
+    if args.contended or args.event_cost:
+        parts = []
+        if args.event_cost:
+            parts += ["### (e) Cost of one event and the round after it, against queue length "
+                      "(full 256-GPU cluster, microseconds)", ""] \
+                + event_cost(policies, args.before) + [""]
+        if args.contended:
+            parts += ["### (d) Contended replays: the Philly CSV on 256 and 512 GPUs", ""] \
+                + contended(policies, args.budget, args.before) + [""]
+        print(f"bench took {time.time() - t0:.0f} s")
+        print("\n".join(parts))
+        return 0
     skip = args.skip_scaling or args.headline_only
     scale = [] if skip else scaling(policies, args.budget)
     steady = [] if args.headline_only else stationary()

@@ -74,8 +74,9 @@ class TFRecordImageDataset:
         import tensorflow as tf
 
         check_stream_args(start_example, seed)
-        first_epoch, skip = divmod(start_example, self.num_samples)
-        first = self.epoch_records(tf.constant(first_epoch, tf.int64), seed).skip(skip)
+        first_epoch = start_example // self.num_samples   # ints or an int64 tensor
+        skip = start_example % self.num_samples
+        first = self.epoch_records(tf.cast(first_epoch, tf.int64), seed).skip(skip)
         rest = tf.data.Dataset.counter(first_epoch + 1, dtype=tf.int64).flat_map(
             lambda epoch: self.epoch_records(epoch, seed))
         records = first.concatenate(rest)

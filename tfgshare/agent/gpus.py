@@ -5,16 +5,17 @@ utilisation, and each process's memory from the compute-process list). Where
 NVML is absent (no driver, a CPU machine) the node offers the virtual GPUs of a
 spec such as ``2x16GiB``; their jobs run on the CPU, so their telemetry is the
 runner processes' CPU use (one busy core = a fully used virtual GPU) and their
-resident memory, read from ``/proc``.
+resident memory, read through ``psutil``.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
+
+import psutil
 
 MIB = 1024 * 1024
 _UNITS_MB = {"mib": 1, "mb": 1, "m": 1, "gib": 1024, "gb": 1024, "g": 1024,
@@ -132,6 +133,7 @@ class VirtualGpus:
     def __init__(self, gpus: list[GpuInfo]) -> None:
         self.gpus = gpus
         self._last: dict[int, tuple[float, float]] = {}   # pid -> (wall, cpu seconds)
+        self._procs: dict[int, psutil.Process] = {}       # pid -> its process, while it lives
 
     def read(self, pids: Mapping[int, Sequence[int]] | None = None) -> Telemetry:
         """Each GPU's busy cores (capped at 1) and resident memory of its runners."""
@@ -141,10 +143,20 @@ class VirtualGpus:
         out = Telemetry()
         now = time.monotonic()
         seen: dict[int, tuple[float, float]] = {}
+        procs: dict[int, psutil.Process] = {}
         for pid, indices in pids.items():
-            stat = process_stat(pid)
-            if stat is None or not indices:
+            if not indices:
                 continue
+            proc = self._procs.get(pid)
+            if proc is None:
+                try:
+                    proc = psutil.Process(pid)
+                except psutil.Error:
+                    continue
+            stat = process_stat(proc)
+            if stat is None:
+                continue
+            procs[pid] = proc
             cpu_s, rss_mb = stat
             seen[pid] = (now, cpu_s)
             prev = self._last.get(pid)
@@ -155,7 +167,7 @@ class VirtualGpus:
                     util[i] += busy / len(indices)
                     used[i] += share
                 out.process_memory_mb.setdefault(pid, {})[i] = share
-        self._last = seen
+        self._last, self._procs = seen, procs
         out.gpus = [GpuReading(i, min(1.0, util[i]), used[i]) for i in sorted(util)]
         return out
 
@@ -163,20 +175,18 @@ class VirtualGpus:
         """Nothing to release."""
 
 
-def process_stat(pid: int) -> tuple[float, float] | None:
-    """CPU seconds used and resident memory (MiB) of a live process, from /proc."""
+def process_stat(proc: psutil.Process) -> tuple[float, float] | None:
+    """CPU seconds used (user + system) and resident memory (MiB) of a process; None once gone.
+
+    ``psutil`` checks that the pid still names the process it was made for.
+    """
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            raw = f.read().decode(errors="replace")
-    except OSError:
+        with proc.oneshot():
+            cpu = proc.cpu_times()
+            rss = proc.memory_info().rss
+    except psutil.Error:      # gone, a zombie, or not ours to read
         return None
-    fields = raw[raw.rfind(")") + 2:].split()   # after "pid (comm) "
-    if len(fields) < 22:
-        return None
-    ticks = os.sysconf("SC_CLK_TCK")
-    cpu_s = (int(fields[11]) + int(fields[12])) / ticks      # utime + stime
-    rss_mb = int(fields[21]) * os.sysconf("SC_PAGE_SIZE") / MIB
-    return cpu_s, rss_mb
+    return cpu.user + cpu.system, rss / MIB
 
 
 def discover(virtual_spec: str | None = None, force_virtual: bool = False):

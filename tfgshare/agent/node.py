@@ -13,6 +13,12 @@ they are adopted; the exits it could not deliver are resent. If the coordinator
 goes silent for as long as it takes to declare a node lost, the agent kills its
 runners first (their jobs may be resumed elsewhere from the same checkpoint
 directory), then reconnects.
+
+Paths from the wire are confined: a job's train dir must resolve (symlinks
+followed) to a folder under the checkpoint root the coordinator named at
+registration, and its dataset dir to a folder under one of the data roots
+(``--data-root``, repeatable; default: the shared data folder, see
+``tfgshare.paths.shared_dir``, and the checkpoint root). Anything else is refused.
 """
 
 from __future__ import annotations
@@ -30,8 +36,8 @@ from pathlib import Path
 
 import zmq
 
+from tfgshare import keys, paths, schema
 from tfgshare.agent import gpus as gpus_mod
-from tfgshare import schema
 from tfgshare.agent.supervisor import EventOut, ExitOut, Supervisor
 
 log = logging.getLogger("tfgshare.agent")
@@ -55,6 +61,10 @@ class AgentConfig:
     runner_cmd: list[str] | None = None  # None: python -m tfgshare.runner
     lost_after_s: float | None = None    # silence before fencing and reconnecting;
     #                                      None: 4 heartbeats, at least 5 s
+    data_roots: list[Path] | None = None  # where dataset dirs may be; None: the shared
+    #                                       data folder and the checkpoint root
+    key: str | None = None               # CurveZMQ secret key file (None: $TFGSHARE_KEY)
+    server_key: str | None = None        # the coordinator's public key file
 
 
 class Agent:
@@ -103,6 +113,11 @@ class Agent:
         now = time.monotonic()
         if not self.registered and now - self._last_register >= self.cfg.register_retry_s:
             self._register()
+        if self.handshake.failed():
+            self.fatal = (f"secure handshake with the coordinator at {self.cfg.coordinator} "
+                          "failed: it needs this agent's CurveZMQ key (--key, TFGSHARE_KEY), "
+                          "or the coordinator key (--server-key) is not its own")
+            return
         if self.sock.poll(timeout_ms, zmq.POLLIN):
             while True:
                 try:
@@ -139,6 +154,7 @@ class Agent:
                 if self.sock.poll(50, zmq.POLLIN):
                     self._handle(self.sock.recv())
         if self.sock is not None:
+            self.handshake.close()
             self.sock.close(linger=200)
             self.sock = None
         self.gpus.close()
@@ -147,12 +163,15 @@ class Agent:
 
     def _connect(self) -> None:
         if self.sock is not None:
+            self.handshake.close()
             self.sock.close(linger=0)
         sock = self.ctx.socket(zmq.DEALER)
+        self.handshake = keys.HandshakeWatch(sock, patience=5)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.MAXMSGSIZE, schema.MAX_MESSAGE_BYTES)
         sock.setsockopt(zmq.RECONNECT_IVL, 200)
         sock.setsockopt(zmq.RECONNECT_IVL_MAX, 2000)
+        keys.secure_client(sock, keys.client_files(self.cfg.key, self.cfg.server_key))
         sock.connect(self.cfg.coordinator)
         self.sock = sock
         self.registered = False
@@ -214,7 +233,7 @@ class Agent:
     def _on_reply(self, msg: schema.Ok | schema.Error) -> None:
         if msg.id == self.register_id:
             if isinstance(msg, schema.Error):
-                if "token" in msg.reason.lower():
+                if any(w in msg.reason.lower() for w in ("token", "key")):
                     self.fatal = f"coordinator refused registration: {msg.reason}"
                 else:
                     log.warning("registration refused: %s (retrying)", msg.reason)
@@ -263,14 +282,28 @@ class Agent:
                 raise ValueError(f"job {msg.job}: GPU {frag.gpu_index} is not on node "
                                  f"{self.cfg.node} (it has {sorted(by_index)})")
         virtual = any(by_index[f.gpu_index].virtual for f in msg.fragments)
-        Path(msg.train_dir).mkdir(parents=True, exist_ok=True)
-        proc = self.sup.start(msg.job, msg.attempt, msg.spec.runner_args(), msg.train_dir,
+        if not self.checkpoint_root:
+            raise ValueError(f"job {msg.job}: the coordinator named no checkpoint root")
+        train_dir = confine(msg.train_dir, [Path(self.checkpoint_root)], "train dir")
+        if msg.spec.dataset_dir is not None:
+            confine(msg.spec.dataset_dir, self.data_roots(), "dataset dir")
+        train_dir.mkdir(parents=True, exist_ok=True)
+        proc = self.sup.start(msg.job, msg.attempt, msg.spec.runner_args(), str(train_dir),
                               [(f.gpu_index, f.fraction) for f in msg.fragments],
                               virtual=virtual, sample_only=msg.sample_only)
         self.quiet.discard(msg.job)
         log.info("started %s attempt %d on GPU(s) %s (pid %d)", msg.job, msg.attempt,
                  ",".join(str(i) for i in proc.gpu_indices), proc.pid)
         return schema.reply_ok(msg, pid=proc.pid)
+
+    def data_roots(self) -> list[Path]:
+        """The folders a job's dataset dir may be under."""
+        if self.cfg.data_roots is not None:
+            return list(self.cfg.data_roots)
+        roots = [paths.shared_dir() / "data"]
+        if self.checkpoint_root:
+            roots.append(Path(self.checkpoint_root))
+        return roots
 
     def _runner(self, job: str, attempt: int):
         proc = self.sup.runners.get(job)
@@ -326,6 +359,17 @@ class Agent:
                 self._send(msg)
 
 
+def confine(path: str, roots: list[Path], what: str) -> Path:
+    """``path`` resolved (symlinks followed); ValueError unless it lies strictly under a root."""
+    resolved = Path(path).resolve()
+    for root in roots:
+        root = root.resolve()
+        if resolved != root and resolved.is_relative_to(root):
+            return resolved
+    raise ValueError(f"{what} {path} is outside the allowed roots "
+                     f"({', '.join(str(r) for r in roots)})")
+
+
 def _existing_parent(path: str) -> str:
     p = Path(path)
     while not p.exists() and p != p.parent:
@@ -353,6 +397,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds between heartbeats (default: the coordinator's choice)")
     p.add_argument("--token", default=os.environ.get("TFGSHARE_TOKEN"),
                    help="shared token the coordinator requires (env TFGSHARE_TOKEN)")
+    p.add_argument("--key", default=None,
+                   help="this agent's CurveZMQ secret key file (default $TFGSHARE_KEY; made by "
+                        "`tfgshare keys add-agent NODE`)")
+    p.add_argument("--server-key", default=None,
+                   help="the coordinator's public key file (default $TFGSHARE_SERVER_KEY, else "
+                        "coordinator.key beside --key)")
     p.add_argument("--threads", type=int, default=1,
                    help="CPU threads per runner (default 1)")
     p.add_argument("--suspend-timeout", type=float, default=60.0, metavar="S",
@@ -360,6 +410,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runner", metavar="CMD",
                    help="command that starts a job runner, split on spaces "
                         "(default: this Python with -m tfgshare.runner)")
+    p.add_argument("--data-root", type=Path, action="append", metavar="DIR",
+                   help="a folder job dataset dirs may be under, repeatable (default: the "
+                        "shared data folder and the checkpoint root)")
     p.add_argument("-v", "--verbose", action="store_true", help="log debug detail")
     return p
 
@@ -387,10 +440,19 @@ def main(argv: list[str] | None = None) -> int:
     work_dir = args.work_dir or Path(tempfile.gettempdir()) / f"tfgshare-agent-{args.node}"
     work_dir.mkdir(parents=True, exist_ok=True)
     log.info("%s; work dir %s; coordinator %s", note, work_dir, args.coordinator)
+    probe = zmq.Context.instance().socket(zmq.DEALER)
+    try:
+        keys.secure_client(probe, keys.client_files(args.key, args.server_key))
+    except keys.KeysError as exc:
+        print(f"tfgshare agent: error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        probe.close(0)
     cfg = AgentConfig(coordinator=args.coordinator, node=args.node, work_dir=work_dir,
                       heartbeat_s=args.heartbeat, token=args.token, threads=args.threads,
                       suspend_timeout_s=args.suspend_timeout,
-                      runner_cmd=args.runner.split() if args.runner else None)
+                      runner_cmd=args.runner.split() if args.runner else None,
+                      data_roots=args.data_root, key=args.key, server_key=args.server_key)
     stop: list[int] = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, _frame: stop.append(signum))

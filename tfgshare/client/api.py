@@ -2,7 +2,10 @@
 
 Each request waits at most ``timeout_s`` for its reply: an unreachable
 coordinator raises ``Unreachable`` instead of hanging, and a refused request
-raises ``Refused`` with the coordinator's reason.
+raises ``Refused`` with the coordinator's reason. With a key (``key`` or
+$TFGSHARE_KEY, see ``tfgshare.keys``) the socket is a CurveZMQ client; a failed
+secure handshake (no key for a keyed coordinator, the wrong coordinator key)
+raises ``AuthFailed`` at once instead of waiting out the timeout.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import Any
 
 import zmq
 
+from tfgshare import keys
 from tfgshare import schema as s
 
 DEFAULT_ADDRESS = "tcp://127.0.0.1:5555"
@@ -35,25 +39,52 @@ class Refused(ClientError):
     """The coordinator answered with an error; the text is its reason."""
 
 
+class AuthFailed(ClientError):
+    """The secure handshake with the coordinator failed (missing or wrong keys)."""
+
+
 class Client:
     """Requests to one coordinator over a DEALER socket."""
 
-    def __init__(self, address: str | None = None, timeout_s: float = 1.0) -> None:
+    def __init__(self, address: str | None = None, timeout_s: float = 1.0,
+                 key: str | None = None, server_key: str | None = None) -> None:
         self.address = address or default_address()
         self.timeout_s = timeout_s
         self._ctx = zmq.Context()
         self._sock = self._ctx.socket(zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 0)
+        self._keyed = keys.client_files(key, server_key)
+        self._handshake = keys.HandshakeWatch(self._sock)
+        self._poller = zmq.Poller()
+        self._poller.register(self._sock, zmq.POLLIN)
+        self._poller.register(self._handshake.monitor, zmq.POLLIN)
         try:
+            keys.secure_client(self._sock, self._keyed)
             self._sock.connect(self.address)
+        except keys.KeysError as exc:
+            self.close()
+            raise ClientError(str(exc)) from None
         except zmq.ZMQError as exc:
             self.close()
             raise ClientError(f"bad coordinator address {self.address!r}: {exc}") from None
 
     def close(self) -> None:
         """Close the socket."""
+        self._handshake.close()
         self._sock.close(0)
         self._ctx.term()
+
+    def _check_handshake(self) -> None:
+        """Raise AuthFailed if the secure handshake has failed."""
+        if not self._handshake.failed():
+            return
+        if self._keyed is None:
+            raise AuthFailed(f"the coordinator at {self.address} requires a CurveZMQ key and "
+                             "this client has none: pass --key (and --server-key) or set "
+                             "TFGSHARE_KEY (see `tfgshare keys`)")
+        raise AuthFailed(f"secure handshake with the coordinator at {self.address} failed: "
+                         f"check that {self._keyed[1]} is this coordinator's public key and "
+                         "that it uses keys at all")
 
     def __enter__(self) -> "Client":
         return self
@@ -78,7 +109,12 @@ class Client:
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
-            if left <= 0 or not self._sock.poll(left * 1000):
+            ready = dict(self._poller.poll(left * 1000)) if left > 0 else {}
+            if self._handshake.monitor in ready:
+                self._check_handshake()
+            if self._sock not in ready:
+                if time.monotonic() < deadline:
+                    continue
                 raise Unreachable(f"no answer from the coordinator at {self.address} within "
                                   f"{timeout:g}s; is it running? (set --coordinator or "
                                   "TFGSHARE_COORDINATOR)")
@@ -97,9 +133,22 @@ class Client:
         """Queue jobs; return their ids."""
         return self.request(s.Submit(jobs=list(specs)))["job_ids"]
 
-    def status(self, job: str | None = None, active: bool = False) -> dict[str, Any]:
-        """Every job (``jobs``, ``counts`` by state), only those not done, or one (``job``)."""
-        return self.request(s.Status(job=job, active=active))
+    def status(self, job: str | None = None, active: bool = False,
+               page_size: int | None = None) -> dict[str, Any]:
+        """Every job (``jobs``, ``counts`` by state), only those not done, or one (``job``).
+
+        The coordinator answers a page of jobs at a time; this follows the pages.
+        """
+        if job is not None:
+            return self.request(s.Status(job=job))
+        answer = self.request(s.Status(active=active, limit=page_size))
+        jobs = answer["jobs"]
+        while answer.get("next_cursor") is not None:
+            answer = self.request(s.Status(active=active, limit=page_size,
+                                           cursor=answer["next_cursor"]))
+            jobs += answer["jobs"]
+        answer["jobs"] = jobs
+        return answer
 
     def jobs(self, active: bool = False) -> list[dict[str, Any]]:
         """Every job (or those not done) as the status command shows it."""
@@ -113,9 +162,16 @@ class Client:
         """Nodes, their GPUs and the fragments on them."""
         return self.request(s.Nodes())["nodes"]
 
-    def logs(self, job: str, tail: int | None = None) -> list[str]:
-        """A job's log lines."""
-        return self.request(s.Logs(job=job, tail=tail))["lines"]
+    def logs(self, job: str, tail: int | None = None, page_size: int | None = None
+             ) -> list[str]:
+        """A job's log lines (the last ``tail``), following the coordinator's pages."""
+        answer = self.request(s.Logs(job=job, tail=tail, limit=page_size))
+        lines = answer["lines"]
+        while answer.get("next_cursor") is not None:
+            answer = self.request(s.Logs(job=job, tail=tail, limit=page_size,
+                                         cursor=answer["next_cursor"]))
+            lines += answer["lines"]
+        return lines
 
     def cancel(self, job: str) -> dict[str, Any]:
         """Cancel a job."""

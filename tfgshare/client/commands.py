@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 import time
 from pathlib import Path
@@ -47,12 +48,18 @@ def _parser(prog: str, description: str) -> argparse.ArgumentParser:
                    help="coordinator address (default $TFGSHARE_COORDINATOR or "
                         "tcp://127.0.0.1:5555)")
     p.add_argument("--timeout", type=float, default=1.0, help="seconds to wait for an answer")
+    p.add_argument("--key", default=None,
+                   help="your CurveZMQ secret key file (default $TFGSHARE_KEY; see tfgshare keys)")
+    p.add_argument("--server-key", default=None,
+                   help="the coordinator's public key file (default $TFGSHARE_SERVER_KEY, else "
+                        "coordinator.key beside --key)")
     return p
 
 
 def _run(prog: str, args: argparse.Namespace, body: Callable[[Client], int]) -> int:
     try:
-        with Client(args.coordinator, timeout_s=args.timeout) as client:
+        with Client(args.coordinator, timeout_s=args.timeout, key=args.key,
+                    server_key=args.server_key) as client:
             return body(client)
     except Unreachable as exc:
         print(f"tfgshare {prog}: {exc}", file=sys.stderr)
@@ -103,7 +110,7 @@ def parse_submit(argv: list[str]) -> list[s.JobSpec]:
                 fields[name] = kind(value)
             except ValueError:
                 raise UsageError(f"{flag} must be {kind.__name__}, got {value!r}") from None
-        else:   # another runner flag: passed through as is
+        else:   # another runner flag: JobSpec checks it against schema.RUNNER_FLAGS
             extra += [flag, value] if takes_value else [flag]
     fields["extra"] = extra
     try:
@@ -127,10 +134,15 @@ def _fraction(value: str) -> float | str:
 
 
 def specs_from_yaml(path: Path) -> list[s.JobSpec]:
-    """Job specs from a YAML file: a list of mappings of JobSpec fields (or {jobs: [...]})."""
+    """Job specs from a YAML file: a list of mappings of JobSpec fields (or {jobs: [...]}).
+
+    The file is read with ``yaml.safe_load`` (no tags that build objects); an error
+    names the file's line.
+    """
     import yaml
     try:
-        data = yaml.safe_load(path.read_text())
+        text = path.read_text()
+        data = yaml.safe_load(text)
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror}") from None
     except yaml.YAMLError as exc:
@@ -139,15 +151,43 @@ def specs_from_yaml(path: Path) -> list[s.JobSpec]:
         data = data["jobs"]
     if not isinstance(data, list) or not data:
         raise UsageError(f"{path} must hold a non-empty list of jobs")
+    lines = _job_lines(text)
     specs = []
     for i, item in enumerate(data, 1):
         if isinstance(item, dict) and "model" in item and "model_name" not in item:
             item = {("model_name" if k == "model" else k): v for k, v in item.items()}
         try:
-            specs.append(s.job_spec(item, f"{path.name} job {i}"))
+            specs.append(s.job_spec(item, f"job {i}"))
         except s.SchemaError as exc:
-            raise UsageError(str(exc)) from None
+            line, keys = lines[i - 1] if i <= len(lines) else (None, {})
+            # the line of the field the error is about (extra runner flags: "extra")
+            text = "extra" if "runner flag" in str(exc) else str(exc)
+            for key, key_line in keys.items():
+                if re.search(rf"\b{re.escape(key)}\b", text):
+                    line = key_line
+                    break
+            where = f"{path.name}, line {line}" if line else path.name
+            raise UsageError(f"{where}: {exc}") from None
     return specs
+
+
+def _job_lines(text: str) -> list[tuple[int, dict[str, int]]]:
+    """Per job of a YAML job file: its first line and the line of each of its keys."""
+    import yaml
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    if isinstance(root, yaml.MappingNode):
+        root = next((v for k, v in root.value if k.value == "jobs"), None)
+    if not isinstance(root, yaml.SequenceNode):
+        return []
+    out = []
+    for node in root.value:
+        keys = {}
+        if isinstance(node, yaml.MappingNode):
+            keys = {str(k.value): k.start_mark.line + 1 for k, _ in node.value}
+            if "model" in keys:
+                keys.setdefault("model_name", keys["model"])
+        out.append((node.start_mark.line + 1, keys))
+    return out
 
 
 def _check_models(specs: list[s.JobSpec]) -> None:
@@ -189,7 +229,7 @@ def _split_own_flags(argv: list[str]) -> tuple[list[str], list[str]]:
     it = iter(argv)
     for arg in it:
         name = arg.partition("=")[0]
-        if name in ("--coordinator", "--timeout", "-h", "--help"):
+        if name in ("--coordinator", "--timeout", "--key", "--server-key", "-h", "--help"):
             own.append(arg)
             if "=" not in arg and name not in ("-h", "--help"):
                 own.append(next(it, ""))
@@ -214,16 +254,22 @@ def jobs_table(jobs: list[dict[str, Any]]):
     """The status table (a rich Table)."""
     from rich.table import Table
     t = Table(show_edge=False, pad_edge=False)
-    for col in ("JOB", "MODEL", "STATE", "WHERE", "STEPS", "LEFT", "WAITED", "MOVES", "NOTE"):
-        t.add_column(col, no_wrap=col in ("JOB", "STATE"))
+    owners = any(j.get("owner") for j in jobs)    # keys on: show who submitted each job
+    cols = ("JOB", "OWNER", "MODEL", "STATE", "WHERE", "STEPS", "LEFT", "WAITED", "MOVES", "NOTE")
+    for col in cols:
+        if col != "OWNER" or owners:
+            t.add_column(col, no_wrap=col in ("JOB", "STATE"))
     for j in jobs:
         steps = f"{j['steps_done']}/{j['total_steps']}"
         moves = f"{j['suspends']}s {j['migrations']}m"
         note = j["over_memory"] and f"[red]OVER FRAGMENT: {j['over_memory']}[/red]"
         if not note and j["state"] in ("failed", "suspended", "unknown"):
             note = j["reason"]
-        t.add_row(j["id"], j["model"], j["state"], _where(j), steps,
-                  _dur(j["predicted_remaining_s"]), _dur(j["waited_s"]), moves, note or "")
+        row = [j["id"], j["model"], j["state"], _where(j), steps,
+               _dur(j["predicted_remaining_s"]), _dur(j["waited_s"]), moves, note or ""]
+        if owners:
+            row.insert(1, j.get("owner") or "-")
+        t.add_row(*row)
     return t
 
 
@@ -266,7 +312,7 @@ def _print_job(job: dict[str, Any]) -> None:
     sample = job["sample"]
     rows = [
         ("job", job["id"] + (f" ({job['name']})" if job["name"] else "")),
-        ("model", job["model"]), ("state", job["state"]),
+        ("owner", job.get("owner") or "-"), ("model", job["model"]), ("state", job["state"]),
         ("where", _where(job)), ("gpus", str(job["num_gpus"])),
         ("memory fraction", str(job["memory_fraction"])),
         ("steps", f"{job['steps_done']}/{job['total_steps']}"),

@@ -9,6 +9,7 @@ from tfgshare.coordinator.cluster import LiveJob, Node, split_gpu_id
 from tfgshare.coordinator.errors import REPLIED, RequestError, number, short
 from tfgshare.coordinator.logs import log
 from tfgshare.policies.base import JobState, SampleRecord
+from tfgshare.policies.prediction import remaining_time_s
 from tfgshare.runner import protocol as rp
 
 
@@ -18,6 +19,10 @@ class AgentProtocol:
     def _on_register(self, peer: bytes, msg: s.Register) -> dict[str, Any]:
         if self.config.token is not None and msg.token != self.config.token:
             raise RequestError("register refused: wrong or missing token")
+        caller = self._caller
+        if caller is not None and msg.node != caller.name:
+            raise RequestError(f"register refused: agent key {caller.name!r} may register only "
+                               f"node {caller.name!r}, not {msg.node!r}")
         if not msg.gpus:
             raise RequestError("register refused: the node offers no GPUs")
         indices = [g.index for g in msg.gpus]
@@ -33,7 +38,7 @@ class AgentProtocol:
         node.gpus, node.identity, node.last_seen, node.lost = gpus, peer, now, False
         self.peers[peer] = node.name
         self.cluster.nodes_changed()
-        self.store.save_node(node.name, {"gpus": [vars(g) for g in msg.gpus]})
+        self.store.save_node(node.name, {"gpus": [s.plain(g) for g in msg.gpus]})
         log.info("node %s joined with %d GPUs (%s), reporting %d runners", node.name,
                  len(gpus), ", ".join(f"{g.index}:{g.name} {g.memory_mb} MiB" for g in msg.gpus),
                  len(msg.jobs))
@@ -83,7 +88,7 @@ class AgentProtocol:
                 job.steps_done = jt.step
                 self.cluster.refresh(job)
             job.gpu_memory_mb = dict(jt.gpu_memory_mb)
-            if job.state is JobState.SAMPLING:
+            if job.sample is None:
                 self._note_solo_util(job, node)
             over = []
             for f in job.fragments:
@@ -102,8 +107,11 @@ class AgentProtocol:
         return {}
 
     def _note_solo_util(self, job: LiveJob, node: Node) -> None:
-        """Keep the GPU utilisation of a sampling job that has its GPUs to itself."""
-        if self.cluster.co_tenants(job):
+        """Keep the GPU utilisation of a job not yet sampled that has its GPUs to itself.
+
+        The first few hundred readings are enough for a mean; a long run keeps no more.
+        """
+        if len(job.solo_util) >= 512 or self.cluster.co_tenants(job):
             return
         for f in job.fragments:
             util = node.gpu_util.get(split_gpu_id(f.gpu)[1])
@@ -150,10 +158,16 @@ class AgentProtocol:
         if step is not None and name in ("started", "progress", "finished", "suspended",
                                          "checkpoint"):
             job.steps_done = step
+        if name in ("started", "progress"):
+            job.training = True
+            job.end_move(now)        # it trains again: a resume or migration ends
         if name == "progress":
             left = number(ev, "predicted_remaining_s", float)
             if left is not None:
                 job.predicted_remaining_s = left
+            step_time = number(ev, "step_time_s", float)
+            if step_time is not None and step_time > 0:
+                job.step_time_s = step_time
         elif name == "sample":
             self._record_sample(job, ev, now)
         elif name == "error":
@@ -178,11 +192,9 @@ class AgentProtocol:
                                   gpu_util=min(1.0, max(0.0, float(util))))
         remaining = ev.get("predicted_remaining_s")
         if remaining is None:
-            remaining = max(0, job.spec.max_number_of_steps - job.steps_done) * step_time
+            remaining = remaining_time_s(job.spec.max_number_of_steps, job.steps_done, step_time)
         job.predicted_remaining_s = float(remaining)
-        if job.predicted_total_s is None:
-            job.predicted_total_s = float(remaining)
-            job.run_at_prediction_s = job.run_time_s + (now - (job.last_start or now))
+        job.note_prediction(float(remaining), now)
 
     def _late(self, msg: s.JobEvent | s.JobExit) -> LiveJob | None:
         """The job, if this report is from its last attempt and it has not restarted since.
@@ -207,9 +219,6 @@ class AgentProtocol:
         now = self.clock()
         code = msg.exit_code
         why = f"exit {code}" + (f" ({msg.reason})" if msg.reason else "")
-        if job.move_started is not None:
-            job.move_cost_s += now - job.move_started
-            job.move_started = None
         if code == rp.EXIT_OK:
             self._finish(job, JobState.FINISHED, now, why)
         elif job.cancel_requested:
@@ -237,8 +246,11 @@ class AgentProtocol:
         return {}
 
     def _on_reply(self, peer: bytes, msg: s.Message) -> None:
-        sent = self.pending.pop(msg.id, None)
-        if sent is None or not isinstance(msg, s.Error):
+        sent = self.pending.get(msg.id)
+        if sent is None or self.peers.get(peer) != sent[3]:
+            return                   # not an answer to a command we sent to this peer
+        del self.pending[msg.id]
+        if not isinstance(msg, s.Error):
             return
         job_id, attempt, kind, _node = sent
         node = self.peers.get(peer, peer.hex())

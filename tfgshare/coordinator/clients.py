@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 from typing import Any
 
 from tfgshare import schema as s
@@ -33,12 +34,13 @@ class ClientApi:
                     f"{label}: asks for {spec.num_gpus} GPUs but the largest node has "
                     f"{largest}; a job runs on the GPUs of one node")
         now = self.clock()
+        owner = self._caller.name if self._caller is not None else ""   # from the key only
         rows, ids = [], []
         for spec in msg.jobs:
             self.seq += 1
             # strictly increasing submit times keep arrival order within a batch
             self._last_submit = max(now, self._last_submit + 1e-6)
-            job = LiveJob(id=f"j{self.seq}", seq=self.seq, spec=spec,
+            job = LiveJob(id=f"j{self.seq}", seq=self.seq, spec=spec, owner=owner,
                           submit_time=self._last_submit, last_wait_start=self._last_submit)
             self.cluster.add(job)
             rows.append((job.id, job.seq, job.to_record()))
@@ -57,19 +59,23 @@ class ClientApi:
         if msg.job is not None:
             return {"job": self.describe(self._job(msg.job), now)}
         jobs = self.cluster.active if msg.active else self.cluster.jobs
+        limit = msg.limit or s.MAX_PAGE
+        page = heapq.nsmallest(limit + 1, (j for j in jobs.values() if j.seq > msg.cursor),
+                               key=lambda j: j.seq)
+        more = len(page) > limit
+        page = page[:limit]
         counts: dict[str, int] = {}
         for j in self.cluster.jobs.values():
             counts[j.display_state] = counts.get(j.display_state, 0) + 1
-        return {"jobs": [self.describe(j, now) for j in jobs.values()], "counts": counts,
+        return {"jobs": [self.describe(j, now) for j in page], "counts": counts,
+                "next_cursor": page[-1].seq if more else None,
                 "policy": getattr(self.policy, "name", "?"), "time": now}
 
     def describe(self, job: LiveJob, now: float) -> dict[str, Any]:
         """A job as the status command shows it."""
-        waited = job.waited_s + (now - job.last_wait_start
-                                 if job.last_wait_start is not None else 0.0)
-        run = job.run_time_s + (now - job.last_start if job.last_start is not None else 0.0)
+        waited, run = job.waited_until(now), job.run_until(now)
         return {
-            "id": job.id, "name": job.spec.name, "model": job.spec.model_name,
+            "id": job.id, "name": job.spec.name, "owner": job.owner, "model": job.spec.model_name,
             "state": job.display_state, "num_gpus": job.spec.num_gpus, "node": job.node,
             "fragments": [[f.gpu, f.fraction] for f in job.fragments],
             "steps_done": job.steps_done, "total_steps": job.spec.max_number_of_steps,
@@ -109,10 +115,13 @@ class ClientApi:
         job = self._job(msg.job)
         self.store.append_logs(self._logs)
         self._logs.clear()
-        return {"job": job.id, "lines": self.store.logs(job.id, msg.tail)}
+        lines, cursor = self.store.logs_page(job.id, msg.tail, msg.cursor,
+                                             msg.limit or s.MAX_LOG_PAGE)
+        return {"job": job.id, "lines": lines, "next_cursor": cursor}
 
     def _on_cancel(self, peer: bytes, msg: s.CancelRequest) -> dict[str, Any]:
         job = self._job(msg.job)
+        self._may_act_on(job)
         now = self.clock()
         if job.state.done:
             raise RequestError(f"job {job.id} is already {job.state.value}")
@@ -129,6 +138,7 @@ class ClientApi:
 
     def _on_suspend(self, peer: bytes, msg: s.SuspendRequest) -> dict[str, Any]:
         job = self._job(msg.job)
+        self._may_act_on(job)
         now = self.clock()
         if job.state.done:
             raise RequestError(f"job {job.id} is already {job.state.value}")
@@ -145,6 +155,7 @@ class ClientApi:
 
     def _on_resume(self, peer: bytes, msg: s.ResumeRequest) -> dict[str, Any]:
         job = self._job(msg.job)
+        self._may_act_on(job)
         if job.state.done:
             raise RequestError(f"job {job.id} is already {job.state.value}")
         if not job.pinned:
@@ -159,6 +170,7 @@ class ClientApi:
 
     def _on_migrate(self, peer: bytes, msg: s.MigrateRequest) -> dict[str, Any]:
         job = self._job(msg.job)
+        self._may_act_on(job)
         now = self.clock()
         try:
             split_gpu_id(msg.to)

@@ -2,9 +2,10 @@
 
 ``LiveJob`` is one job as the coordinator tracks it (what is persisted plus
 volatile telemetry); ``Node`` is one agent's machine. ``Cluster`` holds both and
-builds the policy's ``ClusterSnapshot`` and ``JobView``s cheaply: the GPU list
-is rebuilt only when nodes change, and each job's view is cached until the job
-changes (call ``LiveJob.touch``).
+builds the policy's ``ClusterSnapshot`` and ``JobView``s cheaply: the snapshot
+is rebuilt only when nodes change, each job's view is cached until the job
+changes (call ``LiveJob.touch``), and the views live in a ``JobSet`` whose change
+log lets the policy's memo follow only the jobs that changed.
 """
 
 from __future__ import annotations
@@ -14,24 +15,31 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
+from tfgshare.metrics import JobAccount
 from tfgshare.policies.base import (GPU, Action, ClusterSnapshot, Fragment, JobState, JobView,
                                     Migrate, SampleRecord, Start, Suspend)
+from tfgshare.policies.jobset import JobSet
 from tfgshare.policies.placement import GpuUse, fits
 from tfgshare.schema import GpuInfo, JobSpec, plain
 
 # LiveJob fields that are saved to the database (the rest is volatile)
-_VOLATILE = frozenset({"unknown", "gpu_memory_mb", "over_memory", "solo_util", "_view",
-                       "_spec_record", "_counted"})
+_VOLATILE = frozenset({"unknown", "gpu_memory_mb", "over_memory", "solo_util", "step_time_s",
+                       "training", "_view", "_spec_record", "_counted"})
 
 
 @dataclass(eq=False)
-class LiveJob:
-    """One job as the coordinator tracks it."""
+class LiveJob(JobAccount):
+    """One job as the coordinator tracks it.
+
+    It is its own ``JobAccount`` (submit, waits, holds, moves, prediction):
+    the transitions change those only through the account's methods, as the
+    simulator does.
+    """
 
     id: str
     seq: int
     spec: JobSpec
-    submit_time: float
+    owner: str = ""                   # the submitter's key name (set from the key, "" if keys off)
     state: JobState = JobState.QUEUED
     attempt: int = 0                  # bumped at every start; stale reports are ignored
     node: str | None = None
@@ -40,30 +48,19 @@ class LiveJob:
     steps_done: int = 0
     sample: SampleRecord | None = None
     predicted_remaining_s: float | None = None
-    predicted_total_s: float | None = None   # remaining time predicted at first sampling
-    run_at_prediction_s: float = 0.0  # run time already done when it was predicted
     pinned: bool = False              # manually suspended: not scheduled until resumed
     cancel_requested: bool = False
     migrate_to: tuple[Fragment, ...] | None = None   # target of a migration in flight
-    move_started: float | None = None  # when the current suspend/migrate was asked
-    first_start: float | None = None
-    finish_time: float | None = None
-    last_start: float | None = None
-    run_time_s: float = 0.0           # wall seconds spent holding GPUs
     attained_service_s: float = 0.0   # GPU-seconds
-    waited_s: float = 0.0
-    last_wait_start: float | None = None
-    suspends: int = 0
-    resumes: int = 0
-    migrations: int = 0
-    move_cost_s: float = 0.0
     retries: int = 0
     reason: str = ""                  # why it failed or was last requeued
     # volatile
     unknown: bool = False             # was running before a restart, not yet re-adopted
     gpu_memory_mb: dict[int, float] = field(default_factory=dict)
     over_memory: str = ""             # non-empty when its real memory passes its fragment
-    solo_util: list[float] = field(default_factory=list)  # GPU util seen while sampling alone
+    solo_util: list[float] = field(default_factory=list)  # GPU util seen alone, before its sample
+    training: bool = False            # it has trained since its current start
+    step_time_s: float | None = None  # its last reported step time in the current start
     _view: JobView | None = field(default=None, repr=False)
     _spec_record: dict[str, Any] | None = field(default=None, repr=False)  # plain(spec)
     _counted: tuple[str, bool, bool] | None = field(default=None, repr=False)  # in the counts
@@ -71,9 +68,9 @@ class LiveJob:
     @property
     def prediction_error(self) -> float | None:
         """|predicted - actual| / actual run time after sampling, once finished."""
-        if self.state is not JobState.FINISHED or self.predicted_total_s is None:
+        actual = self.actual_after_prediction_s()
+        if self.state is not JobState.FINISHED or actual is None:
             return None
-        actual = self.run_time_s - self.run_at_prediction_s
         return abs(self.predicted_total_s - actual) / actual if actual > 0 else None
 
     def touch(self) -> None:
@@ -187,17 +184,17 @@ class Cluster:
         self.active: dict[str, LiveJob] = {}      # jobs not done
         self.tenants: dict[str, dict[str, LiveJob]] = {}   # GPU id -> jobs holding it
         self.migrating: dict[str, LiveJob] = {}   # jobs with a migration target reserved
-        self._views: dict[str, JobView] = {}       # what the policy sees, kept up to date
+        self._views = JobSet()                     # what the policy sees, kept up to date
         self.counts: dict[str, int] = {}          # jobs by state ("unknown" apart), kept up to date
         self.over_count = 0                       # jobs over their fragment's memory
         self.prediction_errors: list[float] = []  # of finished jobs
-        self._gpus: tuple[GPU, ...] | None = None
+        self._snapshot: ClusterSnapshot | None = None
 
     # ---- nodes -------------------------------------------------------------
 
     def nodes_changed(self) -> None:
-        """Rebuild the GPU list at the next snapshot."""
-        self._gpus = None
+        """Rebuild the snapshot at the next call."""
+        self._snapshot = None
 
     def up_nodes(self) -> Iterator[Node]:
         """Nodes whose agent is connected."""
@@ -205,11 +202,11 @@ class Cluster:
 
     def snapshot(self) -> ClusterSnapshot:
         """The GPUs of every up node, as the policy sees them."""
-        if self._gpus is None:
-            self._gpus = tuple(
-                GPU(id=n.gpu_id(i), node=n.name, index=i, memory_mb=g.memory_mb)
-                for n in self.up_nodes() for i, g in sorted(n.gpus.items()))
-        return ClusterSnapshot(gpus=self._gpus, reserve_mb=self.reserve_mb)
+        if self._snapshot is None:   # one object while nodes stay: its layout is kept on it
+            gpus = tuple(GPU(id=n.gpu_id(i), node=n.name, index=i, memory_mb=g.memory_mb)
+                         for n in self.up_nodes() for i, g in sorted(n.gpus.items()))
+            self._snapshot = ClusterSnapshot(gpus=gpus, reserve_mb=self.reserve_mb)
+        return self._snapshot
 
     def largest_node(self) -> int:
         """The most GPUs any known node has (0 when no node has joined yet)."""
@@ -243,7 +240,7 @@ class Cluster:
         """Drop a finished, failed or cancelled job from the active set."""
         self.unplace(job)
         self.active.pop(job.id, None)
-        self._views.pop(job.id, None)
+        self._views.drop(job.id)
 
     def place(self, job: LiveJob, fragments: tuple[Fragment, ...]) -> None:
         """Record that ``job`` holds these fragments."""
@@ -296,13 +293,19 @@ class Cluster:
                     self.prediction_errors.append(err)
             job._counted = counted
         if job.state.done or job.unknown or (job.pinned and job.state.waiting):
-            self._views.pop(job.id, None)
+            self._views.drop(job.id)
         else:
-            self._views[job.id] = job.view()
+            self._views.put(job.view())
 
-    def views(self) -> list[JobView]:
-        """Views of the jobs the policy decides on (not done, held or unknown)."""
-        return list(self._views.values())
+    def views(self) -> JobSet:
+        """Views of the jobs the policy decides on (not done, held or unknown).
+
+        A frozen copy carrying the changes since the last call, for the policy's
+        memo; later changes go to the next call's copy.
+        """
+        out = self._views.frozen()
+        self._views.trim()
+        return out
 
     def check_actions(self, actions: Sequence[Action]) -> tuple[list[Action], list[str]]:
         """The actions that can be carried out now, and why the others cannot.

@@ -27,6 +27,7 @@ class CoordinatorConfig:
     tick: float = 1.0
     heartbeat_s: float | None = None        # told to agents; default node_timeout / 4
     token: str | None = None
+    keys_dir: Path | None = None            # CurveZMQ keys; default: <dir of state>/keys
     max_retries: int = 2                    # crashes before a job is marked failed
     max_batch: int = 2000                   # frames handled per loop turn
     round_gap: float = 0.005                # least seconds between event-driven rounds
@@ -54,6 +55,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tick", type=float, default=1.0, help="policy timer, seconds")
     p.add_argument("--token", default=os.environ.get("TFGSHARE_TOKEN"),
                    help="shared secret agents must present (default $TFGSHARE_TOKEN)")
+    p.add_argument("--keys-dir", default=None,
+                   help="CurveZMQ keys made by `tfgshare keys` (default: <dir of --state>/keys); "
+                        "authentication is on whenever they exist or --bind is not loopback")
     return p
 
 
@@ -79,4 +83,4 @@ def config_from_args(argv: list[str]) -> CoordinatorConfig:
         state=Path(a.state), bind=a.bind, policy=a.policy, policy_params=params,
         checkpoint_root=Path(a.checkpoint_root) if a.checkpoint_root else None,
         metrics_port=a.metrics_port, reserve_mb=a.reserve_mb, node_timeout=a.node_timeout,
-        tick=a.tick, token=a.token)
+        tick=a.tick, token=a.token, keys_dir=Path(a.keys_dir) if a.keys_dir else None)

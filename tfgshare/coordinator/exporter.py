@@ -2,21 +2,56 @@
 
 The Prometheus registry is the coordinator's own (not the process-global one),
 served over HTTP when a port is given. The report is the one the simulator
-prints (``tfgshare.metrics``), built from the live jobs and the timeline.
+prints (``tfgshare.metrics``), built from the live jobs' accounts and the
+timeline, whose figures follow ``tfgshare.metrics``' definitions: allocated
+counts each fragment with its context reserve (``held_share``); effective is
+each training tenant's single-tenant utilisation (its sample's; before it has
+one, the device utilisation seen while it ran alone; else 1) times its speed
+(its sampled step time over its last reported one), capped at 1 per GPU
+(``kernel_share``); device is the utilisation the agent reports for each GPU
+(NVML, or busy cores on a virtual GPU), the effective estimate where it
+reports none.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from tfgshare.coordinator.cluster import Cluster, LiveJob
-from tfgshare.metrics import JobRecord, Timeline, compute_report, format_duration, format_table
+from tfgshare.coordinator.cluster import Cluster, LiveJob, split_gpu_id
+from tfgshare.metrics import (JobRecord, Timeline, compute_report, format_duration, format_table,
+                              held_share, kernel_share)
 from tfgshare.policies.base import JobState
 
 STATES = [s.value for s in JobState] + ["unknown"]
+
+
+class Usage(NamedTuple):
+    """The cluster's usage at a moment, in GPUs (see ``tfgshare.metrics.Timeline``)."""
+
+    allocated: float
+    effective: float
+    device: float
+    busy: int
+    fragments: int
+
+
+def _solo_util(job: LiveJob) -> float:
+    """Its measured single-tenant utilisation: the sample's, else as seen alone, else 1."""
+    if job.sample is not None:
+        return job.sample.gpu_util
+    if job.solo_util:
+        return min(1.0, sum(job.solo_util) / len(job.solo_util))
+    return 1.0
+
+
+def _speed(job: LiveJob) -> float:
+    """Its co-location speed: sampled step time over its last reported one (at most 1)."""
+    if job.sample is None or job.step_time_s is None:
+        return 1.0
+    return min(1.0, job.sample.step_time_s / job.step_time_s)
 
 
 class CoordinatorMetrics:
@@ -33,6 +68,8 @@ class CoordinatorMetrics:
                                 "Sum of held fractions / GPUs", registry=r)
         self.util_eff = Gauge("tfgshare_utilisation_effective",
                               "Useful compute / GPUs (each GPU capped at 1)", registry=r)
+        self.util_device = Gauge("tfgshare_utilisation_device",
+                                 "Device utilisation (agents' telemetry) / GPUs", registry=r)
         self.over = Gauge("tfgshare_jobs_over_fragment",
                           "Jobs whose real GPU memory exceeds their fragment", registry=r)
         self.pred_error = Gauge("tfgshare_prediction_error_mean",
@@ -54,64 +91,57 @@ class CoordinatorMetrics:
         self.port = server.server_address[1]
         return self.port
 
-    def usage(self, cluster: Cluster) -> tuple[float, float, int]:
-        """(allocated GPUs, effective GPUs, fragments) held now."""
-        per_gpu: dict[str, list[LiveJob]] = {}
-        allocated = 0.0
+    def usage(self, cluster: Cluster) -> Usage:
+        """What the jobs hold and use now, by the definitions of ``tfgshare.metrics``."""
+        allocated = effective = device = 0.0
         fragments = 0
-        for job in cluster.holders():
-            for f in job.fragments:
-                allocated += f.fraction
-                fragments += 1
-                per_gpu.setdefault(f.gpu, []).append(job)
-        effective = 0.0
-        for gpu_id, jobs in per_gpu.items():
-            node_name, _, index = gpu_id.rpartition(":")
-            node = cluster.nodes.get(node_name)
-            info = node.gpus.get(int(index)) if node else None
-            measured = node.gpu_util.get(int(index)) if node else None
-            if info is not None and not info.virtual and measured is not None:
-                effective += min(1.0, measured)
-            else:
-                busy = [j for j in jobs if j.state is not JobState.SUSPENDING]
-                effective += min(1.0, sum(j.sample.gpu_util if j.sample else 1.0
-                                          for j in busy))
-        return allocated, effective, fragments
+        estimate: dict[str, float] = {}
+        for gpu_id, here in cluster.tenants.items():
+            name, index = split_gpu_id(gpu_id)
+            node = cluster.nodes.get(name)
+            info = node.gpus.get(index) if node is not None else None
+            for job in here.values():
+                for f in job.fragments:
+                    if f.gpu == gpu_id:
+                        fragments += 1
+                        allocated += (f.fraction if info is None else
+                                      held_share(f.fraction, cluster.reserve_mb, info.memory_mb))
+            share = kernel_share([(_solo_util(j), _speed(j))
+                                  for j in here.values()
+                                  if j.training and j.state is not JobState.SUSPENDING])
+            estimate[gpu_id] = share
+            effective += share
+        for node in cluster.up_nodes():
+            for index in node.gpus:
+                measured = node.gpu_util.get(index)
+                device += (min(1.0, max(0.0, measured)) if measured is not None
+                           else estimate.get(node.gpu_id(index), 0.0))
+        return Usage(allocated, effective, device, len(cluster.tenants), fragments)
 
-    def update(self, cluster: Cluster, now: float) -> tuple[float, float, int]:
-        """Refresh the gauges from the cluster; return (allocated, effective, queued)."""
+    def update(self, cluster: Cluster, now: float) -> tuple[Usage, int]:
+        """Refresh the gauges from the cluster; return (usage now, jobs queued)."""
         counts = cluster.counts
         for state in STATES:
             self.jobs.labels(state).set(counts.get(state, 0))
         queued = sum(counts.get(s.value, 0) for s in JobState if s.waiting)
         ngpus = sum(len(n.gpus) for n in cluster.up_nodes())
-        allocated, effective, fragments = self.usage(cluster)
+        use = self.usage(cluster)
         self.gpus.set(ngpus)
         self.nodes.set(sum(1 for _ in cluster.up_nodes()))
-        self.fragments.set(fragments)
-        self.util_alloc.set(allocated / ngpus if ngpus else 0.0)
-        self.util_eff.set(effective / ngpus if ngpus else 0.0)
+        self.fragments.set(use.fragments)
+        self.util_alloc.set(use.allocated / ngpus if ngpus else 0.0)
+        self.util_eff.set(use.effective / ngpus if ngpus else 0.0)
+        self.util_device.set(use.device / ngpus if ngpus else 0.0)
         self.over.set(cluster.over_count)
         errors = cluster.prediction_errors
         self.pred_error.set(sum(errors) / len(errors) if errors else math.nan)
-        return allocated, effective, queued
+        return use, queued
 
 
 def job_record(job: LiveJob, now: float) -> JobRecord:
-    """The shared metrics record of one live job."""
-    waited = job.waited_s
-    if job.last_wait_start is not None and not job.state.done:
-        waited += now - job.last_wait_start
-    actual = None
-    if job.predicted_total_s is not None and job.state is JobState.FINISHED:
-        actual = job.run_time_s - job.run_at_prediction_s
-    return JobRecord(
-        id=job.id, num_gpus=job.spec.num_gpus, submit=job.submit_time,
-        first_start=job.first_start,
-        finish=job.finish_time if job.state is JobState.FINISHED else None,
-        waited_s=waited, suspends=job.suspends, resumes=job.resumes,
-        migrations=job.migrations, move_cost_s=job.move_cost_s,
-        predicted_total_s=job.predicted_total_s, actual_total_s=actual)
+    """The shared metrics record of one live job, its account closed at ``now``."""
+    return JobRecord.of(job.id, job.spec.num_gpus, job, now,
+                        finished=job.state is JobState.FINISHED)
 
 
 def job_rows(cluster: Cluster, now: float) -> list[dict[str, Any]]:

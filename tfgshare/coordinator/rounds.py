@@ -32,7 +32,11 @@ class Rounds:
         """Ask the policy (pure: safe on the worker thread); a failure means no actions."""
         t1, c1 = time.perf_counter(), time.thread_time()
         try:
-            plan.actions = self.policy.decide(plan.now, plan.snapshot, plan.views)
+            if self.policy_memo is not None:
+                plan.actions = self.policy.decide(plan.now, plan.snapshot, plan.views,
+                                                  self.policy_memo)
+            else:
+                plan.actions = self.policy.decide(plan.now, plan.snapshot, list(plan.views))
         except Exception:   # a policy bug must not take the cluster down
             log.exception("policy %s failed; no actions this round",
                           getattr(self.policy, "name", "?"))
@@ -70,7 +74,7 @@ class _Round:
 
     now: float
     snapshot: Any
-    views: list
+    views: Any       # a frozen JobSet
     started: float
     actions: list = field(default_factory=list)
     decide_s: float = 0.0

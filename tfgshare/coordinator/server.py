@@ -15,6 +15,16 @@ real cluster): a job's train_dir is ``<checkpoint_root>/<job id>`` on every
 node, so a job suspended on one node resumes or migrates to another by
 restoring from the same path. The root is sent to agents when they register.
 
+Authentication (``tfgshare.keys``): whenever the keys directory holds a
+coordinator key, or the coordinator binds anything but loopback, the socket is
+a CurveZMQ server. A ZAP handler lets any key finish the handshake, so that an
+unknown key gets a clear ``unknown key`` answer instead of silence; every frame
+then carries its sender's public key (the ZAP User-Id), which must be
+registered: user and admin keys may send client requests, agent keys only the
+agent protocol, and an agent key registers only the node of its own name. A
+user may act only on the jobs it submitted (``owner``); an admin on all. A
+loopback-only coordinator without keys (the demo) runs open and says so.
+
 On start the coordinator loads every job. Jobs that were running are
 "unknown" until their agent re-registers and reports them (re-adopted) or the
 node timeout passes (re-queued from their checkpoint as SUSPENDED).
@@ -23,7 +33,6 @@ node timeout passes (re-queued from their checkpoint as SUSPENDED).
 from __future__ import annotations
 
 import gc
-import json
 import logging
 import os
 import sys
@@ -35,7 +44,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 import zmq
+from zmq.auth.thread import ThreadAuthenticator
 
+from tfgshare import keys as keys_mod
 from tfgshare import schema as s
 from tfgshare.coordinator.agents import AgentProtocol
 from tfgshare.coordinator.clients import ClientApi
@@ -61,9 +72,21 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, Rounds):
             from tfgshare.policies.registry import get_policy
             policy = get_policy(config.policy, **config.policy_params)
         self.policy = policy
+        new_memo = getattr(policy, "new_memo", None)
+        # what the policy carries between rounds; ours to keep, used only by the policy worker
+        self.policy_memo = new_memo() if new_memo is not None else None
         self.checkpoint_root = Path(config.checkpoint_root or
                                     Path(config.state).parent / "checkpoints").absolute()
         self.heartbeat_s = config.heartbeat_s or max(0.1, config.node_timeout / 4)
+        self.keys_dir = Path(config.keys_dir or keys_mod.keys_dir_for(config.state))
+        self.registry: keys_mod.Registry | None = None   # None: authentication off
+        if keys_mod.initialised(self.keys_dir):
+            self.registry = keys_mod.Registry(self.keys_dir)
+        elif not keys_mod.is_loopback(config.bind):
+            raise ValueError(f"binding {config.bind} (not loopback) needs CurveZMQ keys: run "
+                             f"`tfgshare keys --keys-dir {self.keys_dir} init` and add users "
+                             "and agents (see README)")
+        self._caller: keys_mod.Identity | None = None    # who sent the frame in hand
         self.store = StateStore(config.state)
         self.cluster = Cluster(config.reserve_mb)
         self.metrics = CoordinatorMetrics()
@@ -92,7 +115,12 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, Rounds):
             self.cluster.nodes[name] = Node(name, gpus, lost=True)
         unknown = 0
         for rec in self.store.load_jobs():
-            job = LiveJob.from_record(rec)
+            try:
+                job = LiveJob.from_record(rec)
+            except (ValueError, TypeError) as exc:   # e.g. runner flags refused since
+                log.warning("job %s not loaded: its stored spec is not valid now: %s",
+                            rec.get("id"), exc)
+                continue
             if job.state.holds_gpu:
                 job.unknown = True
                 unknown += 1
@@ -100,8 +128,8 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, Rounds):
             self._last_submit = max(self._last_submit, job.submit_time)
         self.seq = self.store.max_seq()
         self._awaiting_readoption = unknown > 0
-        for point in self.store.load_timeline():
-            self.metrics.timeline.add(*point)
+        for point in self.store.load_timeline():   # None: not recorded by an older version
+            self.metrics.timeline.add(*(0.0 if v is None else v for v in point))
         if self.cluster.jobs:
             log.info("loaded %d jobs (%d active, %d running before the restart, now unknown) "
                      "and %d nodes", len(self.cluster.jobs), len(self.cluster.active),
@@ -113,7 +141,14 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, Rounds):
         """Bind and run the event loop until ``stop`` is set."""
         stop = stop or threading.Event()
         ctx = zmq.Context()
+        auth = None
         sock = ctx.socket(zmq.ROUTER)
+        if self.registry is not None:
+            auth = ThreadAuthenticator(ctx)
+            auth.start()
+            auth.configure_curve(domain="*", location=zmq.auth.CURVE_ALLOW_ANY)
+            sock.curve_publickey, sock.curve_secretkey = keys_mod.server_keys(self.keys_dir)
+            sock.curve_server = True
         sock.setsockopt(zmq.MAXMSGSIZE, s.MAX_MESSAGE_BYTES)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.SNDHWM, 100_000)
@@ -126,11 +161,19 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, Rounds):
                 log.info("metrics on http://127.0.0.1:%d/metrics", port)
             log.info("listening on %s (policy %s, state %s, checkpoints %s)", self.endpoint,
                      getattr(self.policy, "name", "?"), self.config.state, self.checkpoint_root)
+            if self.registry is None:
+                log.warning("authentication OFF: loopback only and no keys in %s; anyone on "
+                            "this host may submit, cancel or move any job", self.keys_dir)
+            else:
+                log.info("authentication on (CurveZMQ): %d registered keys in %s",
+                         len(self.registry.by_key), self.keys_dir)
             self.ready.set()
             self._serve_loop(sock, stop)
         finally:
             self.ready.set()
             sock.close(0)
+            if auth is not None:
+                auth.stop()
             ctx.term()
             self.store.close()
             log.info("stopped")
@@ -153,12 +196,17 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, Rounds):
                 if self._dirty and in_flight is None:
                     wait = min(wait, next_round - now)
                 if poller.poll(min(max(wait, 0.0), 0.2) * 1000):
+                    keyed = self.registry is not None
                     for _ in range(self.config.max_batch):
                         try:
-                            frames = sock.recv_multipart(zmq.NOBLOCK)
+                            frames = sock.recv_multipart(zmq.NOBLOCK, copy=not keyed)
                         except zmq.Again:
                             break
-                        self.handle(frames[:-1], frames[-1])
+                        if keyed:   # the sender's public key, checked by the ZAP handler
+                            user = frames[-1].get("User-Id")
+                            self.handle([f.bytes for f in frames[:-1]], frames[-1].bytes, user)
+                        else:
+                            self.handle(frames[:-1], frames[-1])
                 now = self.clock()
                 if now >= next_tick:
                     next_tick = now + self.config.tick
@@ -202,6 +250,8 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, Rounds):
     def tick(self, now: float) -> None:
         """Periodic work: lost nodes, jobs nobody re-adopted, metrics, a policy round."""
         timeout = self.config.node_timeout
+        if self.registry is not None:
+            self.registry.refresh()          # keys added or revoked since
         for node in list(self.cluster.up_nodes()):
             if now - node.last_seen > timeout:
                 self._node_lost(node, now, f"no heartbeat for {now - node.last_seen:.1f}s")
@@ -221,30 +271,42 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, Rounds):
 
     def _record_usage(self, now: float) -> None:
         """Refresh the gauges and add a timeline point (once per tick: O(jobs))."""
-        alloc, eff, queued = self.metrics.update(self.cluster, now)
+        use, queued = self.metrics.update(self.cluster, now)
         timeline = self.metrics.timeline
         t = max(now, timeline.times[-1]) if len(timeline) else now
-        timeline.add(t, alloc, eff, queued)
-        self.store.add_timeline(t, alloc, eff, queued)
+        point = (t, use.allocated, use.effective, queued, use.device, use.busy)
+        timeline.add(*point)
+        self.store.add_timeline(*point)
 
     # ---- frames ---------------------------------------------------------------
 
-    def handle(self, envelope: list[bytes], data: bytes) -> None:
-        """Handle one frame from a peer; queue the reply."""
+    def handle(self, envelope: list[bytes], data: bytes, user: str | None = None) -> None:
+        """Handle one frame from a peer (``user``: its public key when keyed); queue the reply."""
         peer = envelope[0] if envelope else b""
+        caller = None
+        if self.registry is not None:
+            caller = self.registry.get(user)
+            if caller is None:
+                self._out.append((envelope, s.reply_error(s.request_id(data), _UNKNOWN_KEY)))
+                return
+        self._caller = caller
         try:
             msg = s.decode(data)
         except s.SchemaError as exc:
             log.warning("bad frame from peer %s: %s", peer.hex(), exc)
-            self._out.append((envelope, s.reply_error(_guess_id(data), str(exc))))
+            self._out.append((envelope, s.reply_error(s.request_id(data), str(exc))))
             return
         kind = msg.TYPE
         if kind in s.REPLY_TYPES:
-            self._on_reply(peer, msg)
+            if caller is None or caller.role == "agent":
+                self._on_reply(peer, msg)
             return
         if kind in s.COMMAND_TYPES:
             reply: s.Message = s.reply_error(
                 msg, f"{kind} is a command the coordinator sends to agents, not a request")
+        elif caller is not None and (kind in _AGENT_SENDS) != (caller.role == "agent"):
+            reply = s.reply_error(msg, f"a {caller.role} key ({caller.name}) may not send "
+                                       f"{kind!r}")
         elif kind in s.AGENT_TYPES and peer not in self.peers:
             reply = s.reply_error(
                 msg, f"unauthenticated type {kind!r}: this peer has not registered as an agent")
@@ -260,6 +322,12 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, Rounds):
                 log.exception("internal error on %s", kind)
                 reply = s.reply_error(msg, f"internal error: {exc}")
         self._out.append((envelope, reply))
+
+    def _may_act_on(self, job: LiveJob) -> None:
+        """Raise RequestError unless the caller owns ``job`` or is an admin (or keys are off)."""
+        caller = self._caller
+        if caller is not None and caller.role != "admin" and job.owner != caller.name:
+            raise RequestError(f"not your job: {job.id} belongs to {job.owner or 'nobody'}")
 
     def _log(self, job: LiveJob, now: float, line: str, decision: bool = True) -> None:
         second = int(now)
@@ -288,6 +356,11 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, Rounds):
         self._cmds.append(([node.identity], msg))
 
 
+_UNKNOWN_KEY = ("unknown key: this coordinator has no registered key for this client; ask "
+                "its admin for one (tfgshare keys add-user / add-agent)")
+_AGENT_SENDS = s.AGENT_TYPES | {"register"}
+
+
 def _drain(fd: int) -> None:
     """Read whatever bytes wait on a non-blocking pipe."""
     try:
@@ -304,18 +377,6 @@ def _guarded(step: Callable[[Any], Any], arg: Any) -> None:
         step(arg)
     except Exception:
         log.exception("%s failed", step.__name__)
-
-
-
-def _guess_id(data: bytes) -> str:
-    try:
-        obj = json.loads(data)
-        if isinstance(obj, dict) and isinstance(obj.get("id"), str):
-            return obj["id"]
-    except (ValueError, UnicodeDecodeError):
-        pass
-    return ""
-
 
 
 def main(argv: list[str] | None = None) -> int:

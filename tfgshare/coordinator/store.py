@@ -26,8 +26,11 @@ CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, seq INTEGER NOT NULL, data
 CREATE TABLE IF NOT EXISTS nodes (name TEXT PRIMARY KEY, data TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS log (job TEXT NOT NULL, time REAL NOT NULL, line TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS log_job ON log (job);
-CREATE TABLE IF NOT EXISTS timeline (time REAL, allocated REAL, effective REAL, queued REAL);
+CREATE TABLE IF NOT EXISTS timeline (time REAL, allocated REAL, effective REAL, queued REAL,
+                                     device REAL, busy REAL);
 """
+# columns added since the first format: an older database gets them (NULL in old rows)
+_ADDED_COLUMNS = {"timeline": ("device REAL", "busy REAL")}
 
 
 class StateStore:
@@ -42,6 +45,11 @@ class StateStore:
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.executescript(_TABLES)
+            for table, columns in _ADDED_COLUMNS.items():
+                have = {row[1] for row in self.db.execute(f"PRAGMA table_info({table})")}
+                for col in columns:
+                    if col.split()[0] not in have:
+                        self.db.execute(f"ALTER TABLE {table} ADD COLUMN {col}")
         except sqlite3.DatabaseError as exc:
             raise ValueError(f"cannot use {self.path} as the state database: {exc}") from None
         self._in_tx = False
@@ -101,19 +109,38 @@ class StateStore:
 
     def logs(self, job_id: str, tail: int | None = None) -> list[str]:
         """A job's log lines, oldest first (the last ``tail`` when given)."""
-        if tail is None:
-            rows = self.db.execute("SELECT line FROM log WHERE job = ? ORDER BY rowid", (job_id,))
-            return [r for (r,) in rows]
-        rows = self.db.execute(
-            "SELECT line FROM log WHERE job = ? ORDER BY rowid DESC LIMIT ?", (job_id, tail))
-        return [r for (r,) in rows][::-1]
+        lines, _ = self.logs_page(job_id, tail, 0, None)
+        return lines
+
+    def logs_page(self, job_id: str, tail: int | None, cursor: int, limit: int | None
+                  ) -> tuple[list[str], int | None]:
+        """Up to ``limit`` log lines after ``cursor`` (0: from the start, or the last
+        ``tail``), and the cursor of the next page (None: no more)."""
+        if cursor == 0 and tail is not None:
+            if tail == 0:
+                return [], None
+            row = self.db.execute("SELECT rowid FROM log WHERE job = ? ORDER BY rowid DESC "
+                                  "LIMIT 1 OFFSET ?", (job_id, tail - 1)).fetchone()
+            cursor = row[0] - 1 if row else 0
+        query = "SELECT rowid, line FROM log WHERE job = ? AND rowid > ? ORDER BY rowid"
+        if limit is None:
+            return [line for _, line in self.db.execute(query, (job_id, cursor))], None
+        rows = self.db.execute(query + " LIMIT ?", (job_id, cursor, limit + 1)).fetchall()
+        more = len(rows) > limit
+        rows = rows[:limit]
+        return [line for _, line in rows], (rows[-1][0] if more else None)
 
     def add_timeline(self, time: float, allocated: float, effective: float,
-                     queued: float) -> None:
-        """Record the cluster usage from ``time`` on."""
-        self._tx().execute("INSERT INTO timeline VALUES (?, ?, ?, ?)",
-                           (time, allocated, effective, queued))
+                     queued: float, device: float = 0.0, busy: float = 0.0) -> None:
+        """Record the cluster usage from ``time`` on (see ``tfgshare.metrics.Timeline``)."""
+        self._tx().execute(
+            "INSERT INTO timeline (time, allocated, effective, queued, device, busy) "
+            "VALUES (?, ?, ?, ?, ?, ?)", (time, allocated, effective, queued, device, busy))
 
-    def load_timeline(self) -> list[tuple[float, float, float, float]]:
-        """Every timeline point, in time order."""
-        return list(self.db.execute("SELECT * FROM timeline ORDER BY time, rowid"))
+    def load_timeline(self) -> list[tuple[float, ...]]:
+        """Every timeline point (time, allocated, effective, queued, device, busy), in time order.
+
+        Points written before device and busy were recorded have None there.
+        """
+        return list(self.db.execute("SELECT time, allocated, effective, queued, device, busy "
+                                    "FROM timeline ORDER BY time, rowid"))

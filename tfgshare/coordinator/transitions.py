@@ -12,21 +12,20 @@ class Transitions:
     """Moves a job between states, keeping the cluster, the store and the agents in step."""
 
     def _release(self, job: LiveJob, now: float) -> None:
+        """It gave its GPUs back (its runner is gone): the hold and any open move end."""
         if job.last_start is not None:
-            dt = max(0.0, now - job.last_start)
-            job.run_time_s += dt
-            job.attained_service_s += dt * job.spec.num_gpus
-            job.last_start = None
+            job.attained_service_s += max(0.0, now - job.last_start) * job.spec.num_gpus
+        job.end_hold(now)
         self.cluster.unplace(job)
         job.node, job.sample_only = None, False
         job.gpu_memory_mb, job.over_memory = {}, ""
-        job.move_started = None
+        job.training, job.step_time_s = False, None
         self._dirty = True
 
     def _to_waiting(self, job: LiveJob, state: JobState, now: float, why: str) -> None:
         self._release(job, now)
         job.state = state
-        job.last_wait_start = now
+        job.begin_wait(now)
         job.reason = why
         self._save(job)
         self._log(job, now, f"{state.value}: {why}")
@@ -43,8 +42,7 @@ class Transitions:
     def _finish(self, job: LiveJob, state: JobState, now: float, why: str) -> None:
         self._release(job, now)
         job.state = state
-        job.finish_time = now
-        job.last_wait_start = None
+        job.end(now)
         job.reason = why
         job.cancel_requested = False
         self.cluster.retire(job)
@@ -54,19 +52,20 @@ class Transitions:
     def _start(self, job: LiveJob, fragments: tuple[Fragment, ...], sample_only: bool,
                now: float, note: str = "") -> None:
         node = self.cluster.nodes[split_gpu_id(fragments[0].gpu)[0]]
-        if job.state is JobState.SUSPENDED and not note:
+        # a resume, or the second half of a migration, costs until it trains again
+        moving = job.state is JobState.SUSPENDING
+        if job.state is JobState.SUSPENDED:
             job.resumes += 1
             self.metrics.resumes.inc()
+            moving = True
         job.attempt += 1
-        if job.last_wait_start is not None:
-            job.waited_s += max(0.0, now - job.last_wait_start)
-            job.last_wait_start = None
-        if job.first_start is None:
-            job.first_start = now
+        job.begin_hold(now)
+        if moving:
+            job.begin_move(now)
+        job.training, job.step_time_s = False, None
         job.state = JobState.SAMPLING if sample_only else JobState.RUNNING
         self.cluster.place(job, fragments)
         job.node, job.sample_only = node.name, sample_only
-        job.last_start = now
         job.pinned = False
         if sample_only:
             job.solo_util = []
@@ -84,7 +83,7 @@ class Transitions:
         node = self.cluster.nodes[job.node]
         job.state = JobState.SUSPENDING
         self.cluster.set_migration(job, target)
-        job.move_started = now
+        job.begin_move(now)
         if target is None:
             job.suspends += 1
             self.metrics.suspends.inc()
@@ -103,7 +102,7 @@ class Transitions:
             self._start(job, target, False, now, note="migrated")
         else:
             job.state = JobState.SUSPENDED
-            job.last_wait_start = now
+            job.begin_wait(now)
             job.reason = "migration target no longer fits; waiting"
             self._save(job)
             self._log(job, now, job.reason)

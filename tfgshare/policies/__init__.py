@@ -1,6 +1,11 @@
 """Scheduling policies: pure functions of a cluster snapshot and the jobs.
 
 - ``base``: the interface (JobView, ClusterSnapshot, Start/Suspend/Migrate, Policy).
+- ``jobset``: ``JobSet``, the caller's job views with a change log; ``Tracker`` and
+  ``Holdings``, how a memo follows it.
+- ``memo``: ``Memo``, what a policy carries between rounds (the caller owns it:
+  ``policy.new_memo()``, then ``policy.decide(now, cluster, jobs, memo)``), and
+  ``WaitQueue``, waiting jobs ordered by a policy's key.
 - ``registry``: ``POLICY_NAMES`` and ``get_policy(name, **params)``.
 - ``placement``: fragment accounting (``usage``, ``free_fraction``, ``fraction_for``),
   placement (``FreeMap``, ``best_fit``, ``gang_place``) and ``validate``.

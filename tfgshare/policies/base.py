@@ -4,13 +4,22 @@ A policy is a pure function of (now, cluster snapshot, jobs) returning actions.
 It does no I/O and keeps no clock; the simulator and the live coordinator both
 build these snapshots and carry out the actions. Everything here is plain,
 immutable data so that a policy cannot change the caller's state by accident.
+
+A policy object holds only its configuration. What it carries between calls
+to be fast lives in a memo (``policies.memo.Memo``) that the caller makes once
+with ``policy.new_memo()`` and passes to every ``decide``; the caller hands the
+jobs as a ``policies.jobset.JobSet`` it keeps up to date (``put``/``drop``, then
+``trim`` after each decide) so the memo follows only what changed. A memo is a
+cache: a fresh memo (or ``memo=None``, or a plain list of views) gives the same
+decisions as a reused one. The one other cache is a snapshot's GPU layout,
+kept on the immutable snapshot itself (``placement``).
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence
+from typing import Any, Protocol, Sequence
 
 
 class JobState(str, enum.Enum):
@@ -140,11 +149,18 @@ Action = Start | Suspend | Migrate
 
 
 class Policy(Protocol):
-    """A scheduling policy. ``decide`` must be deterministic and side-effect free."""
+    """A scheduling policy. ``decide`` is deterministic; it changes nothing but its memo."""
 
     name: str
 
-    def decide(self, now: float, cluster: ClusterSnapshot,
-               jobs: Sequence[JobView]) -> list[Action]:
-        """Return the actions to take now, given the cluster and every live job."""
+    def new_memo(self) -> Any:
+        """An empty memo for this policy, owned by the caller."""
+        ...
+
+    def decide(self, now: float, cluster: ClusterSnapshot, jobs: Sequence[JobView],
+               memo: Any = None) -> list[Action]:
+        """Return the actions to take now, given the cluster and every live job.
+
+        ``memo``: this policy's memo from earlier calls (None: a fresh one).
+        """
         ...

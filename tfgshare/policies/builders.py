@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .base import ClusterSnapshot, Fragment, GPU, JobState, JobView, SampleRecord
+from .prediction import remaining_time_s
 
 
 def make_cluster(nodes: int = 1, gpus_per_node: int = 4, memory_mb: int = 16000,
@@ -23,7 +24,7 @@ def make_job(id: str, submit: float = 0.0, gpus: int = 1,
     if memory_mb is not None:
         sample = SampleRecord(step_time_s, memory_mb, gpu_util)
         if predicted_s is None:
-            predicted_s = (total_steps - steps_done) * step_time_s
+            predicted_s = remaining_time_s(total_steps, steps_done, step_time_s)
     frags = tuple(Fragment(g, f) for g, f in (on or {}).items())
     if frags and state is JobState.QUEUED:
         state = JobState.RUNNING

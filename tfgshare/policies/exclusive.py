@@ -2,9 +2,9 @@
 
 An exclusive job takes whole idle GPUs (the fraction is the GPU less the
 context reserve). :class:`IdleMap` tracks which GPUs are idle more cheaply
-than a FreeMap: it only counts tenants, and scans GPUs in best-fit order
-(``placement.by_room``) skipping busy ones, so a placement costs about the
-number of busy GPUs before the first idle one. Gangs follow the same rule as
+than a FreeMap: it only counts tenants, and keeps the idle GPUs sorted in
+best-fit order (``placement.by_room``), so a placement looks at idle GPUs only
+(a memo keeps that order between rounds). Gangs follow the same rule as
 ``FreeMap.gang_place``: the first node to collect ``k`` idle GPUs, then up to
 ``GANG_LOOKAHEAD`` more idle GPUs of the same room looked at for a node with
 fewer idle GPUs; if no node can hold the gang, the fewest nodes.
@@ -13,23 +13,47 @@ fewer idle GPUs; if no node can hold the gang, the fewest nodes.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Iterable
+from typing import Iterable, Mapping
+
+from sortedcontainers import SortedList
 
 from .base import ClusterSnapshot, Fragment, GPU, JobView, Start
-from .placement import EPS, GANG_LOOKAHEAD, by_room, exclusive_fraction, up_gpus
+from .memo import Memo
+from .placement import (EPS, GANG_LOOKAHEAD, GpuUse, by_room, exclusive_fraction, room_rank,
+                        up_gpus)
 from .queueing import HOLDING
 
 
 class IdleMap:
     """Which up GPUs have no tenant, updated as a policy plans."""
 
-    def __init__(self, cluster: ClusterSnapshot, jobs: Iterable[JobView]):
+    def __init__(self, cluster: ClusterSnapshot, jobs: Iterable[JobView] = (),
+                 memo: Memo | None = None):
+        """From the jobs holding GPUs, or from a memo's tenants and idle GPUs if given."""
         self.reserve_mb = cluster.reserve_mb
         self.gpus = up_gpus(cluster)
         self._order = by_room(cluster)
-        self.tenants: dict[str, int] = Counter(
-            [f.gpu for j in jobs if j.fragments and j.state in HOLDING for f in j.fragments])
-        self.idle = len(self.gpus) - len(self.tenants.keys() & self.gpus.keys())
+        self._rank = room_rank(cluster)
+        if memo is not None:
+            self._use: Mapping[str, GpuUse] = memo.holdings.use
+            self._count: Mapping[str, int] | None = None
+            self._idle = memo.idle_ranks(cluster)   # shared: copied before a change
+            self._own = False
+        else:
+            self._count = Counter([f.gpu for j in jobs if j.fragments and j.state in HOLDING
+                                   for f in j.fragments])
+            self._idle = SortedList([i for i, g in enumerate(self._order)
+                                     if g.id not in self._count])
+            self._own = True
+        self._added: dict[str, int] = {}   # tenants added (or, < 0, gone) while planning
+        self.idle = len(self._idle)
+
+    def tenants(self, gpu_id: str) -> int:
+        """How many jobs hold this GPU now, as planned so far."""
+        if self._count is not None:
+            return self._count.get(gpu_id, 0) + self._added.get(gpu_id, 0)
+        u = self._use.get(gpu_id)
+        return (u.tenants if u is not None else 0) + self._added.get(gpu_id, 0)
 
     def whole(self, gpu: GPU) -> float:
         """The fraction of a whole GPU: all of it less the context reserve."""
@@ -39,13 +63,12 @@ class IdleMap:
         """``k`` idle GPUs, one node if possible, best fit first (None if too few)."""
         if k > self.idle:
             return None
-        busy = self.tenants
+        order = self._order
         by_node: dict[str, list[GPU]] = {}
         block = None   # room (MB) at which some node first held the gang
         extra = 0
-        for g in self._order:
-            if busy.get(g.id):
-                continue
+        for i in self._idle:   # the idle GPUs in best-fit order
+            g = order[i]
             room = self.whole(g) * g.memory_mb
             if block is not None:
                 extra += 1
@@ -70,24 +93,30 @@ class IdleMap:
             chosen += pick[:left]
         return chosen
 
+    def _mine(self) -> SortedList:
+        if not self._own:
+            self._idle = SortedList(self._idle)
+            self._own = True
+        return self._idle
+
     def take(self, gpus: Iterable[str]) -> None:
         """Record a tenant on each of these GPUs."""
         for gid in gpus:
-            n = self.tenants.get(gid, 0)
-            if n == 0 and gid in self.gpus:
+            if self.tenants(gid) == 0 and gid in self.gpus:
+                self._mine().remove(self._rank[gid])
                 self.idle -= 1
-            self.tenants[gid] = n + 1
+            self._added[gid] = self._added.get(gid, 0) + 1
 
     def release(self, gpus: Iterable[str]) -> None:
         """Record that one tenant left each of these GPUs."""
         for gid in gpus:
-            n = self.tenants.get(gid, 0) - 1
+            n = self.tenants(gid)
             if n <= 0:
-                self.tenants.pop(gid, None)
-                if gid in self.gpus:
-                    self.idle += 1
-            else:
-                self.tenants[gid] = n
+                continue
+            self._added[gid] = self._added.get(gid, 0) - 1
+            if n == 1 and gid in self.gpus:
+                self._mine().add(self._rank[gid])
+                self.idle += 1
 
 
 def start_exclusive(idle: IdleMap, job: JobView, sample_only: bool = False) -> Start | None:

@@ -30,17 +30,163 @@ and consolidation, and never within ``min_run_s`` of their last start.
 
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass
-from typing import Callable, ClassVar, Collection, Sequence
+from typing import Callable, ClassVar, Collection, Iterable, Sequence
+
+from sortedcontainers import SortedList
 
 from .base import (Action, ClusterSnapshot, JobState, JobView, Migrate, Start,
                    Suspend)
 from .interference import room_for
-from .placement import (EPS, FreeMap, GpuUse, exclusive_fraction, fraction_for,
+from .memo import Memo
+from .placement import (EPS, FreeMap, GpuUse, exclusive_fraction, fraction_for, one_size,
                         reserve_fraction, to_fragments)
 from .prediction import remaining_s, total_wait_s
-from .queueing import HOLDING, WAITING, arrival_key
+from .queueing import WAITING, arrival_key
+
+
+class FgsMemo(Memo):
+    """fgs's state between rounds: the tenants, a plan-ready FreeMap and the waiting queues.
+
+    Waiting jobs are kept in the orders fgs walks them: jobs to sample by
+    arrival, the others by predicted remaining time, the promoted ones by
+    arrival; each job's promotion is a timed event at the moment its wait
+    passes its bound. Sizes are kept sorted too, so a round can tell in
+    O(log n) that none of the jobs left could fit anywhere.
+    """
+
+    def reset(self) -> None:
+        self.free: tuple | None = None      # (key, GPU tuple, FreeMap as the holders hold it)
+        self.config: tuple | None = None    # the settings and GPU size the queues are for
+        self.now = -math.inf                # the latest decision time seen
+        self._clear()
+
+    def _clear(self) -> None:
+        self.info: dict[str, tuple] = {}    # id -> (view, kind, order key, size, wait)
+        self.to_sample = SortedList()       # (submit, id)
+        self.sample_fs = SortedList()       # (fraction, id) of those
+        self.ordinary = SortedList()        # (remaining or inf, submit, id): all others
+        self.fs = SortedList()              # (fraction, id) of those
+        self.us = SortedList()              # (utilisation, id) of those
+        self.promoted = SortedList()        # (submit, id): waited past their bound
+        self.pending: list = []             # heap (about when promoted, id, view)
+        self.near: dict[str, JobView] = {}  # due, but not past the bound yet to the bit
+
+    def rebuild(self, config: tuple) -> None:
+        """Refill the queues from every waiting view, for these settings."""
+        self.config = config
+        self._clear()
+        for jid, v in self.tracker.views.items():
+            self.changed(jid, None, v)
+
+    def changed(self, jid: str, old: JobView | None, new: JobView | None) -> None:
+        had = self.info.pop(jid, None)
+        if had is not None:
+            kind, key, size = had[1], had[2], had[3]
+            if kind == 0:
+                self.to_sample.remove(key)
+                self.sample_fs.remove((size[0], jid))
+            else:
+                self.ordinary.remove(key)
+                self.fs.remove((size[0], jid))
+                self.us.remove((size[1], jid))
+                self.promoted.discard((had[0].submit_time, jid))
+                self.near.pop(jid, None)
+        if new is None or new.state not in WAITING or self.config is None:
+            return
+        (ratio, cap_s, floor), rep, headroom, reserve, sample_default = self.config
+        if (new.state is JobState.QUEUED and new.sample is None
+                and new.predicted_remaining_s is None):
+            size = (math.inf if rep is None else
+                    fraction_for(new, rep, headroom, reserve, sample_default), -1.0)
+            key = (new.submit_time, jid)
+            self.to_sample.add(key)
+            self.sample_fs.add((size[0], jid))
+            self.info[jid] = (new, 0, key, size, None)
+            return
+        left = remaining_s(new)
+        u = new.sample.gpu_util if new.sample is not None else 1.0
+        size = (math.inf if rep is None else fraction_for(new, rep, headroom, reserve), u)
+        key = (math.inf if left is None else left, new.submit_time, jid)
+        self.ordinary.add(key)
+        self.fs.add((size[0], jid))
+        self.us.add((u, jid))
+        # it has waited a + max(0, now - b) (total_wait_s); promoted once past bound
+        if new.last_wait_start is None and new.last_start is None:
+            a, b = 0.0, new.submit_time
+        else:
+            a = new.waited_s
+            b = new.last_wait_start if new.last_wait_start is not None else new.submit_time
+        bound = max(floor, cap_s if left is None else min(cap_s, ratio * left))
+        self.info[jid] = (new, 1, key, size, (a, b, bound))
+        due = -math.inf if a > bound else b + (bound - a)
+        due -= 1e-6 * (1.0 + abs(due)) if due != -math.inf else 0.0   # early, never late
+        heapq.heappush(self.pending, (due, jid, new))
+
+    def next_promotion(self, now: float) -> float | None:
+        """About when the next waiting job is promoted (never late), or None."""
+        if self.near:
+            return now
+        pending, info = self.pending, self.info
+        while pending:
+            due, jid, view = pending[0]
+            had = info.get(jid)
+            if had is not None and had[0] is view:
+                return due
+            heapq.heappop(pending)   # that view is gone
+        return None
+
+    def promote_until(self, now: float) -> None:
+        """Move the jobs whose wait has passed their bound by ``now`` to ``promoted``."""
+        pending, info = self.pending, self.info
+        while pending and pending[0][0] <= now:
+            _, jid, view = heapq.heappop(pending)
+            had = info.get(jid)
+            if had is not None and had[0] is view:
+                self.near[jid] = view
+        for jid in list(self.near):
+            a, b, bound = info[jid][4]
+            if a + (now - b if now > b else 0.0) > bound:
+                del self.near[jid]
+                self.promoted.add((info[jid][0].submit_time, jid))
+        self.now = now
+
+
+class _Rest:
+    """The smallest fraction and utilisation among a walk's jobs not passed yet.
+
+    The walk calls ``passed(id)`` for each job it reaches; the answer is worked
+    out again only when one of the two smallest jobs was passed.
+    """
+
+    def __init__(self, fs: SortedList, us: SortedList | None, gone: set[str]):
+        self.fs, self.us, self.gone = fs, us, gone
+        self.i = self.j = 0
+        self._known: tuple[float, float] | None = None
+        self._ids: tuple[str | None, str | None] = (None, None)
+
+    def passed(self, jid: str) -> None:
+        self.gone.add(jid)
+        if jid in self._ids:
+            self._known = None
+
+    def smallest(self) -> tuple[float, float]:
+        if self._known is not None:
+            return self._known
+        fs, us, gone = self.fs, self.us, self.gone
+        while self.i < len(fs) and fs[self.i][1] in gone:
+            self.i += 1
+        f, fid = fs[self.i] if self.i < len(fs) else (math.inf, None)
+        if us is None:   # sampling: no utilisation check
+            self._known, self._ids = (f, -1.0 if fid is not None else math.inf), (fid, None)
+            return self._known
+        while self.j < len(us) and us[self.j][1] in gone:
+            self.j += 1
+        u, uid = us[self.j] if self.j < len(us) else (math.inf, None)
+        self._known, self._ids = (f, u), (fid, uid)
+        return self._known
 
 
 BANDS = 20   # steps of utilisation room by which GPUs are indexed for search
@@ -148,148 +294,72 @@ class Fgs:
             return True
         return left is not None and waited > self.max_wait_ratio * left
 
-    def _free_map(self, cluster: ClusterSnapshot, jobs: Sequence[JobView],
-                  held: dict[str, tuple]) -> FreeMap:
-        """A FreeMap of the cluster as ``held`` holds it, to plan this round on.
+    def _free_map(self, cluster: ClusterSnapshot, memo: "FgsMemo", dirty: set[str]) -> FreeMap:
+        """A FreeMap of the cluster as the memo's holders hold it, to plan this round on.
 
-        Built once and then kept up to date between rounds from the holders that
-        changed (a cache only: a fresh build gives the same map), so a round
-        costs O(changed holders) instead of a rebuild over every GPU in use.
+        Kept in the memo and updated from the GPUs whose tenants changed (their
+        sums are exact, see ``jobset.Holdings``), so a round costs O(changed
+        holders) instead of a rebuild over every GPU in use; a fresh memo builds
+        the same map.
         """
         key = (cluster.down_nodes, cluster.reserve_mb, self.max_cotenants,
                self.slowdown_cap, self.interference_overhead)
-        # taken out while in use: a concurrent call (none expected) builds its own
-        cache = self.__dict__.pop("_cache", None)
-        if cache is not None and cache[3] is cluster.gpus and cache[0] == key:
-            base, before, on_gpu = cache[1], cache[2], cache[4]
-            gpus = base.gpus
-            dirty: set[str] = set()
-            ok = True
-            before = dict(before)
-            pop = before.pop
-            for jid, cur in held.items():
-                was = pop(jid, None)
-                if was is not None and (cur[0] is was[0] or cur[0] == was[0]) \
-                        and cur[1] == was[1]:
-                    continue
-                if was is not None:
-                    for f in was[0]:
-                        on_gpu[f.gpu].pop(jid, None)
-                        dirty.add(f.gpu)
-                for f in cur[0]:
-                    if f.gpu not in gpus:
-                        ok = False
-                    on_gpu.setdefault(f.gpu, {})[jid] = (f.fraction, cur[1])
-                    dirty.add(f.gpu)
-            for jid, was in before.items():   # gone
-                for f in was[0]:
-                    on_gpu[f.gpu].pop(jid, None)
-                    dirty.add(f.gpu)
-            if ok:
-                # each changed GPU summed afresh in the jobs' order, as usage() does,
-                # so the map is the one a fresh build gives, to the last bit
-                order = None
-                for gid in dirty:
-                    if gid not in gpus:   # on a down node: not planned on
-                        continue
-                    hs = on_gpu.get(gid)
-                    if not hs:
-                        on_gpu.pop(gid, None)
-                        base.set_use(gid, None)
-                        continue
-                    if len(hs) == 1:
-                        (used, util), = hs.values()
-                        base.set_use(gid, GpuUse(used, 1, util))
-                        continue
-                    if order is None:
-                        order = {jid: n for n, jid in enumerate(held)}
-                    items = sorted(hs.items(), key=lambda kv: order[kv[0]])
-                    used, util = items[0][1]
-                    for _, (f, u) in items[1:]:
-                        used += f
-                        util += u
-                    base.set_use(gid, GpuUse(used, len(items), util))
-                self._cache = (key, base, held, cluster.gpus, on_gpu)
-                return base.copy()
+        use = memo.holdings.use
+        cache = memo.free
+        if cache is not None and cache[1] is cluster.gpus and cache[0] == key:
+            base = cache[2]
+            for gid in dirty:
+                if gid in base.gpus:
+                    base.set_use(gid, use.get(gid))
+                elif gid in use:   # on a down node: not planned on
+                    base.use[gid] = use[gid]
+                else:
+                    base.use.pop(gid, None)
+            base.total_free()   # worked out once per change, kept by the copies
+            return base.copy()
         cap, overhead = self.slowdown_cap, self.interference_overhead
 
-        def band(use: GpuUse) -> int:
-            room = room_for(use.tenants, use.util, cap, overhead)
+        def band(u: GpuUse) -> int:
+            room = room_for(u.tenants, u.util, cap, overhead)
             return -1 if room < 0 else (BANDS if room >= 1.0 else int(room * BANDS))
 
-        base = FreeMap(cluster, jobs, max_tenants=self.max_cotenants, band=band,
+        base = FreeMap(cluster, use=use, max_tenants=self.max_cotenants, band=band,
                        empty_band=BANDS)
-        on_gpu = {}
-        for jid, (frags, util) in held.items():
-            for f in frags:
-                on_gpu.setdefault(f.gpu, {})[jid] = (f.fraction, util)
-        self._cache = (key, base, held, cluster.gpus, on_gpu)
+        memo.free = (key, cluster.gpus, base)
+        base.total_free()
         return base.copy()
 
-    def decide(self, now: float, cluster: ClusterSnapshot,
-               jobs: Sequence[JobView]) -> list[Action]:
+    def new_memo(self) -> "FgsMemo":
+        """An empty memo (see ``policies.memo``)."""
+        return FgsMemo()
+
+    def wake_at(self, now: float, memo: "FgsMemo") -> float | None:
+        """When the next waiting job passes its bound and is promoted (None: no such job)."""
+        return memo.next_promotion(now)
+
+    def decide(self, now: float, cluster: ClusterSnapshot, jobs: Sequence[JobView],
+               memo: "FgsMemo | None" = None) -> list[Action]:
         """Promoted jobs, then sampling, then shortest remaining first; make room as needed."""
-        # (submit, id, job) and (remaining, submit, id, job): ids are unique,
-        # so sorting never compares jobs
-        to_sample, promoted, ordinary = [], [], []
-        queued = JobState.QUEUED
-        held: dict[str, tuple] = {}   # job id -> (fragments, utilisation) of GPU holders
-        # per waiting view (views are immutable; callers keep unchanged ones):
-        # (view, remaining or None, a, b, bound): it has waited a + max(0, now - b)
-        # (total_wait_s) and is promoted once that passes bound (_overdue)
-        ckey = (self.max_wait_ratio, self.max_wait_s, self.promote_floor_s)
-        old = self.__dict__.get("_waiting")
-        if old is None or old[0] != ckey:
-            old = (ckey, {})
-        seen, memo = old[1], {}
-        floor, cap_s, ratio = self.promote_floor_s, self.max_wait_s, self.max_wait_ratio
-        for j in jobs:
-            state = j.state
-            if state not in WAITING:
-                if j.fragments and state in HOLDING:
-                    held[j.id] = (j.fragments, j.sample.gpu_util if j.sample is not None
-                                  else 1.0)
-                continue
-            if state is queued and j.sample is None and j.predicted_remaining_s is None:
-                to_sample.append((j.submit_time, j.id, j))
-                continue
-            c = seen.get(j.id)
-            if c is None or c[0] is not j:
-                left = remaining_s(j)
-                if j.last_wait_start is None and j.last_start is None:
-                    a, b = 0.0, j.submit_time
-                else:
-                    a = j.waited_s
-                    b = j.last_wait_start if j.last_wait_start is not None else j.submit_time
-                bound = max(floor, cap_s if left is None else min(cap_s, ratio * left))
-                c = (j, left, a, b, bound)
-            memo[j.id] = c
-            left = c[1]
-            b = c[3]
-            if c[2] + (now - b if now > b else 0.0) > c[4]:
-                promoted.append((j.submit_time, j.id, j))
-            else:
-                ordinary.append((math.inf if left is None else left, j.submit_time, j.id, j))
-        self._waiting = (ckey, memo)
-        if not (to_sample or promoted or ordinary):
+        memo = self.new_memo() if memo is None else memo
+        dirty = memo.sync(jobs)
+        rep = one_size(cluster)
+        config = ((self.max_wait_ratio, self.max_wait_s, self.promote_floor_s), rep,
+                  self.headroom, cluster.reserve_mb,
+                  None if rep is None else _sample_default(self, rep))
+        if memo.config != config or now < memo.now:
+            memo.rebuild(config)
+        memo.promote_until(now)
+        if not (memo.to_sample or memo.ordinary):
             return []
-        r = _Round(self, now, cluster, jobs, self._free_map(cluster, jobs, held))
-        promoted.sort()
+        r = _Round(self, now, cluster, jobs, self._free_map(cluster, memo, dirty), memo)
+        info = memo.info
         # only the longest waiting promoted jobs jump the queue and make room;
         # the others keep their shortest-first place until their turn comes
-        for t in promoted[self.max_reservations:]:
-            left = remaining_s(t[2])
-            ordinary.append((math.inf if left is None else left, t[0], t[1], t[2]))
-        promoted = promoted[:self.max_reservations]
-        to_sample.sort()
-        # the queue rarely changes between rounds: reuse the last order if it did not
-        last = self.__dict__.get("_order")
-        if last is not None and last[0] == ordinary:
-            ordinary = last[1]
-        else:
-            unsorted = list(ordinary)
-            ordinary.sort()
-            self._order = (unsorted, ordinary)
+        first = [k[1] for k in memo.promoted.islice(0, self.max_reservations)]
+        promoted = [(info[jid][0], info[jid][3]) for jid in first]
+        to_sample = ((info[k[1]][0], info[k[1]][3]) for k in memo.to_sample)
+        skip = set(first)
+        ordinary = ((info[k[2]][0], info[k[2]][3]) for k in memo.ordinary if k[2] not in skip)
         reservations = self.max_reservations
         defrag = self.defrag
 
@@ -307,9 +377,11 @@ class Fgs:
                 r.consolidate(job)
             return defrag
 
-        r.fill([t[-1] for t in promoted], on_fail=make_room)
-        r.fill([t[-1] for t in to_sample], sample_only=True)
-        r.fill([t[-1] for t in ordinary], on_fail=consolidate)
+        r.fill(promoted, _Rest(SortedList((sz[0], j.id) for j, sz in promoted),
+                               SortedList((sz[1], j.id) for j, sz in promoted), set()),
+               on_fail=make_room)
+        r.fill(to_sample, _Rest(memo.sample_fs, None, set()), sample_only=True)
+        r.fill(ordinary, _Rest(memo.fs, memo.us, set(skip)), on_fail=consolidate)
         return r.actions
 
 
@@ -317,8 +389,10 @@ class _Round:
     """The state of one ``decide`` call: free room, tenants, and actions so far."""
 
     def __init__(self, pol: Fgs, now: float, cluster: ClusterSnapshot,
-                 jobs: Sequence[JobView], free: FreeMap | None = None):
+                 jobs: Sequence[JobView], free: FreeMap | None = None,
+                 memo: "FgsMemo | None" = None):
         self.pol = pol
+        self.memo = memo if memo is not None else FgsMemo()
         self.now = now
         self.cluster = cluster
         self.reserve = cluster.reserve_mb
@@ -347,8 +421,7 @@ class _Round:
 
     def sample_default(self, gpu) -> float:
         """The sampling fragment on this GPU for a job that requests none (not idle)."""
-        mb = self.pol.sample_memory_mb
-        return self.pol.sample_fraction if mb is None else mb / gpu.memory_mb
+        return _sample_default(self.pol, gpu)
 
     def place_sample(self, job: JobView) -> list[tuple[str, float]] | None:
         """Fragments for a sampling phase: alone on idle GPUs, else on the least loaded."""
@@ -373,12 +446,12 @@ class _Round:
     @property
     def holders(self) -> dict[str, list[JobView]]:
         """GPU id -> the jobs holding it at the start of this round (built when first asked)."""
-        if self._holders is None:
-            self._holders = {}
-            for j in self.jobs:
-                if j.fragments and j.state in HOLDING:
-                    for f in j.fragments:
-                        self._holders.setdefault(f.gpu, []).append(j)
+        if self._holders is None:   # from the memo's tenants, in the jobs' order
+            hold = self.memo.holdings
+            views = hold.holders
+            self._holders = {gid: [views[jid] for jid, _ in sorted(hs.items(),
+                                                                   key=lambda kv: kv[1][2])]
+                             for gid, hs in hold.on_gpu.items()}
         return self._holders
 
     def calm(self, gid: str, util: float, without: Collection[JobView] = ()) -> bool:
@@ -441,35 +514,28 @@ class _Round:
         return self.free.gang_place(k, need, lambda gid: u <= self.util_room(gid) + EPS,
                                     min_band=min(BANDS, int(u * BANDS)))
 
-    def fill(self, jobs: list[JobView], sample_only: bool = False,
+    def fill(self, jobs: Iterable[tuple[JobView, tuple[float, float]]], rest: _Rest,
+             sample_only: bool = False,
              on_fail: Callable[[JobView], bool] | None = None) -> None:
-        """Place jobs in this order; stop once none of the rest could fit anywhere.
+        """Place (job, size) pairs in this order; stop once none of the rest could fit anywhere.
 
+        ``rest`` knows the smallest size among the jobs not yet passed.
         ``on_fail(job)`` runs for a job that did not fit and says whether it
         may still change the cluster for later jobs (then the scan goes on).
         """
-        n = len(jobs)
-        if n == 0:
-            return
-        rep = self.rep
-        if rep is None:
-            for job in jobs:
+        if self.rep is None:   # GPU sizes differ: no cheap checks
+            for job, _ in jobs:
                 if not self.place(job, sample_only) and on_fail is not None:
                     on_fail(job)
             return
-        sizes = self.sizes(jobs, sample_only)
-        # the smallest need among the jobs from i on
-        min_f, min_u = [math.inf] * (n + 1), [math.inf] * (n + 1)
-        for i in range(n - 1, -1, -1):
-            f, u = sizes[i]
-            min_f[i] = f if f < min_f[i + 1] else min_f[i + 1]
-            min_u[i] = u if u < min_u[i + 1] else min_u[i + 1]
         free = self.free
         quiet = on_fail is None   # on_fail said False once: it does nothing more
         version, tops = -1, {}
         last = None   # (version, f, u) of the last break check that found room
-        for i, job in enumerate(jobs):
-            f, u = sizes[i]
+        passed = rest.passed
+        for job, size in jobs:
+            passed(job.id)
+            f, u = size
             if quiet:   # the cheap first check of place(), inline
                 if free.version != version:
                     version, tops = free.version, {}
@@ -479,39 +545,19 @@ class _Round:
                 if top is None:
                     top = tops[band] = free.max_free(band)
                 if f > top + EPS:
-                    q = (version, min_f[i + 1], min_u[i + 1])
+                    q = (version, *rest.smallest())
                     if q != last:
                         if not self.fits_somewhere(q[1], q[2]):
                             break
                         last = q
                     continue
-            if self.place(job, sample_only, sizes[i]):
+            if self.place(job, sample_only, size):
                 continue
             busy = on_fail(job) if not quiet else False
             if not busy:
                 quiet = True
-                if not self.fits_somewhere(min_f[i + 1], min_u[i + 1]):
+                if not self.fits_somewhere(*rest.smallest()):
                     break
-
-    def sizes(self, jobs: list[JobView], sample_only: bool) -> list[tuple[float, float]]:
-        """``size()`` of each job (one GPU size only), cached per view between rounds."""
-        pol, rep, headroom, reserve = self.pol, self.rep, self.pol.headroom, self.reserve
-        key = (rep.memory_mb, headroom, reserve, pol.sample_fraction, pol.sample_memory_mb)
-        cache = pol.__dict__.get("_sizes")
-        if cache is None or cache[0] != key or len(cache[1]) > 2 * len(self.jobs) + 1000:
-            cache = pol._sizes = (key, {})
-        seen = cache[1]
-        default = self.sample_default(rep) if sample_only else None
-        out = []
-        for j in jobs:
-            c = seen.get(j.id)
-            if c is None or c[0] is not j or c[1] is not sample_only:
-                u = -1.0 if sample_only else (j.sample.gpu_util if j.sample is not None
-                                              else 1.0)
-                c = seen[j.id] = (j, sample_only,
-                                  (fraction_for(j, rep, headroom, reserve, default), u))
-            out.append(c[2])
-        return out
 
     def size(self, job: JobView, sample_only: bool = False) -> tuple[float, float]:
         """(fraction on this cluster's GPU size or inf if sizes differ, utilisation to check)."""
@@ -758,6 +804,12 @@ class _Round:
         for h, dest in reversed(step):
             self.free.release(dest, util_of(h))
             self._take(h.id, util_of(h), [(x.gpu, x.fraction) for x in h.fragments])
+
+
+def _sample_default(pol: Fgs, gpu) -> float:
+    """The sampling fragment on this GPU for a job that requests none (not idle)."""
+    mb = pol.sample_memory_mb
+    return pol.sample_fraction if mb is None else mb / gpu.memory_mb
 
 
 def util_of(job: JobView) -> float:

@@ -12,6 +12,11 @@ Multi-GPU jobs are gang-placed on one node where possible.
 
 ``max_tenants`` 4 and ``default_fraction`` 0.5 are our choice: Gandiva packs
 a few jobs per GPU, and half a GPU lets two unknown jobs share one.
+
+The memo keeps the waiting jobs in arrival order, one queue per size (GPU
+count and what sets the fraction), so a round visits only the heads of the
+queues that could still fit: once one job of a size finds no room, no later
+job of that size can in the same round.
 """
 
 from __future__ import annotations
@@ -20,8 +25,24 @@ from dataclasses import dataclass
 from typing import ClassVar, Sequence
 
 from .base import Action, ClusterSnapshot, JobView, Start
+from .memo import Memo, WaitQueue
 from .placement import EPS, FreeMap, fraction_for, to_fragments
-from .queueing import waiting_jobs
+from .queueing import WAITING
+
+
+class GandivaMemo(Memo):
+    """Waiting jobs by (GPU count, requested fraction, sampled peak), in arrival order."""
+
+    def reset(self) -> None:
+        self.waiting = WaitQueue()
+
+    def changed(self, jid: str, old: JobView | None, new: JobView | None) -> None:
+        if new is None or new.state not in WAITING:
+            self.waiting.remove(jid)
+            return
+        peak = new.sample.peak_memory_mb if new.sample is not None else None
+        self.waiting.put(jid, (new.num_gpus, new.requested_fraction, peak),
+                         (new.submit_time, jid))
 
 
 @dataclass
@@ -43,33 +64,46 @@ class Gandiva:
             raise ValueError(f"gandiva default_fraction must be in (0, 1], "
                              f"got {self.default_fraction}")
 
-    def decide(self, now: float, cluster: ClusterSnapshot,
-               jobs: Sequence[JobView]) -> list[Action]:
+    def new_memo(self) -> GandivaMemo:
+        """An empty memo (see ``policies.memo``)."""
+        return GandivaMemo()
+
+    def decide(self, now: float, cluster: ClusterSnapshot, jobs: Sequence[JobView],
+               memo: GandivaMemo | None = None) -> list[Action]:
         """Start every waiting job that fits, each on the least loaded GPU(s)."""
-        queue = waiting_jobs(jobs)
-        if not queue:
+        memo = self.new_memo() if memo is None else memo
+        memo.sync(jobs)
+        if not memo.waiting:
             return []
-        free = FreeMap(cluster, jobs, max_tenants=self.max_tenants)
+        free = FreeMap(cluster, use=memo.holdings.use, max_tenants=self.max_tenants)
         reserve = cluster.reserve_mb
         actions: list[Action] = []
         top = free.max_free()
+        if top <= 0.0:
+            return []   # no GPU has room for anyone
         rep = next(iter(free.gpus.values())) if len(free.sizes) == 1 else None
-        for job in queue:
+        views = memo.tracker.views
+        walk = memo.waiting.merged()
+        for _, key in walk:
             if top <= 0.0:
                 break
+            job = views[key[-1]]
 
             def need(g, job=job):
                 return fraction_for(job, g, self.headroom, reserve, self.default_fraction)
 
             if rep is not None and need(rep) > top + EPS:
-                continue   # bigger than any free room: skip without a search
+                walk.drop()   # bigger than any free room, and so is the rest of its queue
+                continue
             if job.num_gpus == 1:
                 one = free.worst_fit(need)
                 placed = None if one is None else [one]
             else:
                 placed = free.gang_place(job.num_gpus, need)
             if placed is None:
+                walk.drop()   # the same size finds no room either
                 continue
+            walk.advance()
             free.take(placed)
             top = free.max_free()
             actions.append(Start(job.id, to_fragments(placed)))

@@ -117,20 +117,22 @@ class _Layout:
     rep: dict[int, GPU]               # one GPU of each memory size
     empty: dict[int, list[tuple[float, int, str]]]   # sorted keys if all were empty
     by_room: list[GPU]                # up GPUs, smallest whole-GPU room (MB) first
+    room_rank: dict[str, int]         # GPU id -> its place in by_room
     whole: float                      # sum of their whole-GPU fractions
 
 
-_LAYOUTS: dict[tuple, tuple[object, _Layout]] = {}
-
-
 def _layout(cluster: ClusterSnapshot) -> _Layout:
-    """The cluster's layout, cached while the same GPU tuple is passed again."""
-    key = (id(cluster.gpus), cluster.down_nodes, cluster.reserve_mb)
-    hit = _LAYOUTS.get(key)
-    if hit is not None and hit[0] is cluster.gpus:
-        return hit[1]
+    """The cluster's layout, worked out once per snapshot object.
+
+    Kept on the (immutable) snapshot itself, like a cached property: a value
+    derived from its fields only, so callers that reuse one snapshot while the
+    nodes do not change pay for it once.
+    """
+    lay = cluster.__dict__.get("_layout")
+    if lay is not None:
+        return lay
     down = cluster.down_nodes
-    lay = _Layout({}, set(), {}, {}, {}, [], 0.0)
+    lay = _Layout({}, set(), {}, {}, {}, [], {}, 0.0)
     for i, g in enumerate(cluster.gpus):
         if down and g.node in down:
             continue
@@ -147,15 +149,25 @@ def _layout(cluster: ClusterSnapshot) -> _Layout:
     lay.whole = sum(free_fraction(g, None, reserve) for g in lay.gpus.values())
     lay.by_room = sorted(lay.gpus.values(), key=lambda g: (
         free_fraction(g, None, reserve) * g.memory_mb, lay.order[g.id]))
-    if len(_LAYOUTS) >= 8:
-        _LAYOUTS.clear()
-    _LAYOUTS[key] = (cluster.gpus, lay)
+    lay.room_rank = {g.id: i for i, g in enumerate(lay.by_room)}
+    object.__setattr__(cluster, "_layout", lay)
     return lay
 
 
 def by_room(cluster: ClusterSnapshot) -> list[GPU]:
     """Up GPUs in best-fit order for whole-GPU jobs: smallest room first, then cluster order."""
     return _layout(cluster).by_room
+
+
+def room_rank(cluster: ClusterSnapshot) -> dict[str, int]:
+    """Each up GPU's place in ``by_room`` order (cached; do not modify)."""
+    return _layout(cluster).room_rank
+
+
+def one_size(cluster: ClusterSnapshot) -> GPU | None:
+    """One up GPU if every up GPU has the same memory size, else None."""
+    lay = _layout(cluster)
+    return next(iter(lay.rep.values())) if len(lay.sizes) == 1 else None
 
 
 def up_gpus(cluster: ClusterSnapshot) -> dict[str, GPU]:
@@ -197,6 +209,7 @@ class FreeMap:
         self.closed: set[str] = set()   # GPUs reserved for the rest of this plan
         self.version = 0                # bumped on every change, for callers' caches
         self._max_free: tuple[int, dict] = (-1, {})   # (version, min_band -> max free)
+        self._total: tuple[int, float] = (-1, 0.0)    # (version, total_free())
         self._bandf = band
         self._empty_band = empty_band
         self._band: dict[str, int] = {}  # band of each GPU that has tenants
@@ -264,12 +277,18 @@ class FreeMap:
         return u.tenants if u else 0
 
     def total_free(self) -> float:
-        """Free room summed over all up GPUs (each as it could take one more tenant)."""
+        """Free room summed over all up GPUs (each as it could take one more tenant).
+
+        Kept until the map changes (a copy keeps its original's answer too).
+        """
+        if self._total[0] == self.version:
+            return self._total[1]
         total = self._whole
         for gid in self.use:
             g = self.gpus.get(gid)
             if g is not None:
                 total += max(0.0, self.free(gid)) - free_fraction(g, None, self.reserve_mb)
+        self._total = (self.version, total)
         return total
 
     def _searched(self, min_band: int | None) -> list[tuple[int, int, list]]:

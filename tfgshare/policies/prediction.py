@@ -6,12 +6,21 @@ from .base import JobView
 from .queueing import WAITING
 
 
+def remaining_time_s(total_steps: float, steps_done: float, step_time_s: float) -> float:
+    """The sampling analysis's prediction: remaining steps x step time (never negative).
+
+    The one formula the coordinator, the simulator and the policies use.
+    """
+    left = total_steps - steps_done
+    return left * step_time_s if left > 0 else 0.0
+
+
 def remaining_s(job: JobView) -> float | None:
     """Predicted seconds left: the caller's refreshed figure, else from the sample, else None."""
     if job.predicted_remaining_s is not None:
         return job.predicted_remaining_s
     if job.sample is not None:
-        return max(0, job.total_steps - job.steps_done) * job.sample.step_time_s
+        return remaining_time_s(job.total_steps, job.steps_done, job.sample.step_time_s)
     return None
 
 

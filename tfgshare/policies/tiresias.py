@@ -27,6 +27,7 @@ from typing import ClassVar, Sequence
 
 from .base import Action, ClusterSnapshot, JobState, JobView, Suspend
 from .exclusive import IdleMap, start_exclusive
+from .memo import Memo
 from .placement import up_gpus
 from .prediction import current_wait_s, run_s
 from .queueing import HOLDING, WAITING
@@ -61,8 +62,16 @@ class Tiresias:
             return 0
         return q
 
-    def decide(self, now: float, cluster: ClusterSnapshot,
-               jobs: Sequence[JobView]) -> list[Action]:
+    def new_memo(self) -> Memo:
+        """An empty memo (see ``policies.memo``).
+
+        Hook: this policy does not keep its queues in the memo yet; a subclass
+        of ``Memo`` with a ``WaitQueue`` keyed (queue, submit, id) is where they go.
+        """
+        return Memo()
+
+    def decide(self, now: float, cluster: ClusterSnapshot, jobs: Sequence[JobView],
+               memo: Memo | None = None) -> list[Action]:
         """Give GPUs to the best queues, preempting running jobs of worse queues."""
         up = len(up_gpus(cluster))
         waiting = []   # (queue, 1, submit, id, job)

@@ -1,11 +1,12 @@
-"""Saving and restoring a job's whole training state with tf.train.Checkpoint.
+"""Saving and restoring a job's whole training state in tf.train.Checkpoint's format.
 
 A checkpoint holds every global variable of the graph by name: model weights,
 batch-norm statistics, optimizer slots, global step (and with it the learning
 rate schedule), the input position and a JSON job spec. Restores are checked:
 a checkpoint that cannot be read, was written for another model, or does not
 match the graph variable for variable raises CheckpointError; nothing is
-silently re-initialised.
+silently re-initialised. A checkpoint that cannot be read is a
+CorruptCheckpointError, so the runner can fall back to an older one.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from tfgshare.runner.protocol import CheckpointError
 CHECKPOINT_NAME = "model.ckpt"
 SPEC_VARIABLE = "tfgshare/job_spec"
 POSITION_VARIABLE = "tfgshare/input_position"
+SAVE_COUNTER_KEY = "save_counter/.ATTRIBUTES/VARIABLE_VALUE"  # holds the step number
+OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
 # spec keys that must match between a checkpoint and the run restoring it
 MUST_MATCH = ("model_name", "num_classes", "image_size", "optimizer")
 
@@ -45,26 +48,40 @@ def _value_key(variable_name: str) -> str:
 def latest_checkpoint(train_dir: str | Path) -> str | None:
     """The newest checkpoint prefix in ``train_dir``; None when there is none.
 
-    Raises CheckpointError when checkpoint files exist but no usable index does.
+    Raises CheckpointError when checkpoint files exist but no usable state file does.
+    """
+    found = candidates(train_dir)
+    return found[0] if found else None
+
+
+def candidates(train_dir: str | Path) -> list[str]:
+    """The kept checkpoints in ``train_dir``, newest first; [] for a fresh start.
+
+    Raises CheckpointError when checkpoint files exist but no usable state file does.
     """
     train_dir = Path(train_dir)
     if not train_dir.is_dir():
-        return None
-    state = train_dir / "checkpoint"
-    data_files = list(train_dir.glob(f"{CHECKPOINT_NAME}-*.index"))
-    if not state.exists():
-        if data_files:
+        return []
+    state_file = train_dir / "checkpoint"
+    if not state_file.exists():
+        if list(train_dir.glob(f"{CHECKPOINT_NAME}-*.index")):
             raise CheckpointError(
                 f"{train_dir} holds checkpoint files but no 'checkpoint' state file; "
                 "refusing to start over")
-        return None
+        return []
     try:
-        latest = tf.train.latest_checkpoint(str(train_dir))
+        state = tf.train.get_checkpoint_state(str(train_dir))
     except Exception as exc:  # a garbled state file
-        raise CheckpointError(f"cannot read checkpoint state {state}: {exc}") from None
-    if latest is None:
-        raise CheckpointError(f"checkpoint state {state} names no readable checkpoint")
-    return latest
+        raise CheckpointError(f"cannot read checkpoint state {state_file}: {exc}") from None
+    if state is None or not state.model_checkpoint_path:
+        raise CheckpointError(f"checkpoint state {state_file} names no checkpoint")
+    latest = state.model_checkpoint_path
+    return [latest, *(p for p in reversed(state.all_model_checkpoint_paths) if p != latest)]
+
+
+def checkpoint_paths(train_dir: str | Path) -> list[str]:
+    """The kept checkpoint prefixes in ``train_dir``, oldest first ([] when none)."""
+    return list(reversed(candidates(train_dir)))
 
 
 @dataclass
@@ -83,7 +100,7 @@ def inspect_checkpoint(path: str, expected: dict) -> CheckpointInfo:
         spec = json.loads(reader.get_tensor(_value_key(SPEC_VARIABLE)).decode())
         position = int(reader.get_tensor(_value_key(POSITION_VARIABLE)))
     except Exception as exc:
-        raise CheckpointError(
+        raise CorruptCheckpointError(
             f"checkpoint {path} is corrupt or not a tfgshare checkpoint: "
             f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
     for key in MUST_MATCH:
@@ -95,38 +112,151 @@ def inspect_checkpoint(path: str, expected: dict) -> CheckpointInfo:
 
 
 class JobCheckpoint:
-    """Saves and restores all global variables of a graph in ``train_dir``."""
+    """Save and restore ops for all global variables of a graph, built once, in the graph.
 
-    def __init__(self, train_dir: str | Path, variables: list, max_to_keep: int):
+    They read and write the ``tf.train.Checkpoint`` format (the keys, object graph and
+    save counter that ``tf.train.Checkpoint(variables={name: variable})`` uses), so the
+    ops can be exported with the graph and a restore costs only the reading.
+    ``save`` keeps the newest ``max_to_keep`` checkpoints in ``train_dir``'s
+    ``checkpoint`` state file, as ``tf.train.CheckpointManager`` does.
+    """
+
+    def __init__(self, train_dir: str | Path, max_to_keep: int, variables: list,
+                 ops: dict):
         self.train_dir = Path(train_dir)
-        by_name = {v.op.name: v for v in variables}
-        self.checkpoint = tf.train.Checkpoint(variables=by_name)
-        self.manager = tf.train.CheckpointManager(
-            self.checkpoint, str(self.train_dir), max_to_keep=max_to_keep,
-            checkpoint_name=CHECKPOINT_NAME)
-        self.checkpoint.save_counter  # create it now, before the graph's initializer
+        self.max_to_keep = max_to_keep
+        self.variables = variables
+        self.ops = ops   # name -> graph element: prefix, save_counter, save, restore
+
+    @classmethod
+    def build(cls, train_dir: str | Path, variables: list, max_to_keep: int) -> "JobCheckpoint":
+        """Build the save and restore ops of ``variables`` in the default graph."""
+        names = [v.op.name for v in variables]
+        keys = [_value_key(name) for name in names]
+        with tf.name_scope("tfgshare_checkpoint"), tf.device("/cpu:0"):
+            prefix = tf.compat.v1.placeholder(tf.string, [], name="prefix")
+            counter = tf.compat.v1.placeholder(tf.int64, [], name="save_counter")
+            graph_proto = tf.constant(_object_graph(names).SerializeToString(),
+                                      name="object_graph")
+            save = tf.raw_ops.SaveV2(
+                prefix=prefix, tensor_names=keys + [SAVE_COUNTER_KEY, OBJECT_GRAPH_KEY],
+                shape_and_slices=[""] * (len(keys) + 2),
+                tensors=[v.value() for v in variables] + [counter, graph_proto], name="save")
+            values = tf.raw_ops.RestoreV2(prefix=prefix, tensor_names=keys,
+                                          shape_and_slices=[""] * len(keys),
+                                          dtypes=[v.dtype.base_dtype for v in variables],
+                                          name="read")
+        assigns = []
+        for variable, value in zip(variables, values):
+            assign = variable.assign(value, read_value=False)   # placed with the variable
+            assigns.append(getattr(assign, "op", assign))
+        restore = tf.group(*assigns, name="tfgshare_checkpoint/restore")
+        ops = {"prefix": prefix, "save_counter": counter, "save": save, "restore": restore}
+        return cls(train_dir, max_to_keep, variables, ops)
+
+    def op_names(self) -> dict[str, str]:
+        """The names of the ops, to find them again in an imported copy of the graph."""
+        return {key: element.name for key, element in self.ops.items()}
+
+    @classmethod
+    def from_graph(cls, graph, names: dict[str, str], train_dir: str | Path, variables: list,
+                   max_to_keep: int) -> "JobCheckpoint":
+        """The checkpoint ops of an imported graph, found by ``op_names``."""
+        ops = {key: graph.as_graph_element(name) for key, name in names.items()}
+        return cls(train_dir, max_to_keep, variables, ops)
 
     def save(self, session, step: int) -> Saved:
         """Write a checkpoint numbered ``step``; drop the oldest beyond max_to_keep."""
         start = time.perf_counter()
-        with session.graph.as_default(), session.as_default():
-            path = self.manager.save(checkpoint_number=step)
+        path = str(self.train_dir / f"{CHECKPOINT_NAME}-{step}")
+        kept = [p for p in checkpoint_paths(self.train_dir) if p != path] + [path]
+        session.run(self.ops["save"], {self.ops["prefix"]: path,
+                                       self.ops["save_counter"]: step})
+        for old in kept[:-self.max_to_keep]:
+            for file in self.train_dir.glob(Path(old).name + ".*"):
+                file.unlink(missing_ok=True)
+        write_state(self.train_dir, kept[-self.max_to_keep:])
         seconds = time.perf_counter() - start
         size = sum(os.path.getsize(p) for p in self.train_dir.glob(Path(path).name + ".*"))
         return Saved(path, step, seconds, size / 2**20)
 
     def restore(self, session, path: str) -> float:
-        """Load every variable from ``path``; the seconds it took."""
+        """Load every variable from ``path``; the seconds it took.
+
+        Raises CorruptCheckpointError when ``path`` cannot be read, CheckpointError when
+        it does not hold exactly this graph's variables with their shapes and types.
+        """
         start = time.perf_counter()
+        self._check_matches(path)
         try:
-            with session.graph.as_default():
-                status = self.checkpoint.read(path)
-                status.assert_existing_objects_matched()
-                status.assert_consumed()
-                status.run_restore_ops(session=session)
-        except Exception as exc:
-            message = str(exc).strip().splitlines()
-            raise CheckpointError(
-                f"checkpoint {path} does not match this job's graph: "
-                f"{type(exc).__name__}: {' '.join(message[:3])}") from None
+            session.run(self.ops["restore"], {self.ops["prefix"]: path})
+        except tf.errors.OpError as exc:
+            raise CorruptCheckpointError(
+                f"checkpoint {path} cannot be read: {type(exc).__name__}: "
+                f"{_first_line(exc.message)}") from None
         return time.perf_counter() - start
+
+    def _check_matches(self, path: str) -> None:
+        try:
+            reader = tf.train.load_checkpoint(path)
+            shapes, dtypes = reader.get_variable_to_shape_map(), reader.get_variable_to_dtype_map()
+        except Exception as exc:
+            raise CorruptCheckpointError(
+                f"checkpoint {path} cannot be read: {type(exc).__name__}: "
+                f"{_first_line(str(exc))}") from None
+        expected = {_value_key(v.op.name): v for v in self.variables}
+        saved = {key for key in shapes if key.startswith("variables/")}
+        problems = [f"missing {key}" for key in sorted(set(expected) - saved)[:3]]
+        problems += [f"unexpected {key}" for key in sorted(saved - set(expected))[:3]]
+        for key in sorted(saved & set(expected)):
+            variable = expected[key]
+            if list(shapes[key]) != variable.shape.as_list() or \
+                    dtypes[key] != variable.dtype.base_dtype:
+                problems.append(f"{key} is {dtypes[key].name}{list(shapes[key])}, the graph's "
+                                f"{variable.dtype.base_dtype.name}{variable.shape.as_list()}")
+        if problems:
+            raise CheckpointError(f"checkpoint {path} does not match this job's graph: "
+                                  + "; ".join(problems[:5]))
+
+
+class CorruptCheckpointError(CheckpointError):
+    """A checkpoint whose files cannot be read (partial, truncated or damaged)."""
+
+
+def write_state(train_dir: str | Path, paths: list[str]) -> None:
+    """Make ``paths`` (oldest first) the kept checkpoints, the last one the latest."""
+    from google.protobuf import text_format
+    from tensorflow.python.training import checkpoint_state_pb2
+
+    train_dir = Path(train_dir)
+    now = time.time()
+    state = checkpoint_state_pb2.CheckpointState(
+        model_checkpoint_path=Path(paths[-1]).name,
+        all_model_checkpoint_paths=[Path(p).name for p in paths],
+        all_model_checkpoint_timestamps=[now] * len(paths), last_preserved_timestamp=now)
+    tmp = train_dir / "checkpoint.tmp"
+    tmp.write_text(text_format.MessageToString(state))
+    tmp.replace(train_dir / "checkpoint")
+
+
+def _object_graph(names: list[str]):
+    """The object graph ``tf.train.Checkpoint(variables={name: ...})`` writes for ``names``."""
+    from tensorflow.core.protobuf import trackable_object_graph_pb2 as pb
+
+    graph = pb.TrackableObjectGraph()
+    root, holder, counter = graph.nodes.add(), graph.nodes.add(), graph.nodes.add()
+    root.children.add(node_id=1, local_name="variables")
+    root.children.add(node_id=2, local_name="save_counter")
+    counter.attributes.add(name="VARIABLE_VALUE", full_name="save_counter",
+                           checkpoint_key=SAVE_COUNTER_KEY)
+    for i, name in enumerate(names):
+        holder.children.add(node_id=3 + i, local_name=name)
+        graph.nodes.add().attributes.add(name="VARIABLE_VALUE", full_name=name,
+                                         checkpoint_key=_value_key(name))
+    for node in graph.nodes:
+        node.has_checkpoint_values.value = True
+    return graph
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text and text.strip() else ""

@@ -1,9 +1,12 @@
 """The training graph of one TF-Slim job, built as TF-Slim's train_image_classifier does.
 
-Input pipeline (dataset -> preprocessing -> batches), one model replica
-("tower", "clone" in TF-Slim) per GPU with its share of the batch, averaged
-gradients, the chosen optimizer and learning-rate schedule, batch-norm updates
-from the first tower, and the step counters a resumed job needs.
+Input pipeline (dataset -> preprocessing -> batches, from a start position fed when
+its iterator is initialised), one model replica ("tower", "clone" in TF-Slim) per GPU
+with its share of the batch, averaged gradients, the chosen optimizer and
+learning-rate schedule, batch-norm updates from the first tower, the step counters a
+resumed job needs, and the checkpoint's save and restore ops. The graph does not
+depend on where the job resumes, so ``graph_file`` can export it once and import it
+on every later attempt.
 """
 
 from __future__ import annotations
@@ -24,12 +27,16 @@ AUX_LOSS_WEIGHT = 0.4  # TF-Slim's weight for inception's auxiliary logits
 
 @dataclass
 class TrainingGraph:
-    """Handles on a built training graph."""
+    """Handles on a built (or imported) training graph."""
 
-    graph: KeyedRandomGraph
+    graph: tf.Graph
     train_tensor: tf.Tensor       # total loss, evaluated after the update ran
     global_step: tf.Variable
     learning_rate: tf.Tensor
+    step_key: tf.Tensor           # fed the step number: keys the step's random draws
+    position: tf.Variable         # input stream position of the next batch
+    start_example: tf.Tensor      # fed to ``input_init``: where the input stream starts
+    input_init: tf.Operation      # (re)starts the input stream at ``start_example``
     variables: list               # every global variable (what a checkpoint holds)
     init_op: tf.Operation
     checkpoint: JobCheckpoint     # saves and restores ``variables``
@@ -38,6 +45,35 @@ class TrainingGraph:
     image_size: int
     num_classes: int
     num_samples: int
+
+    # graph elements found by name after an import, and plain values
+    _ELEMENTS = ("train_tensor", "global_step", "learning_rate", "step_key", "position",
+                 "start_example", "input_init", "init_op")
+    _VALUES = ("devices", "images_per_step", "image_size", "num_classes", "num_samples")
+
+    def handles(self) -> dict:
+        """What ``from_handles`` needs to find this graph's parts in an imported copy."""
+        names = {key: _element_name(getattr(self, key)) for key in self._ELEMENTS}
+        return {"elements": names, "values": {key: getattr(self, key) for key in self._VALUES},
+                "checkpoint": self.checkpoint.op_names()}
+
+    @classmethod
+    def from_handles(cls, graph: tf.Graph, handles: dict, config: TrainConfig) -> "TrainingGraph":
+        """The TrainingGraph of ``graph``, an imported copy of one with ``handles``."""
+        variables = graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)
+        by_name = {v.op.name: v for v in variables}
+        found = {}
+        for key, name in handles["elements"].items():
+            found[key] = by_name.get(name.split(":")[0]) if key in ("global_step", "position") \
+                else graph.as_graph_element(name)
+        checkpoint = JobCheckpoint.from_graph(graph, handles["checkpoint"], config.train_dir,
+                                              variables, config.max_to_keep)
+        return cls(graph=graph, variables=variables, checkpoint=checkpoint, **found,
+                   **handles["values"])
+
+
+def _element_name(element) -> str:
+    return element.op.name if isinstance(element, tf.Variable) else element.name
 
 
 def tower_devices(num_towers: int) -> list[str]:
@@ -71,8 +107,7 @@ def load_dataset(config: TrainConfig):
         raise BadInputError(f"dataset {config.dataset_name!r}: {exc}") from None
 
 
-def _input_batches(config: TrainConfig, dataset, image_size: int, start_example: int,
-                   batch: int):
+def _input_batches(config: TrainConfig, dataset, image_size: int, start_example, batch: int):
     from slim_models.preprocessing import preprocessing_factory
 
     preprocess = preprocessing_factory.get_preprocessing(config.model_name, is_training=True)
@@ -86,9 +121,10 @@ def _input_batches(config: TrainConfig, dataset, image_size: int, start_example:
     data = dataset.tf_dataset(start_example=start_example, seed=config.seed, with_position=True)
     data = data.map(prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     data = data.batch(batch, drop_remainder=True).prefetch(2)
-    images, labels = tf.compat.v1.data.make_one_shot_iterator(data).get_next()
+    iterator = tf.compat.v1.data.make_initializable_iterator(data)
+    images, labels = iterator.get_next()
     images.set_shape([batch, image_size, image_size, images.shape[-1]])
-    return images, tf.reshape(labels, [batch])
+    return images, tf.reshape(labels, [batch]), iterator.initializer
 
 
 def _learning_rate(config: TrainConfig, global_step, num_samples: int):
@@ -141,9 +177,12 @@ def _average_gradients(tower_grads: list[list]) -> list:
     return averaged
 
 
-def build_training_graph(config: TrainConfig, start_example: int = 0,
-                         dataset=None) -> TrainingGraph:
-    """Build the full training graph of ``config``, reading input from ``start_example``."""
+def build_training_graph(config: TrainConfig, dataset=None) -> TrainingGraph:
+    """Build the full training graph of ``config``.
+
+    Before the first step, run ``init_op``, restore or not, then ``input_init`` fed
+    with the ``position`` to read from (``start_input`` does the last).
+    """
     from slim_models import nets_factory
     from slim_models.compat import ensure_tf_compat
     import tf_slim as slim
@@ -161,13 +200,13 @@ def build_training_graph(config: TrainConfig, start_example: int = 0,
         with tf.device("/cpu:0"):
             global_step = tf.compat.v1.train.get_or_create_global_step()
             position = tf.compat.v1.get_variable(
-                POSITION_VARIABLE, initializer=tf.constant(start_example, tf.int64),
-                trainable=False)
+                POSITION_VARIABLE, initializer=tf.constant(0, tf.int64), trainable=False)
             tf.compat.v1.get_variable(
                 SPEC_VARIABLE, trainable=False, initializer=tf.constant(
                     json.dumps(job_spec(config, image_size, num_classes), sort_keys=True)))
-            images, labels = _input_batches(config, dataset, image_size, start_example,
-                                            config.batch_size * towers)
+            start_example = tf.compat.v1.placeholder(tf.int64, [], name="start_example")
+            images, labels, input_init = _input_batches(
+                config, dataset, image_size, start_example, config.batch_size * towers)
             image_splits = tf.split(images, towers)
             label_splits = tf.split(labels, towers)
             learning_rate = _learning_rate(config, global_step, dataset.num_samples)
@@ -201,11 +240,19 @@ def build_training_graph(config: TrainConfig, start_example: int = 0,
             with tf.control_dependencies([apply_op, advance, *update_ops]):
                 train_tensor = tf.identity(total_loss, name="train_op")
         variables = tf.compat.v1.global_variables()
-        checkpoint = JobCheckpoint(config.train_dir, variables, config.max_to_keep)
+        checkpoint = JobCheckpoint.build(config.train_dir, variables, config.max_to_keep)
         init_op = tf.compat.v1.global_variables_initializer()
-    return TrainingGraph(graph, train_tensor, global_step, learning_rate, variables, init_op,
-                         checkpoint, devices, config.batch_size * towers, image_size,
-                         num_classes, dataset.num_samples)
+    return TrainingGraph(graph, train_tensor, global_step, learning_rate, graph.step_key,
+                         position, start_example, input_init, variables, init_op, checkpoint,
+                         devices, config.batch_size * towers, image_size, num_classes,
+                         dataset.num_samples)
+
+
+def start_input(session, built: TrainingGraph) -> int:
+    """Start ``built``'s input stream at its ``position`` variable; returns the position."""
+    position = int(session.run(built.position))
+    session.run(built.input_init, {built.start_example: position})
+    return position
 
 
 def session_config(config: TrainConfig) -> "tf.compat.v1.ConfigProto":

@@ -131,7 +131,7 @@ def train(config: TrainConfig, on_event: Callable[[dict], None] | None = None,
     """
     config.check()
     _import_tensorflow_quietly()
-    stop_event = stop_event or threading.Event()
+    stop_event = stop_event or StopRequest()
     sink = EventSink(config.events_file, on_event, config.job_id)
     Path(config.train_dir).mkdir(parents=True, exist_ok=True)
     with _op_determinism(config.deterministic):
@@ -145,24 +145,86 @@ def _build_and_train(config: TrainConfig, sink: EventSink,
     from tfgshare.runner import checkpoint as ckpt
     from tfgshare.runner import graph as runner_graph
 
-    train_dir = Path(config.train_dir)
-    dataset = runner_graph.load_dataset(config)
-    image_size = config.image_size or _default_size(config.model_name)
-    latest = ckpt.latest_checkpoint(train_dir)
-    start_example = 0
-    if latest:
-        expected = runner_graph.job_spec(config, image_size, dataset.num_classes)
-        start_example = ckpt.inspect_checkpoint(latest, expected).input_position
-    built = runner_graph.build_training_graph(config, start_example, dataset)
+    start_s = _process_age_s()
+    candidates = ckpt.candidates(config.train_dir)
+    tick = time.perf_counter()
+    built, source = _training_graph(config, sink)
+    graph_s = time.perf_counter() - tick
     proto = runner_graph.session_config(config)
     with tf.compat.v1.Session(graph=built.graph, config=proto) as session:
         session.run(built.init_op)
-        if latest:
-            built.checkpoint.restore(session, latest)
+        tick = time.perf_counter()
+        latest = _restore_newest_good(config, built, session, candidates, sink)
+        restore_s = time.perf_counter() - tick if latest else 0.0
+        runner_graph.start_input(session, built)
         step = int(session.run(built.global_step))
         sink.emit("started", global_step=step, restored=latest is not None,
                   device=",".join(built.devices), memory_fraction=config.memory_fraction)
-        return train_loop(config, built, session, sink, stop_event, step, latest)
+        phases = {"start_s": start_s, "graph_s": graph_s, "graph_source": source,
+                  "restore_s": restore_s, "restored_from": latest}
+        return train_loop(config, built, session, sink, stop_event, step, latest, phases)
+
+
+def _training_graph(config: TrainConfig, sink: EventSink):
+    """The job's graph, imported from its train dir when it matches, else built and exported."""
+    from tfgshare.runner import graph as runner_graph
+    from tfgshare.runner import graph_file
+
+    key = graph_file.graph_key(config, runner_graph.tower_devices(config.num_gpus))
+    built, why = graph_file.load(key, config)
+    if built is not None:
+        return built, "imported"
+    if why != "no graph file":
+        _warn(sink, f"graph file not used, rebuilding: {why}")
+    built = runner_graph.build_training_graph(config)
+    graph_file.export(built, key, config.train_dir)
+    return built, "built"
+
+
+def _restore_newest_good(config: TrainConfig, built, session, candidates: list[str],
+                         sink: EventSink) -> str | None:
+    """Restore the newest checkpoint that reads back whole; None for a fresh start.
+
+    A corrupt or partial checkpoint is skipped with a warning (and dropped from the
+    kept list); one written for another job, or no readable one at all, is an error.
+    """
+    from tfgshare.runner import checkpoint as ckpt
+    from tfgshare.runner import graph as runner_graph
+
+    expected = runner_graph.job_spec(config, built.image_size, built.num_classes)
+    bad: list[str] = []
+    for path in candidates:
+        try:
+            ckpt.inspect_checkpoint(path, expected)
+            built.checkpoint.restore(session, path)
+        except ckpt.CorruptCheckpointError as exc:
+            bad.append(path)
+            _warn(sink, f"{exc}; falling back to an older checkpoint")
+            continue
+        if bad:
+            kept = [p for p in reversed(candidates) if p not in bad]
+            ckpt.write_state(config.train_dir, kept)
+            _warn(sink, f"resuming from {path}, not the newest ({bad[0]}), which is unreadable")
+        return path
+    if bad:
+        raise rp.CheckpointError(f"no readable checkpoint in {config.train_dir}: "
+                                 f"{', '.join(bad)} are corrupt or partial")
+    return None
+
+
+def _warn(sink: EventSink, message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr, flush=True)
+    sink.emit("warning", message=message)
+
+
+def _process_age_s() -> float | None:
+    """Seconds since this process started (Linux), None where that cannot be read."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")
+        return float(Path("/proc/uptime").read_text().split()[0]) - started
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _default_size(model_name: str) -> int:
@@ -172,12 +234,14 @@ def _default_size(model_name: str) -> int:
 
 
 def train_loop(config: TrainConfig, built, session, sink: EventSink,
-               stop_event: threading.Event, step: int, latest: str | None) -> TrainResult:
+               stop_event: threading.Event, step: int, latest: str | None,
+               phases: dict | None = None) -> TrainResult:
     """Run ``built``'s steps in ``session`` from ``step`` until done or asked to stop.
 
-    Samples, reports progress, checkpoints after the sample, periodically and at
-    the end. ``latest``
-    is the checkpoint the session was restored from (None for a fresh start).
+    Samples, reports progress, checkpoints after the sample (on a fresh start only),
+    periodically and at the end. ``latest`` is the checkpoint the session was
+    restored from (None for a fresh start). ``phases``, when given, is sent as the
+    ``start_phases`` event with the first step's time added.
     """
     saver = built.checkpoint
     train_dir = Path(config.train_dir)
@@ -185,7 +249,7 @@ def train_loop(config: TrainConfig, built, session, sink: EventSink,
     timer = StepTimer(plan_sampling(total - step, config.warmup_steps, config.num_sample_steps,
                                     config.max_sample_share), built.images_per_step)
     fetches = built.train_tensor
-    key = built.graph.step_key
+    key = built.step_key
     loss = None
     sample = None
     last_saved_step = step if latest else None
@@ -206,15 +270,17 @@ def train_loop(config: TrainConfig, built, session, sink: EventSink,
         step += 1
         now = time.perf_counter()
         seconds, tick = now - tick, now
+        if phases is not None:
+            sink.emit("start_phases", **phases, first_step_s=seconds)
+            phases = None
         if timer.add(seconds):
             sample = _sample_event(timer, built, total - step, now - run_start)
             sink.emit("sample", **sample)
             _write_json(train_dir / SAMPLE_FILE, {**sample, "step": step,
                                                   "job_id": config.job_id})
             sampled_only = config.sample_only
-            if not sampled_only and step < total:
-                # the scheduler may move the job now; this save also builds the
-                # save ops, so a later suspend pays only for writing
+            if not sampled_only and step < total and latest is None:
+                # the scheduler may move the job now (a resumed job keeps its checkpoint)
                 save()
                 tick = time.perf_counter()
         if step % config.log_every_n_steps == 0 or step == total:
@@ -228,12 +294,16 @@ def train_loop(config: TrainConfig, built, session, sink: EventSink,
         if step < total and _periodic_save_due(config, step, last_save_time):
             save()
             tick = time.perf_counter()   # the save is not part of the next step's time
+    stopped_at = time.monotonic()
     if last_saved_step != step:
         save()
     if step >= total:
         sink.emit("finished", step=step, loss=loss)
         return TrainResult("finished", rp.EXIT_OK, step, loss, latest, last_saved_path,
                            sample, built.devices)
+    requested = getattr(stop_event, "set_at", None)
+    sink.emit("stop_phases", stop_wait_s=None if requested is None else stopped_at - requested,
+              save_s=time.monotonic() - stopped_at)
     sink.emit("suspended", step=step)
     return TrainResult("suspended", rp.EXIT_SUSPENDED, step, loss, latest, last_saved_path,
                        sample, built.devices)
@@ -260,6 +330,17 @@ def _write_json(path: Path, obj: dict) -> None:
     tmp.replace(path)
 
 
+class StopRequest(threading.Event):
+    """A threading.Event that remembers when it was first set (``set_at``, monotonic)."""
+
+    set_at: float | None = None
+
+    def set(self) -> None:
+        if self.set_at is None:
+            self.set_at = time.monotonic()
+        super().set()
+
+
 def _install_stop_signals(stop_event: threading.Event) -> None:
     def handler(signum, _frame):
         stop_event.set()
@@ -273,7 +354,7 @@ def _install_stop_signals(stop_event: threading.Event) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Train one job from command-line flags; returns a runner_protocol exit code."""
     config = parse_args(list(sys.argv[1:] if argv is None else argv))
-    stop_event = threading.Event()
+    stop_event = StopRequest()
     if threading.current_thread() is threading.main_thread():
         _install_stop_signals(stop_event)
     sink = EventSink(config.events_file, None, config.job_id)

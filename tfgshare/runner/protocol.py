@@ -67,6 +67,15 @@ EVENTS: dict[str, tuple[str, ...]] = {
     "suspended": ("step",),
     "finished": ("step", "loss"),
     "error": ("message",),
+    # the phases of a move, in seconds: a start or resume (sent after its first step;
+    # start_s: process start to this run's training setup, None in-process; graph_source:
+    # "built" or "imported"; restore_s 0 and restored_from None on a fresh start) ...
+    "start_phases": ("start_s", "graph_s", "graph_source", "restore_s", "restored_from",
+                     "first_step_s"),
+    # ... and a suspend (sent before "suspended"; stop_wait_s: from the request to the end
+    # of the step in flight, None when the time of the request is unknown)
+    "stop_phases": ("stop_wait_s", "save_s"),
+    "warning": ("message",),  # e.g. a corrupt checkpoint skipped, a stale graph file rebuilt
 }
 
 

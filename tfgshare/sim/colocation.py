@@ -9,13 +9,15 @@ The first factor is the cost of context switching between processes (paid even
 when the GPU has idle cycles to spare); the second is time-sharing once the
 tenants together ask for more than the whole GPU. A job alone on a GPU has
 slowdown 1. The GPU's effective (useful) utilisation is
-``min(1, sum(util_i / slowdown_i))``. The defaults are estimates to be
+``min(1, sum(util_i / slowdown_i))`` (``tfgshare.metrics.kernel_share``). The defaults are estimates to be
 calibrated from live co-location runs (sampling records carry ``co_tenants``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from tfgshare.metrics import kernel_share
 
 
 @dataclass(frozen=True)
@@ -40,7 +42,5 @@ class Colocation:
 
     def effective(self, utils: list[float]) -> float:
         """Useful utilisation of a GPU whose tenants have these single-tenant utilisations."""
-        if not utils:
-            return 0.0
-        s = self.slowdown(len(utils), sum(utils))
-        return min(1.0, sum(utils) / s)
+        speed = 1.0 / self.slowdown(len(utils), sum(utils))
+        return kernel_share((u, speed) for u in utils)

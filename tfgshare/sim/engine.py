@@ -1,7 +1,9 @@
 """The discrete-event simulator: replays jobs on a cluster under one policy.
 
 Time jumps from event to event (arrivals, runs reaching their target step,
-start-up stalls ending, and a periodic tick while jobs wait). All events at one
+start-up stalls ending, and a periodic tick while jobs wait; with no tick,
+``tick_s=None``, the policy's own timed events from ``wake_at`` instead, such
+as the moment a waiting fgs job passes its bound and is promoted). All events at one
 timestamp are handled together, then the policy is asked once for actions,
 given only the live jobs. A job's training progresses at
 ``1 / step_time`` steps per second where ``step_time`` is its profile's step
@@ -33,9 +35,12 @@ from array import array
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
-from tfgshare.metrics import JobRecord, Report, Timeline, compute_report
+from tfgshare.metrics import (JobAccount, JobRecord, Report, Timeline, compute_report,
+                              held_share, kernel_share)
 from tfgshare.policies.base import (ClusterSnapshot, Fragment, JobState, JobView, Migrate,
                                     Policy, SampleRecord, Start, Suspend)
+from tfgshare.policies.jobset import JobSet
+from tfgshare.policies.prediction import remaining_time_s
 
 from .cluster import SimCluster
 from .config import SimConfig
@@ -50,11 +55,14 @@ class SimulationError(RuntimeError):
 
 
 @dataclass(slots=True, eq=False)
-class SimJob:
-    """The simulator's state of one job (policies see a JobView of it)."""
+class SimJob(JobAccount):
+    """The simulator's state of one job (policies see a JobView of it).
+
+    It is its own ``JobAccount``: the waits, holds, moves and prediction are
+    kept by the account's methods, as the live coordinator keeps them.
+    """
 
     id: str
-    submit: float
     num_gpus: int
     model: str
     total_steps: int
@@ -69,24 +77,12 @@ class SimJob:
     end_at: float = 0.0           # when the current run's END event is due
     fragments: tuple[Fragment, ...] = ()
     slow: float = 1.0             # current co-location slowdown (max over its GPUs)
-    contrib: float = 0.0          # useful utilisation per GPU it holds now
+    speed: float = 0.0            # co-location speed while it trains (0 while stalled)
     sample: SampleRecord | None = None
     measured_step_s: float | None = None
     ready_at: float = 0.0         # its last checkpoint save completes
     has_checkpoint: bool = False
-    held_since: float = 0.0
-    held_s: float = 0.0           # wall time holding GPUs
-    first_start: float | None = None
-    last_start: float | None = None
-    waited_s: float = 0.0
-    wait_since: float | None = None
-    suspends: int = 0
-    resumes: int = 0
-    migrations: int = 0
     oom_starts: int = 0
-    move_cost_s: float = 0.0
-    predicted_s: float | None = None   # remaining time predicted right after sampling
-    held_at_prediction: float = 0.0
     version: int = 0              # bumps whenever its scheduled END becomes stale
     view_version: int = 0         # bumps whenever a new view is built
 
@@ -162,9 +158,9 @@ class Simulator:
                                  f"{self.cluster.reserve_mb:.0f} MB reserve)")
             if not math.isfinite(j.submit_time) or j.submit_time < 0:
                 raise ValueError(f"job {jid}: submit time {j.submit_time!r} must be >= 0")
-            out.append(SimJob(jid, float(j.submit_time), int(j.num_gpus), j.model,
-                              int(j.total_steps), prof))
-        out.sort(key=lambda s: s.submit)
+            out.append(SimJob(jid, int(j.num_gpus), j.model, int(j.total_steps), prof,
+                              submit_time=float(j.submit_time)))
+        out.sort(key=lambda s: s.submit_time)
         return out
 
     # ---- the loop ----------------------------------------------------------
@@ -189,7 +185,9 @@ class Simulator:
         wall0 = time.perf_counter()
         jobs, n = self.jobs, len(self.jobs)
         self.live: dict[str, SimJob] = {}
-        self.views: dict[str, JobView] = {}     # the policy's view of each live job
+        self.views = JobSet()                   # the policy's view of each live job
+        new_memo = getattr(self.policy, "new_memo", None)
+        self.memo = new_memo() if new_memo is not None else None   # the policy's, ours to keep
         self.dirty: dict[SimJob, None] = {}     # live jobs whose view is out of date (ordered)
         self.heap: list = []
         self.refresh: list = []
@@ -206,17 +204,18 @@ class Simulator:
         rounds = 0
         i = 0
         next_tick = math.inf
+        self.wake = math.inf   # when the policy asked to decide again (its timed events)
         heap = self.heap
         while True:
-            t_arr = jobs[i].submit if i < n else math.inf
+            t_arr = jobs[i].submit_time if i < n else math.inf
             t_ev = heap[0][0] if heap else math.inf
-            t_tick = next_tick if self.n_waiting else math.inf
+            t_tick = min(next_tick, self.wake) if self.n_waiting else math.inf
             t = min(t_arr, t_ev, t_tick)
             if t == math.inf:
                 break
             self.now = t
             changed = t >= t_tick
-            while i < n and jobs[i].submit <= t:
+            while i < n and jobs[i].submit_time <= t:
                 self._arrive(jobs[i])
                 i += 1
                 changed = True
@@ -227,6 +226,7 @@ class Simulator:
                         self._run_ended(job)
                         changed = True
                 elif job.fragments and tag == job.stall_until:
+                    job.end_move(t)          # it trains again: a resume or migration ends
                     self._set_contrib([job])
             if changed and (self.n_waiting or self.acts_when_idle):
                 rounds += 1
@@ -239,7 +239,9 @@ class Simulator:
                         f"policy {self.policy.name!r} starts none of {self.n_waiting} waiting "
                         f"job(s) (e.g. {', '.join(stuck)}) on an idle cluster with no arrivals "
                         "left; the run cannot finish")
-            self.timeline.add(t, self.alloc, self.eff_total, self.n_waiting)
+            # the simulator's device utilisation is its kernel share: the effective figure
+            self.timeline.add(t, self.alloc, self.eff_total, self.n_waiting, self.eff_total,
+                              len(self.tenants))
         report = compute_report(self.records, self.timeline, self.cluster.num_gpus)
         return SimResult(self.policy.name, report, self.records, self.timeline, self.decide_s,
                          time.perf_counter() - wall0, rounds, self.oom_starts)
@@ -254,7 +256,7 @@ class Simulator:
     # ---- events ------------------------------------------------------------
 
     def _arrive(self, job: SimJob) -> None:
-        job.wait_since = job.submit
+        job.begin_wait(job.submit_time)
         self.live[job.id] = job
         self.dirty[job] = None
         self.n_waiting += 1
@@ -263,30 +265,29 @@ class Simulator:
         now = self.now
         job.steps = job.target
         job.t_prog = now
-        self._release(job)
         if job.steps >= job.total_steps:
+            self._release(job)
             job.state = JobState.FINISHED
             del self.live[job.id]
-            actual = job.held_s - job.held_at_prediction if job.predicted_s is not None else None
-            self.records.append(JobRecord(
-                job.id, job.num_gpus, job.submit, job.first_start, now, job.waited_s,
-                job.suspends, job.resumes, job.migrations, job.move_cost_s,
-                job.predicted_s, actual))
-            self.views.pop(job.id, None)
+            job.end(now)
+            self.records.append(JobRecord.of(job.id, job.num_gpus, job, now))
+            self.views.drop(job.id)
             self.dirty.pop(job, None)
             if self.progress is not None:
                 self.progress(len(self.records), len(self.jobs))
             return
-        # the sampling phase is over: measure, predict, wait for a placement
+        # the sampling phase is over: measure, predict (when its last sampled step
+        # ended, before its checkpoint), wait for a placement
         cfg = self.config
         step = job.prof.step_time_s * job.slow / self._speed_of(job) * self._span_factor(job)
         measured = step * max(0.5, 1.0 + self.rng.gauss(0.0, cfg.step_noise))
         peak = job.prof.memory_mb * (1.0 + abs(self.rng.gauss(0.0, cfg.memory_noise)))
+        job.note_prediction(remaining_time_s(job.total_steps, job.steps, measured),
+                            now - job.tail_s)
+        self._release(job)
         co = max(len(self.tenants.get(f.gpu, ())) for f in job.fragments) if job.fragments else 0
         job.sample = SampleRecord(measured, peak, job.prof.gpu_util, co)
         job.measured_step_s = measured
-        job.predicted_s = (job.total_steps - job.steps) * measured
-        job.held_at_prediction = job.held_s
         job.has_checkpoint = True
         job.ready_at = now
         job.fragments = ()
@@ -294,7 +295,8 @@ class Simulator:
 
     def _to_waiting(self, job: SimJob, state: JobState) -> None:
         job.state = state
-        job.wait_since = self.now
+        if job.last_wait_start is None:   # a start that failed keeps its wait going
+            job.begin_wait(self.now)
         self.dirty[job] = None
         self.n_waiting += 1
 
@@ -325,8 +327,7 @@ class Simulator:
             g = f.gpu
             self.tenants.setdefault(g, []).append(job)
             self.util_sum[g] = self.util_sum.get(g, 0.0) + util
-            self.alloc += f.fraction + self.reserve_frac[g]
-        job.held_since = self.now
+            self.alloc += held_share(f.fraction, self.cluster.reserve_mb, self.gpu_mem[g])
         self.n_holding += 1
         self._rerate_gpus([f.gpu for f in fragments])
 
@@ -337,16 +338,16 @@ class Simulator:
             g = f.gpu
             ts = self.tenants[g]
             ts.remove(job)
-            self.alloc -= f.fraction + self.reserve_frac[g]
+            self.alloc -= held_share(f.fraction, self.cluster.reserve_mb, self.gpu_mem[g])
             if ts:
                 self.util_sum[g] -= util
             else:
                 del self.tenants[g]
                 del self.util_sum[g]
-        job.held_s += self.now - job.held_since
+        job.end_hold(self.now)
         job.version += 1
         job.rate = 0.0
-        job.contrib = 0.0
+        job.speed = 0.0
         self.n_holding -= 1
         if not self.tenants:
             self.alloc = 0.0   # no drift from float sums when the cluster empties
@@ -387,12 +388,12 @@ class Simulator:
         touched = set(extra_gpus)
         for j in jobs:
             if j.fragments and self.now >= j.stall_until:
-                j.contrib = j.prof.gpu_util / (j.slow * self._span_factor(j))
+                j.speed = 1.0 / (j.slow * self._span_factor(j))
             else:
-                j.contrib = 0.0
+                j.speed = 0.0
             touched.update(f.gpu for f in j.fragments)
         for g in touched:
-            new = min(1.0, sum(j.contrib for j in self.tenants.get(g, ())))
+            new = kernel_share([(j.prof.gpu_util, j.speed) for j in self.tenants.get(g, ())])
             self.eff_total += new - self.eff.get(g, 0.0)
             if new:
                 self.eff[g] = new
@@ -413,22 +414,22 @@ class Simulator:
             self._settle(job)
             step = job.prof.step_time_s * job.slow * self._span_factor(job)
             job.measured_step_s = step
-            left = max(0.0, job.total_steps - job.steps) * step
+            left = remaining_time_s(job.total_steps, job.steps, step)
             left += max(0.0, job.stall_until - self.now)
-            attained = (job.held_s + self.now - job.held_since) * job.num_gpus
+            attained = job.run_until(self.now) * job.num_gpus
             due = self.now + max(cfg.refresh_s, cfg.refresh_share * left)
             self.seq += 1
             heapq.heappush(self.refresh, (due, self.seq, job, job.view_version))
         else:
             step = job.measured_step_s
-            left = None if step is None else (job.total_steps - job.steps) * step
-            attained = job.held_s * job.num_gpus
+            left = None if step is None else remaining_time_s(job.total_steps, job.steps, step)
+            attained = job.run_time_s * job.num_gpus
         return JobView(
-            id=job.id, submit_time=job.submit, num_gpus=job.num_gpus, state=job.state,
+            id=job.id, submit_time=job.submit_time, num_gpus=job.num_gpus, state=job.state,
             model=job.model, total_steps=job.total_steps, steps_done=int(job.steps + EPS),
             sample=job.sample, predicted_remaining_s=left, fragments=job.fragments,
             attained_service_s=attained, last_start=job.last_start, waited_s=job.waited_s,
-            last_wait_start=job.wait_since, suspends=job.suspends)
+            last_wait_start=job.last_wait_start, suspends=job.suspends)
 
     def _decide(self) -> bool:
         now = self.now
@@ -437,15 +438,22 @@ class Simulator:
             _, _, job, version = heapq.heappop(refresh)
             if version == job.view_version and job.state.holds_gpu:
                 self.dirty[job] = None
+        views = self.views
         if self.dirty:
-            cache = self.views
             for job in self.dirty:
-                cache[job.id] = self._view(job)
+                views.put(self._view(job))
             self.dirty.clear()
-        views = list(self.views.values())
         t0 = time.perf_counter()
-        actions = self.policy.decide(now, self.snapshot, views)
+        if self.memo is not None:
+            actions = self.policy.decide(now, self.snapshot, views, self.memo)
+        else:
+            actions = self.policy.decide(now, self.snapshot, list(views))
         self.decide_s.append(time.perf_counter() - t0)
+        views.trim()   # the memo has read the changes
+        wake_at = getattr(self.policy, "wake_at", None)
+        if wake_at is not None and self.memo is not None and not self.tick_s:
+            w = wake_at(now, self.memo)
+            self.wake = math.inf if w is None else max(w, now + 1e-6)
         if not actions:
             return False
         if self.config.check:
@@ -475,7 +483,7 @@ class Simulator:
                 if job.state is not JobState.RUNNING:
                     raise SimulationError(f"{type(a).__name__} {job.id}: job is "
                                           f"{job.state.value}, not running")
-                self._checkpoint_out(job)
+                self._checkpoint_out(job, suspend=isinstance(a, Suspend))
                 if isinstance(a, Suspend):
                     job.suspends += 1
                     job.fragments = ()
@@ -496,8 +504,12 @@ class Simulator:
                 raise SimulationError(f"policy {self.policy.name!r} returned an unknown "
                                       f"action {a!r}")
 
-    def _checkpoint_out(self, job: SimJob) -> None:
-        """Save a running job's checkpoint and free its GPUs (they stay busy while saving)."""
+    def _checkpoint_out(self, job: SimJob, suspend: bool) -> None:
+        """Save a running job's checkpoint and free its GPUs (they stay busy while saving).
+
+        The move starts now: a suspend's ends when the save is done; a
+        migration's when the job trains again on its new fragments.
+        """
         self._settle(job)
         save = job.prof.checkpoint_mb / self.config.storage_mb_s
         done = self.now + save
@@ -507,7 +519,9 @@ class Simulator:
         self._release(job)
         job.ready_at = done
         job.has_checkpoint = True
-        job.move_cost_s += save
+        job.begin_move(self.now)
+        if suspend:
+            job.end_move(done)
         self.dirty[job] = None
 
     def _start(self, job: SimJob, fragments: tuple[Fragment, ...], sample_only: bool,
@@ -521,15 +535,12 @@ class Simulator:
                 raise SimulationError(f"Start {job.id}: unknown GPU {f.gpu!r}")
         prof = job.prof
         restore = prof.checkpoint_mb / self.config.storage_mb_s if job.has_checkpoint else 0.0
+        resuming = False
         if not migrating:
             if job.state is JobState.SUSPENDED:
                 job.resumes += 1
-                job.move_cost_s += prof.startup_s + restore
-            job.waited_s += now - job.wait_since
-            job.wait_since = None
+                resuming = True
             self.n_waiting -= 1
-        else:
-            job.move_cost_s += prof.startup_s + restore
         if any(f.fraction * self.gpu_mem[f.gpu] < prof.memory_mb - EPS for f in fragments):
             # TensorFlow runs out of memory at start-up; the job learns its true peak
             self.oom_starts += 1
@@ -538,6 +549,7 @@ class Simulator:
             job.sample = SampleRecord(s.step_time_s if s else prof.step_time_s, prof.memory_mb,
                                       prof.gpu_util, s.co_tenants if s else 0)
             state = job.state if not migrating else JobState.SUSPENDED
+            job.end_move(now)
             self._to_waiting(job, state if state.waiting else JobState.SUSPENDED)
             return
         wait_save = max([job.ready_at - now] + [self.busy_until.get(f.gpu, 0.0) - now
@@ -556,9 +568,11 @@ class Simulator:
             job.target = float(job.total_steps)
             job.tail_s = 0.0
             job.state = JobState.RUNNING
-        if job.first_start is None:
-            job.first_start = now
-        job.last_start = now
+        job.begin_hold(now)
+        if resuming:
+            job.begin_move(now)
+        if job.stall_until <= now:
+            job.end_move(now)
         self.dirty[job] = None
         self._place(job, fragments)
         if job.stall_until > now:

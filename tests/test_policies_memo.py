@@ -1,0 +1,144 @@
+"""A policy's memo is a cache: a fresh memo each round gives the same decisions as a reused one."""
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from philly.jobs import TraceJob
+from tfgshare.policies.base import JobState, JobView
+from tfgshare.policies.jobset import JobSet
+from tfgshare.policies.registry import POLICY_NAMES, get_policy
+from tfgshare.sim.cluster import load_cluster
+from tfgshare.sim.config import SimConfig
+from tfgshare.sim.engine import simulate
+from tfgshare.sim.profiles import load_profiles
+
+PROFILES = """
+models:
+  toy:
+    params: 5000000
+    startup_s: 5
+    batches:
+      1: {step_time_s: 1.0, memory_mb: 1000, gpu_util: 1.0}
+      2: {step_time_s: 2.0, memory_mb: 3000, gpu_util: 0.6}
+      3: {step_time_s: 0.5, memory_mb: 6000, gpu_util: 0.3}
+"""
+
+
+@pytest.fixture(scope="module")
+def profiles(tmp_path_factory):
+    path = tmp_path_factory.mktemp("prof") / "toy.yaml"
+    path.write_text(PROFILES)
+    return load_profiles(path)
+
+
+@st.composite
+def scenarios(draw):
+    nodes = draw(st.integers(1, 3))
+    per_node = draw(st.sampled_from([1, 2, 4]))
+    memory = draw(st.sampled_from([8192, 16384]))
+    sizes = [g for g in (1, 2, 4) if g <= nodes * per_node]
+    jobs = [TraceJob(f"j{i}", draw(st.floats(0, 3000, allow_nan=False)),
+                     draw(st.sampled_from(sizes)), 0.0, model="toy",
+                     batch_size=draw(st.sampled_from([1, 2, 3])),
+                     total_steps=draw(st.integers(1, 600)))
+             for i in range(draw(st.integers(1, 14)))]
+    return f"{nodes}x{per_node}:{memory}", jobs
+
+
+class FreshToo:
+    """Wraps a policy: every round also decides with a fresh memo and compares."""
+
+    def __init__(self, policy):
+        self.policy = policy
+        self.name = policy.name
+        self.rounds = 0
+
+    def __getattr__(self, attr):          # sample_steps, tick_s, new_memo ... of the policy
+        return getattr(self.policy, attr)
+
+    def decide(self, now, cluster, jobs, memo=None):
+        fresh = self.policy.decide(now, cluster, jobs, self.policy.new_memo())
+        reused = self.policy.decide(now, cluster, jobs, memo)
+        assert reused == fresh, f"round {self.rounds} at t={now}: memo changed the decision"
+        self.rounds += 1
+        return reused
+
+
+# fgs with short bounds, so promotions, reservations and moves happen in small runs
+VARIANTS = [(name, {}) for name in POLICY_NAMES] + [
+    ("fgs", {"max_wait_s": 600.0, "promote_floor_s": 30.0, "min_run_s": 30.0,
+             "max_reservations": 2}),
+    ("gandiva", {"max_tenants": 2}),
+    ("sjf", {"sample_on_admission": False}),
+]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(scenario=scenarios(), variant=st.sampled_from(VARIANTS))
+def test_a_fresh_memo_decides_as_a_reused_one(scenario, variant, profiles):
+    spec, jobs = scenario
+    name, params = variant
+    pol = FreshToo(get_policy(name, **params))
+    res = simulate(load_cluster(spec), jobs, profiles, pol, SimConfig(tick_s=30.0, seed=2))
+    assert pol.rounds > 0
+    assert len(res.records) == len(jobs)
+
+
+def view(jid, state=JobState.QUEUED, submit=0.0):
+    return JobView(id=jid, submit_time=submit, num_gpus=1, state=state)
+
+
+def test_a_jobset_logs_what_changed_and_keeps_the_first_order():
+    js = JobSet([view("a"), view("b")])
+    start = js.position
+    js.put(view("a", JobState.SUSPENDED))
+    js.drop("b")
+    js.put(view("c"))
+    assert js.changed_since(start) == ["a", "b", "c"]
+    assert [v.id for v in js] == ["a", "c"] and js.get("a").state is JobState.SUSPENDED
+    assert js.seq("a") < js.seq("c")
+    frozen = js.frozen()
+    js.trim()
+    js.put(view("d"))
+    assert js.changed_since(start) is None          # trimmed: a memo this far back starts over
+    assert [v.id for v in frozen] == ["a", "c"]     # the copy does not see later changes
+    assert frozen.changed_since(start) == ["a", "b", "c"]
+
+
+def test_fgs_promotion_is_a_timed_event_at_the_bound():
+    """A waiting job's promotion time is known in advance, never late, from the memo."""
+    from tfgshare.policies.builders import make_cluster, make_job
+
+    cluster = make_cluster(1, 1, 16000)
+    runner = make_job("run", 0.0, on={"n0:0": 0.98}, memory_mb=15000, total_steps=10 ** 6,
+                      last_start=0.0)
+    # waits since t=0 and has 1,000 s left: bound max(600, 2 x 1,000) = 2,000 s of waiting
+    waiter = make_job("w", 0.0, state=JobState.SAMPLED, memory_mb=15000, step_time_s=1.0,
+                      total_steps=1000)
+    pol = get_policy("fgs")
+    memo = pol.new_memo()
+    pol.decide(100.0, cluster, JobSet([runner, waiter]), memo)
+    due = pol.wake_at(100.0, memo)
+    assert 2000.0 - 0.01 < due <= 2000.0
+    assert not pol.starving(waiter, 1999.999) and pol.starving(waiter, 2000.001)
+
+
+def test_with_no_tick_the_simulator_decides_when_fgs_promotes(profiles):
+    # two long jobs that cannot share the GPU: after sampling, one runs for about
+    # 2,000 s; the other waits until its wait passes 900 s and is promoted
+    jobs = [TraceJob("a", 0.0, 1, 0.0, model="toy", batch_size=3, total_steps=4000),
+            TraceJob("b", 5.0, 1, 0.0, model="toy", batch_size=3, total_steps=4000)]
+    pol = FreshToo(get_policy("fgs", max_wait_s=900.0, promote_floor_s=60.0))
+    times = []
+    decide = pol.decide
+
+    def record(now, cluster, views, memo=None):
+        times.append(now)
+        return decide(now, cluster, views, memo)
+    pol.decide = record
+    simulate(load_cluster("1x1:8192"), jobs, profiles, pol, SimConfig(tick_s=None, seed=1))
+    # no arrival and no run ends between the samplings and ~2,000 s: only the promotion
+    woken = [t for t in times if 100 < t < 1900]
+    assert woken and 900 < woken[0] < 1000, times
