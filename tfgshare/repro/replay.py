@@ -213,6 +213,18 @@ def main(argv: list[str] | None = None) -> int:
     return write_report(out, args, jobs, run, metrics, live, sim, policy, spec)
 
 
+def per_job(live_jobs: list[dict], sim_records: list) -> list[dict]:
+    """Each trace job's live and simulated JCT (None where it did not finish)."""
+    sim = {r.id: r.jct for r in sim_records}
+    out = []
+    for j in live_jobs:
+        trace_id = j["name"].removeprefix("replay-")
+        live = j["finish_time"] - j["submit_time"] if j.get("finish_time") else None
+        out.append({"job": trace_id, "model": j["model"], "state": j["state"],
+                    "live_jct_s": live, "sim_jct_s": sim.get(trace_id)})
+    return out
+
+
 def write_report(out: Path, args, jobs: list, run, metrics: dict, live: Report, sim,
                  policy: str, spec: str) -> int:
     """Print and write report.csv / report.json (the simulate report's form, live + sim)."""
@@ -228,6 +240,13 @@ def write_report(out: Path, args, jobs: list, run, metrics: dict, live: Report, 
         writer.writerows(rows)
     diff = (sim.report.jct_mean - live.jct_mean) / live.jct_mean \
         if live.jct_mean and not math.isnan(live.jct_mean) else None
+    pairs = per_job(run.jobs, sim.records)
+    both = [p for p in pairs if p["live_jct_s"] is not None and p["sim_jct_s"] is not None]
+    if both and len(both) < len(jobs):   # a run cut short: compare the jobs that finished
+        a = sum(p["live_jct_s"] for p in both) / len(both)
+        b = sum(p["sim_jct_s"] for p in both) / len(both)
+        print(f"over the {len(both)} jobs finished live: mean JCT live {a:.0f} s, simulated "
+              f"{b:.0f} s ({100 * (b - a) / a:+.1f} %)")
     doc = {
         "trace": args.trace, "speedup": args.speedup, "cluster": spec, "policy": policy,
         "jobs": len(jobs), "seed": args.seed, "live_wall_s": run.wall_s,
@@ -236,6 +255,7 @@ def write_report(out: Path, args, jobs: list, run, metrics: dict, live: Report, 
         "sim": {"report": sim.report.as_dict(),
                 "jobs": [dataclasses.asdict(r) for r in sim.records]},
         "mapping": [dataclasses.asdict(j) for j in jobs],
+        "per_job": pairs,
     }
     (out / "report.json").write_text(json.dumps(doc, indent=2, default=str))
     states = [j["state"] for j in run.jobs]
