@@ -41,26 +41,33 @@ def tfgshare(*args: str, timeout: float = 500) -> subprocess.CompletedProcess:
 
 
 def test_profile_on_the_cpu_writes_a_profile_the_simulator_loads(tmp_path):
+    from philly.jobs import TraceJob
+    from tfgshare.policies.registry import get_policy
+    from tfgshare.sim.cluster import load_cluster
+    from tfgshare.sim.config import SimConfig
+    from tfgshare.sim.engine import simulate
+
     out = tmp_path / "cpu.yaml"
-    done = tfgshare("profile", "lenet", "alexnet_v2@195", "--batch-sizes", "1", "--cpu",
+    done = tfgshare("profile", "lenet", "cifarnet", "--batch-sizes", "1", "--cpu",
                     "--colocate", "--out", str(out))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "co-location fit: overhead" in done.stdout and "fit error mean" in done.stdout
     doc = yaml.safe_load(out.read_text())
     assert doc["device"].startswith("CPU virtual GPU") and doc["tensorflow"] != "unknown"
-    assert doc["date"] and doc["colocation"]["pairs"][0]["models"] == ["lenet/1", "alexnet_v2/1"]
-    prof = load_profiles(out)
-    alex = prof.get("alexnet_v2", 1)
-    assert alex.image_size == 195 and 0 < alex.step_time_s < 30 and 0 < alex.gpu_util <= 1
-    assert alex.checkpoint_mb > 100            # alexnet_v2's 50 M parameters and their slots
-    row = doc["models"]["alexnet_v2"]
+    assert doc["date"] and doc["colocation"]["pairs"][0]["models"] == ["lenet/1", "cifarnet/1"]
+    row = doc["models"]["lenet"]
     assert row["startup_s"] > row["graph_build_s"] >= 0 and row["save_s"] > 0
-    sim = tfgshare("simulate", "--profile", str(out), "--trace", "philly", "--jobs", "30",
-                   "--cluster", "1x2", "--policy", "fifo,fgs", "--no-plots",
-                   "--out", str(tmp_path / "sim"))
-    assert sim.returncode == 0, sim.stderr
-    report = json.loads((tmp_path / "sim" / "report.json").read_text())
-    assert report["policies"]["fgs"]["report"]["finished"] == 30
+    prof = load_profiles(out)
+    lenet = prof.get("lenet", 1)
+    assert 0 < lenet.step_time_s < 30 and 0 < lenet.gpu_util <= 1
+    assert 10 < lenet.checkpoint_mb < 100     # lenet's 3.3 M parameters and their slots
+    # the simulator runs on it, with its fitted co-location model
+    config = SimConfig(tick_s=1.0, **prof.sim_overrides())
+    assert config.colocation.overhead == doc["colocation"]["overhead"]
+    jobs = [TraceJob(f"j{i}", 2.0 * i, 1, 60.0, model=m, batch_size=1, total_steps=200)
+            for i, m in enumerate(["lenet", "cifarnet"] * 3)]
+    result = simulate(load_cluster("1x2"), jobs, prof, get_policy("fgs"), config)
+    assert result.report.finished == 6
 
 
 @pytest.fixture

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
+import psutil
 import yaml
 
 from tfgshare.agent.gpus import process_stat
@@ -129,6 +130,7 @@ class Run:
     events: list[dict] = field(default_factory=list)
     offset: int = 0
     readings: list[tuple[float, float]] = field(default_factory=list)  # (wall time, cpu s or util)
+    ps: psutil.Process | None = None
 
     def poll(self, nvml: _NvmlUtil | None) -> None:
         new, self.offset = rp.read_events(self.events_file, self.offset)
@@ -137,7 +139,12 @@ class Run:
         if nvml is not None:
             self.readings.append((now, nvml.read()))
         else:
-            stat = process_stat(self.proc.pid)
+            if self.ps is None:
+                try:
+                    self.ps = psutil.Process(self.proc.pid)
+                except psutil.Error:
+                    return
+            stat = process_stat(self.ps)
             if stat is not None:
                 self.readings.append((now, stat[0]))
 
