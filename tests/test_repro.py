@@ -15,7 +15,7 @@ from tfgshare.localcluster import LocalCluster
 from tfgshare.sim.profiles import load_profiles
 
 REPO = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.timeout(600)   # about a minute each on an idle 2-core machine
+pytestmark = pytest.mark.timeout(900)   # 1-2 minutes each on an idle 2-core machine
 
 # the mapping draws among the paper's models the profile names; lenet stands in for them
 TINY_PROFILE = """
@@ -35,7 +35,7 @@ models:
 """
 
 
-def tfgshare(*args: str, timeout: float = 500) -> subprocess.CompletedProcess:
+def tfgshare(*args: str, timeout: float = 840) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "tfgshare.cli", *args], cwd=REPO,
                           capture_output=True, text=True, timeout=timeout)
 
