@@ -60,6 +60,8 @@ class AgentConfig:
     suspend_timeout_s: float = 60.0
     register_retry_s: float = 1.0
     runner_cmd: list[str] | None = None  # None: python -m tfgshare.runner
+    warm_runner: bool = True             # keep a spare runner with TensorFlow imported
+    #                                      (real runners only: not with runner_cmd)
     lost_after_s: float | None = None    # silence before fencing and reconnecting;
     #                                      None: 4 heartbeats, at least 5 s
     data_roots: list[Path] | None = None  # where dataset dirs may be; None: the shared
@@ -78,7 +80,8 @@ class Agent:
         self.sup = supervisor or Supervisor(
             Path(cfg.work_dir), threads=cfg.threads, suspend_timeout_s=cfg.suspend_timeout_s,
             runner_flags=["--intra_op_threads", str(cfg.threads),
-                          "--inter_op_threads", str(cfg.threads)])
+                          "--inter_op_threads", str(cfg.threads)],
+            warm=cfg.warm_runner and not cfg.runner_cmd)
         if cfg.runner_cmd:
             self.sup.runner_cmd = list(cfg.runner_cmd)
         self.ctx = context or zmq.Context.instance()
@@ -424,6 +427,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runner", metavar="CMD",
                    help="command that starts a job runner, split on spaces "
                         "(default: this Python with -m tfgshare.runner)")
+    p.add_argument("--no-warm-runner", dest="warm_runner", action="store_false",
+                   help="start every runner cold (default: keep one spare runner with "
+                        "TensorFlow imported, so starts and resumes skip the import)")
     p.add_argument("--data-root", type=Path, action="append", metavar="DIR",
                    help="a folder job dataset dirs may be under, repeatable (default: the "
                         "shared data folder and the checkpoint root)")
@@ -466,7 +472,8 @@ def main(argv: list[str] | None = None) -> int:
                       heartbeat_s=args.heartbeat, token=args.token, threads=args.threads,
                       suspend_timeout_s=args.suspend_timeout,
                       runner_cmd=args.runner.split() if args.runner else None,
-                      data_roots=args.data_root, key=args.key, server_key=args.server_key)
+                      data_roots=args.data_root, key=args.key, server_key=args.server_key,
+                      warm_runner=args.warm_runner)
     stop: list[int] = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, _frame: stop.append(signum))

@@ -9,6 +9,9 @@ asks it to finish the current step, save a checkpoint and exit with
 ``EXIT_SUSPENDED``. Started again on the same ``--train_dir`` it restores and
 continues at the next step, on any device.
 
+A warm runner, ``python -m tfgshare.runner --warm``, imports TensorFlow first and
+then takes its job as one line on stdin (``warm_job_line``); see ``runner.warm``.
+
 A job's first run warms up and samples its step time over the sampled steps
 only (``tfgshare.sampling``); the ``sample`` event (with ``window_start``, the
 wall time the sampled steps began, and ``cpu_util``, the runner's CPU time over
@@ -58,6 +61,14 @@ class CheckpointError(RunnerError):
     """A checkpoint in --train_dir that is corrupt or was written for another job."""
 
     exit_code = EXIT_CHECKPOINT_ERROR
+
+
+WARM_FLAG = "--warm"
+
+
+def warm_job_line(argv: list[str], env: dict[str, str], log: str | None) -> str:
+    """The stdin line that hands a warm runner its job: flags, environment, log file."""
+    return json.dumps({"argv": list(argv), "env": dict(env), "log": log}) + "\n"
 
 
 def request_suspend(pid: int) -> None:
