@@ -35,6 +35,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 from tfgshare.runner import protocol as rp
 
 _PR_SET_PDEATHSIG = 1
@@ -136,7 +138,7 @@ class Supervisor:
         job_env = {"CUDA_VISIBLE_DEVICES": "" if virtual else ",".join(map(str, indices))}
         popen = self._hand_to_spare(cmd[len(self.runner_cmd):], job_env, log)
         if popen is not None and cores:
-            pin_process(popen.pid, cores)
+            pin_threads(popen.pid, cores)
         if popen is None:
             with open(log, "ab") as out:
                 popen = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out,
@@ -374,16 +376,12 @@ def _kill_quietly(popen: subprocess.Popen) -> None:
         pass
 
 
-def pin_process(pid: int, cores: tuple[int, ...]) -> None:
-    """Run every thread of process ``pid`` on ``cores`` only (a warm runner has threads)."""
-    try:
-        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
-    except OSError:
-        tids = [pid]
-    for tid in tids:
+def pin_threads(pid: int, cores: tuple[int, ...]) -> None:
+    """Pin every thread of a running process to ``cores`` (a warm runner's, at hand-over)."""
+    for tid in psutil.Process(pid).threads():
         try:
-            os.sched_setaffinity(tid, cores)
-        except OSError:   # a thread that just ended
+            os.sched_setaffinity(tid.id, cores)
+        except (ProcessLookupError, PermissionError):
             pass
 
 

@@ -447,12 +447,8 @@ class _Round:
     @property
     def holders(self) -> dict[str, list[JobView]]:
         """GPU id -> the jobs holding it at the start of this round (built when first asked)."""
-        if self._holders is None:   # from the memo's tenants, in the jobs' order
-            hold = self.memo.holdings
-            views = hold.holders
-            self._holders = {gid: [views[jid] for jid, _ in sorted(hs.items(),
-                                                                   key=lambda kv: kv[1][2])]
-                             for gid, hs in hold.on_gpu.items()}
+        if self._holders is None:   # the memo's, kept up to date from the changed jobs
+            self._holders = self.memo.holdings.by_gpu()
         return self._holders
 
     def calm(self, gid: str, util: float, without: Collection[JobView] = ()) -> bool:
