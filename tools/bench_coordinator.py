@@ -51,6 +51,15 @@ from tfgshare.client.api import Client  # noqa: E402
 BEFORE_MSGSPEC = "0cc27e9"
 
 
+def sample_event(job: str) -> dict:
+    """A sample event with the real runner's fields (runner protocol ``EVENTS``)."""
+    return {"event": "sample", "time": time.time(), "warmup_steps": 5, "sampled_steps": 20,
+            "step_time_mean_s": 0.2, "step_time_std_s": 0.01, "images_per_sec": 160.0,
+            "peak_memory_mb": 3000.0 + 100 * (hash(job) % 40),
+            "memory_source": "gpu_allocator_peak", "predicted_remaining_s": 200.0,
+            "predicted_total_s": 205.0, "window_start": time.time() - 4.0, "cpu_util": 0.3}
+
+
 class SimAgents:
     """Many fake node agents on one poller: they ack commands and play the runners."""
 
@@ -109,10 +118,8 @@ class SimAgents:
         sock.send(s.encode(s.reply_ok(msg)))
         if isinstance(msg, s.StartJob):
             if msg.sample_only:
-                sock.send(s.encode(s.JobEvent(node=node, job=msg.job, attempt=msg.attempt, event={
-                    "event": "sample", "time": time.time(), "step_time_mean_s": 0.2,
-                    "peak_memory_mb": 3000.0 + 100 * (hash(msg.job) % 40),
-                    "predicted_remaining_s": 200.0, "gpu_util": 0.3})))
+                sock.send(s.encode(s.JobEvent(node=node, job=msg.job, attempt=msg.attempt,
+                                              event=sample_event(msg.job))))
                 sock.send(s.encode(s.JobExit(node=node, job=msg.job, attempt=msg.attempt,
                                              exit_code=75)))
             else:

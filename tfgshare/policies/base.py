@@ -92,11 +92,13 @@ class JobView:
     predicted_remaining_s: float | None = None  # refreshed online while it runs
     fragments: tuple[Fragment, ...] = ()        # where it runs now (holds_gpu)
     attained_service_s: float = 0.0             # GPU-seconds received so far (LAS)
+    attained_at: float | None = None            # when attained_service_s was measured
     last_start: float | None = None             # time of the last start/resume
     waited_s: float = 0.0                       # time not running since submit
     last_wait_start: float | None = None        # when its current wait began
     suspends: int = 0
     priority: int = 0                           # larger = more urgent (user hint)
+    min_memory_mb: float = 0.0                  # per GPU, measured when it ran out of memory
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,9 @@ class ClusterSnapshot:
     gpus: tuple[GPU, ...]
     reserve_mb: float = 300.0    # per-process CUDA context reserve on each GPU
     down_nodes: frozenset[str] = field(default_factory=frozenset)
+    # a multi-GPU job must run on the GPUs of one node (the live cluster until
+    # gangs span machines); False: a gang may span nodes (the simulator)
+    one_node_gangs: bool = False
 
     def gpu(self, gpu_id: str) -> GPU:
         for g in self.gpus:
@@ -149,7 +154,12 @@ Action = Start | Suspend | Migrate
 
 
 class Policy(Protocol):
-    """A scheduling policy. ``decide`` is deterministic; it changes nothing but its memo."""
+    """A scheduling policy. ``decide`` is deterministic; it changes nothing but its memo.
+
+    Optional attributes the callers read: ``tick_s`` (how often to call it while
+    jobs wait; None: only on events and at ``wake_at(now, memo)``, the next time
+    it wants to be called even if nothing happens, or None).
+    """
 
     name: str
 

@@ -40,7 +40,7 @@ from tfgshare.metrics import (JobAccount, JobRecord, Report, Timeline, compute_r
 from tfgshare.policies.base import (ClusterSnapshot, Fragment, JobState, JobView, Migrate,
                                     Policy, SampleRecord, Start, Suspend)
 from tfgshare.policies.jobset import JobSet
-from tfgshare.policies.prediction import remaining_time_s
+from tfgshare.policies.prediction import predict_remaining_s
 
 from .cluster import SimCluster
 from .config import SimConfig
@@ -48,6 +48,7 @@ from .profiles import ModelProfile, Profiles
 
 END, READY = 0, 1          # event kinds: a run reaches its target; a start-up stall ends
 EPS = 1e-9
+OOM_OVERSHOOT = 0.02   # a job that runs out of memory is measured this far past its fragment
 
 
 class SimulationError(RuntimeError):
@@ -80,9 +81,13 @@ class SimJob(JobAccount):
     speed: float = 0.0            # co-location speed while it trains (0 while stalled)
     sample: SampleRecord | None = None
     measured_step_s: float | None = None
+    restart_s: float | None = None  # measured cost of its last start (start-up, restore)
+    start_cost_s: float = 0.0       # true cost of its current start, measured once past it
+    start_measured: bool = True
     ready_at: float = 0.0         # its last checkpoint save completes
     has_checkpoint: bool = False
     oom_starts: int = 0
+    min_memory_mb: float = 0.0    # measured when it ran out of memory (JobView.min_memory_mb)
     version: int = 0              # bumps whenever its scheduled END becomes stale
     view_version: int = 0         # bumps whenever a new view is built
 
@@ -209,12 +214,16 @@ class Simulator:
         while True:
             t_arr = jobs[i].submit_time if i < n else math.inf
             t_ev = heap[0][0] if heap else math.inf
-            t_tick = min(next_tick, self.wake) if self.n_waiting else math.inf
-            t = min(t_arr, t_ev, t_tick)
+            t_tick = next_tick if self.n_waiting else math.inf
+            t = min(t_arr, t_ev, t_tick, self.wake)
             if t == math.inf:
                 break
             self.now = t
             changed = t >= t_tick
+            woke = t >= self.wake   # the policy asked for this time: ask it even if none waits
+            if woke:
+                self.wake = math.inf
+                changed = True
             while i < n and jobs[i].submit_time <= t:
                 self._arrive(jobs[i])
                 i += 1
@@ -228,7 +237,7 @@ class Simulator:
                 elif job.fragments and tag == job.stall_until:
                     job.end_move(t)          # it trains again: a resume or migration ends
                     self._set_contrib([job])
-            if changed and (self.n_waiting or self.acts_when_idle):
+            if changed and (self.n_waiting or self.acts_when_idle or woke):
                 rounds += 1
                 acted = self._decide()
                 if self.tick_s:
@@ -282,8 +291,12 @@ class Simulator:
         step = job.prof.step_time_s * job.slow / self._speed_of(job) * self._span_factor(job)
         measured = step * max(0.5, 1.0 + self.rng.gauss(0.0, cfg.step_noise))
         peak = job.prof.memory_mb * (1.0 + abs(self.rng.gauss(0.0, cfg.memory_noise)))
-        job.note_prediction(remaining_time_s(job.total_steps, job.steps, measured),
-                            now - job.tail_s)
+        self._measure_start(job)
+        # the live coordinator's prediction, from these measurements, once the
+        # sampling run has exited (its checkpoint saved): the steps left, and the
+        # start it still needs
+        job.note_prediction(predict_remaining_s(job.total_steps - job.steps, measured, 1,
+                                                job.restart_s or 0.0), now)
         self._release(job)
         co = max(len(self.tenants.get(f.gpu, ())) for f in job.fragments) if job.fragments else 0
         job.sample = SampleRecord(measured, peak, job.prof.gpu_util, co)
@@ -301,6 +314,16 @@ class Simulator:
         self.n_waiting += 1
 
     # ---- GPU occupancy -----------------------------------------------------
+
+    def _noisy(self, value: float) -> float:
+        """A measurement of ``value`` with the configured relative noise."""
+        return value * max(0.5, 1.0 + self.rng.gauss(0.0, self.config.step_noise))
+
+    def _measure_start(self, job: SimJob) -> None:
+        """Measure what the job's current start cost, once (as the live coordinator does)."""
+        if not job.start_measured:
+            job.restart_s = self._noisy(job.start_cost_s)
+            job.start_measured = True
 
     def _speed_of(self, job: SimJob) -> float:
         return min(self.speed[f.gpu] for f in job.fragments) if job.fragments else 1.0
@@ -412,24 +435,36 @@ class Simulator:
             job.view_version += 1
             cfg = self.config
             self._settle(job)
-            step = job.prof.step_time_s * job.slow * self._span_factor(job)
-            job.measured_step_s = step
-            left = remaining_time_s(job.total_steps, job.steps, step)
-            left += max(0.0, job.stall_until - self.now)
+            # what the job reports: its current step time, measured (with noise), and
+            # the measured cost of its start once it is past it; never the true values
+            if self.now >= job.stall_until:
+                self._measure_start(job)
+                step = job.prof.step_time_s * job.slow / self._speed_of(job) \
+                    * self._span_factor(job)
+                job.measured_step_s = self._noisy(step)
+                restarts = 0
+            else:
+                restarts = 1   # still starting: as if waiting to start
+            left = None if job.measured_step_s is None else predict_remaining_s(
+                job.total_steps - job.steps, job.measured_step_s, restarts,
+                job.restart_s or 0.0)
             attained = job.run_until(self.now) * job.num_gpus
-            due = self.now + max(cfg.refresh_s, cfg.refresh_share * left)
+            due = self.now + max(cfg.refresh_s, cfg.refresh_share * (left or 0.0))
             self.seq += 1
             heapq.heappush(self.refresh, (due, self.seq, job, job.view_version))
         else:
             step = job.measured_step_s
-            left = None if step is None else remaining_time_s(job.total_steps, job.steps, step)
+            left = None if step is None else predict_remaining_s(
+                job.total_steps - job.steps, step, 1, job.restart_s or 0.0)
             attained = job.run_time_s * job.num_gpus
         return JobView(
             id=job.id, submit_time=job.submit_time, num_gpus=job.num_gpus, state=job.state,
             model=job.model, total_steps=job.total_steps, steps_done=int(job.steps + EPS),
             sample=job.sample, predicted_remaining_s=left, fragments=job.fragments,
-            attained_service_s=attained, last_start=job.last_start, waited_s=job.waited_s,
-            last_wait_start=job.last_wait_start, suspends=job.suspends)
+            attained_service_s=attained, attained_at=self.now if holds else None,
+            last_start=job.last_start, waited_s=job.waited_s,
+            last_wait_start=job.last_wait_start, suspends=job.suspends,
+            min_memory_mb=job.min_memory_mb)
 
     def _decide(self) -> bool:
         now = self.now
@@ -504,6 +539,14 @@ class Simulator:
                 raise SimulationError(f"policy {self.policy.name!r} returned an unknown "
                                       f"action {a!r}")
 
+    def _checkpoint_s(self, prof: ModelProfile) -> float:
+        c = self.config.checkpoint_s
+        return prof.checkpoint_mb / self.config.storage_mb_s if c is None else c
+
+    def _startup_s(self, prof: ModelProfile) -> float:
+        c = self.config.startup_s
+        return prof.startup_s if c is None else c
+
     def _checkpoint_out(self, job: SimJob, suspend: bool) -> None:
         """Save a running job's checkpoint and free its GPUs (they stay busy while saving).
 
@@ -511,7 +554,7 @@ class Simulator:
         migration's when the job trains again on its new fragments.
         """
         self._settle(job)
-        save = job.prof.checkpoint_mb / self.config.storage_mb_s
+        save = self._checkpoint_s(job.prof)
         done = self.now + save
         for f in job.fragments:
             if self.busy_until.get(f.gpu, 0.0) < done:
@@ -534,7 +577,8 @@ class Simulator:
             if f.gpu not in self.gpu_mem:
                 raise SimulationError(f"Start {job.id}: unknown GPU {f.gpu!r}")
         prof = job.prof
-        restore = prof.checkpoint_mb / self.config.storage_mb_s if job.has_checkpoint else 0.0
+        restore = self._checkpoint_s(prof) if job.has_checkpoint else 0.0
+        startup = self._startup_s(prof)
         resuming = False
         if not migrating:
             if job.state is JobState.SUSPENDED:
@@ -542,26 +586,29 @@ class Simulator:
                 resuming = True
             self.n_waiting -= 1
         if any(f.fraction * self.gpu_mem[f.gpu] < prof.memory_mb - EPS for f in fragments):
-            # TensorFlow runs out of memory at start-up; the job learns its true peak
+            # out of memory at start-up. As on the live cluster, the job learns only
+            # the peak it reached, its fragment (a little past it, as the agent reads
+            # resident memory), and its next fragment is sized from that plus headroom
             self.oom_starts += 1
             job.oom_starts += 1
-            s = job.sample
-            job.sample = SampleRecord(s.step_time_s if s else prof.step_time_s, prof.memory_mb,
-                                      prof.gpu_util, s.co_tenants if s else 0)
+            reached = min(f.fraction * self.gpu_mem[f.gpu] for f in fragments)
+            job.min_memory_mb = max(job.min_memory_mb, reached * (1.0 + OOM_OVERSHOOT))
             state = job.state if not migrating else JobState.SUSPENDED
             job.end_move(now)
             self._to_waiting(job, state if state.waiting else JobState.SUSPENDED)
             return
         wait_save = max([job.ready_at - now] + [self.busy_until.get(f.gpu, 0.0) - now
                                                 for f in fragments])
-        job.stall_until = now + max(0.0, wait_save) + prof.startup_s + restore
+        job.stall_until = now + max(0.0, wait_save) + startup + restore
+        job.start_cost_s = job.stall_until - now
+        job.start_measured = False
         job.t_prog = now
         if sample_only:
             cfg = self.config
             length = min(cfg.warmup_steps + self.sample_steps,
                          max(1, math.ceil(cfg.sample_share * job.total_steps)))
             job.target = min(float(job.total_steps), job.steps + length)
-            job.tail_s = (prof.checkpoint_mb / cfg.storage_mb_s
+            job.tail_s = (self._checkpoint_s(prof)
                           if job.target < job.total_steps else 0.0)
             job.state = JobState.SAMPLING
         else:
