@@ -108,7 +108,7 @@ class Supervisor:
         cmd = [*self.runner_cmd, *args,
                "--train_dir", str(train_dir), "--events_file", str(events),
                "--memory_fraction", f"{fraction:g}", "--num_gpus", str(len(fragments)),
-               "--job_id", job, *self.runner_flags]
+               "--job_id", job, "--epoch", str(attempt), *self.runner_flags]
         if sample_only:
             cmd.append("--sample_only")
         env = dict(os.environ)

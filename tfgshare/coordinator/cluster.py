@@ -52,7 +52,8 @@ class LiveJob(JobAccount):
     cancel_requested: bool = False
     migrate_to: tuple[Fragment, ...] | None = None   # target of a migration in flight
     attained_service_s: float = 0.0   # GPU-seconds
-    retries: int = 0
+    retries: int = 0                  # failures in a row without progress
+    retry_steps: int = 0              # the furthest step seen at a counted failure
     reason: str = ""                  # why it failed or was last requeued
     # volatile
     unknown: bool = False             # was running before a restart, not yet re-adopted

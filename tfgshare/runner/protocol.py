@@ -26,6 +26,7 @@ from typing import Iterator
 EXIT_OK = 0               # reached --max_number_of_steps
 EXIT_BAD_INPUT = 2        # bad flags: unknown model, impossible size, missing dataset
 EXIT_CHECKPOINT_ERROR = 3  # corrupt or mismatched checkpoint in --train_dir
+EXIT_FENCED = 76          # a newer attempt of the job owns --train_dir: this one stopped
 EXIT_SUSPENDED = 75       # checkpointed on request (signal or --sample_only) and exited
 
 SAMPLE_FILE = "sample.json"  # in --train_dir: the latest sample event, plus "step"
@@ -50,6 +51,12 @@ class CheckpointError(RunnerError):
     """A checkpoint in --train_dir that is corrupt or was written for another job."""
 
     exit_code = EXIT_CHECKPOINT_ERROR
+
+
+class FencedError(CheckpointError):
+    """A newer attempt (higher ``--epoch``) of the job has taken over its checkpoints."""
+
+    exit_code = EXIT_FENCED
 
 
 def request_suspend(pid: int) -> None:
