@@ -8,7 +8,8 @@ node, made as ``tfgshare keys`` makes them), it joins simulated agents offering
 ``--gpus`` virtual GPUs (see ``bench_coordinator.SimAgents``), then for
 ``--minutes`` submits jobs through the client library, one request each, at
 ``--rate`` a second while the agents finish running jobs at the same rate and
-heartbeat. Every ``--sample-s`` it records the coordinator's resident memory and
+heartbeat. After ``--warmup-s`` of that load (the standing queue's first samples
+and placements), every ``--sample-s`` it records the coordinator's resident memory and
 the p50/p99 of its scheduling rounds since the last sample; at the end it
 reports both as a least-squares slope per minute (flat: near zero), the jobs
 submitted and finished, and the per-message cost of CurveZMQ against plain:
@@ -132,18 +133,18 @@ def soak(root: Path, args: argparse.Namespace, secure: bool) -> dict:
                            for _ in range(args.queue)])
             settle(agents, limit_s=120)
             coord = psutil.Process(proc.pid)
-            cpu0 = sum(coord.cpu_times()[:2])
-            sent0, submitted, finished = agents.sent, 0, 0
+            submitted = finished = 0
             samples: list[dict] = []
             round_mark = client.metrics()["rounds_total"]
             names = list(agents.socks)
             t0 = time.monotonic()
-            next_submit = next_finish = next_beat = next_sample = t0
+            next_submit = next_finish = next_beat = t0
+            next_sample = t0 + args.warmup_s
             beat_every = 2.0 / len(names)          # each node every 2 s
             k = 0
             while True:
                 now = time.monotonic()
-                if now - t0 >= args.minutes * 60:
+                if now - t0 >= args.warmup_s + args.minutes * 60:
                     break
                 if now >= next_submit:
                     client.submit([s.JobSpec("inception_v3", max_number_of_steps=1000)])
@@ -159,7 +160,10 @@ def soak(root: Path, args: argparse.Namespace, secure: bool) -> dict:
                 if now >= next_sample:
                     answer = client.metrics(since_round=round_mark)
                     rounds, round_mark = answer["rounds"], answer["rounds_total"]
-                    samples.append({"t_s": round(now - t0, 1),
+                    if not samples:      # the soak proper starts here
+                        cpu0, sent0 = sum(coord.cpu_times()[:2]), agents.sent
+                        submitted0, finished0 = submitted, finished
+                    samples.append({"t_s": round(now - t0 - args.warmup_s, 1),
                                     "rss_mb": round(rss_mb(proc.pid)[0], 1),
                                     "round_p50_ms": rounds.get("p50_ms"),
                                     "round_p99_ms": rounds.get("p99_ms"),
@@ -167,7 +171,7 @@ def soak(root: Path, args: argparse.Namespace, secure: bool) -> dict:
                     next_sample += args.sample_s
                 agents.pump(1)
             cpu = sum(coord.cpu_times()[:2]) - cpu0
-            messages = agents.sent - sent0 + submitted
+            messages = agents.sent - sent0 + submitted - submitted0
             pings = []
             probe = client.submit([s.JobSpec("inception_v3", max_number_of_steps=1000)])[0]
             for _ in range(args.pings):
@@ -181,12 +185,12 @@ def soak(root: Path, args: argparse.Namespace, secure: bool) -> dict:
             agents.close()
         proc.terminate()
         proc.wait(30)
-    later = [x for x in samples if x["t_s"] >= args.sample_s]   # past the first sample
+    later = samples[1:]                  # each with the rounds since the one before
     return {
         "mode": label, "minutes": args.minutes, "gpus": nodes * args.gpus_per_node,
-        "submitted": submitted, "finished_by_agents": finished,
+        "submitted": submitted - submitted0, "finished_by_agents": finished - finished0,
         "finished_jobs": sum(j["state"] == "finished" for j in jobs), "jobs": len(jobs),
-        "rss_first_mb": samples[0]["rss_mb"], "rss_last_mb": samples[-1]["rss_mb"],
+        "warmup_s": args.warmup_s, "rss_first_mb": samples[0]["rss_mb"], "rss_last_mb": samples[-1]["rss_mb"],
         "rss_slope_mb_per_min": round(slope_per_min([(x["t_s"], x["rss_mb"]) for x in later]), 2),
         "round_p50_ms": round(statistics.median(x["round_p50_ms"] for x in later
                                                 if x["round_p50_ms"] is not None), 2),
@@ -208,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--queue", type=int, default=2000, help="jobs queued before the soak")
     p.add_argument("--policy", default="fgs")
     p.add_argument("--sample-s", type=float, default=10.0)
+    p.add_argument("--warmup-s", type=float, default=60.0,
+                   help="seconds of load before the soak is measured")
     p.add_argument("--pings", type=int, default=500)
     p.add_argument("--json", type=Path, help="write the results here")
     args = p.parse_args(argv)

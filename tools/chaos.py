@@ -9,9 +9,11 @@ injects faults drawn from ``--seed``:
 - ``kill_runner``: SIGKILL one job's runner process;
 - ``kill_agent``: SIGKILL an agent (its runners die with it), restart it 2 s later;
 - ``kill_coordinator``: SIGKILL the coordinator, restart it 2 s later;
-- ``cut_agent``: SIGSTOP an agent for 1.5 node timeouts, then SIGCONT it (on loopback
-  the stand-in for a cut network: the coordinator hears nothing, the agent's runners
-  go on training and saving, so fencing is exercised);
+- ``cut_agent``: SIGSTOP an agent (on loopback the stand-in for a cut network: the
+  coordinator hears nothing, while the agent's runners go on training and saving) until
+  the coordinator has declared the node lost and a new attempt of the job has started on
+  the other node (at least 1.5 node timeouts, at most ``--timeout``), then SIGCONT it: the
+  stale runner is fenced off the new attempt's checkpoints, and the agent kills it;
 - ``fill_disk``: fill the checkpoint file system (a tmpfs mounted for the run; skipped,
   with a message, where it cannot be mounted) for ``--disk-full-s``, then free it.
 
@@ -19,8 +21,8 @@ One fault at a time: the next is injected once the cluster is whole again and a
 job is training. At the end every job must have finished with its full step
 count, and every restart must have resumed from the job's newest checkpoint
 saved before it (so the steps redone are at most those since that checkpoint).
-The report lists each fault, what recovered it, the seconds until an affected job
-trained again, the steps redone against that bound, and, with ``--baseline``, the
+The report lists each fault, what recovered it, the seconds until every affected
+job trained again, the steps redone against that bound, and, with ``--baseline``, the
 extra time against the same batch without faults. Exit status 0 when all holds.
 """
 
@@ -68,10 +70,12 @@ class Fault:
     target: str = ""
     at_s: float = 0.0                 # seconds after the batch was submitted
     jobs: list[str] = field(default_factory=list)
+    attempts: dict[str, int] = field(default_factory=dict)   # job -> attempt when injected
     recovered_by: str = ""
     recovery_s: float | None = None   # until an affected job trained again
     note: str = ""
     wall: float = 0.0                 # time.time() when injected
+    back_wall: float = 0.0            # time.time() when the faulty part was back
 
 
 @dataclass
@@ -144,7 +148,7 @@ class Chaos:
         c = self.cluster
         c.start_coordinator(timeout_s=120)
         for node in NODES:
-            c.start_agent(node, "1x16GiB")
+            c.start_agent(node, "2x16GiB")
         c.wait_nodes(set(NODES), timeout_s=120)
         with c.client(timeout_s=10) as client:
             self.ids = client.submit([lenet_job(self.args.steps, self.args.save_every, i)
@@ -164,11 +168,20 @@ class Chaos:
                 return now - self.start
             if (jobs is not None and not self.later and now >= quiet_until
                     and len(self.faults) < len(self.kinds) and self._whole()):
-                training = [j for j in jobs if j["state"] == "running" and j["steps_done"] > 0]
+                training = [j for j in jobs if j["state"] == "running" and self._training(j)]
                 if training:
                     self._inject(self.kinds[len(self.faults)], training)
                     quiet_until = time.monotonic() + self.args.gap_s
             time.sleep(0.3)
+
+    def _training(self, job: dict, steps: int = 3) -> bool:
+        """Whether ``job``'s current runner has trained ``steps`` steps past its start."""
+        path = (self.cluster.root / "agents" / str(job["node"]) / job["id"]
+                / f"attempt-{job['attempt']}.events.jsonl")
+        events = read_events(path)
+        start = next((e["global_step"] for e in events if e["event"] == "started"), None)
+        return start is not None and any(e["event"] == "progress" and e["step"] >= start + steps
+                                         for e in events)
 
     def _jobs(self) -> list[dict] | None:
         try:
@@ -186,16 +199,25 @@ class Chaos:
 
     def _due_restarts(self, now: float) -> None:
         for item in [x for x in self.later if x[0] <= now]:
-            self.later.remove(item)
             _, what, arg = item
+            if what == "sigcont" and not self._moved(*arg[1:]) and now < self.start + \
+                    self.args.timeout / 2:
+                continue                   # the cut lasts until the job runs elsewhere
+            self.later.remove(item)
             if what == "agent":
-                self.cluster.start_agent(arg, "1x16GiB")
+                self.cluster.start_agent(arg, "2x16GiB")
             elif what == "coordinator":
                 self.cluster.start_coordinator(timeout_s=120)
             elif what == "sigcont":
-                os.kill(arg, signal.SIGCONT)
+                os.kill(arg[0], signal.SIGCONT)
             elif what == "free":
                 arg.unlink(missing_ok=True)
+            self.faults[-1].back_wall = time.time()
+
+    def _moved(self, job: str, attempt: int) -> bool:
+        """Whether a later attempt than ``attempt`` of ``job`` has started."""
+        return any(n > attempt and any(e["event"] == "started" for e in events)
+                   for n, events in self.numbered(job).items())
 
     # ---- faults -------------------------------------------------------------
 
@@ -222,9 +244,9 @@ class Chaos:
             fault.target, fault.jobs = "coordinator", [j["id"] for j in training]
         elif kind == "cut_agent":
             os.kill(agent.pid, signal.SIGSTOP)
-            cut = 1.5 * self.args.node_timeout
-            self.later.append((now + cut, "sigcont", agent.pid))
-            fault.target, fault.jobs = f"agent {node} for {cut:g}s", self._on(node, training)
+            self.later.append((now + 1.5 * self.args.node_timeout, "sigcont",
+                               (agent.pid, job["id"], job["attempt"])))
+            fault.target, fault.jobs = f"agent {node}", self._on(node, training)
         elif kind == "fill_disk":
             filler = self.cluster.checkpoints / "filler"
             fill(filler)
@@ -232,6 +254,7 @@ class Chaos:
             fault.target = f"checkpoint fs for {self.args.disk_full_s:g}s"
             fault.jobs = [j["id"] for j in training]
         fault.wall = time.time()
+        fault.attempts = {j["id"]: j["attempt"] for j in training if j["id"] in fault.jobs}
         self.faults.append(fault)
         print(f"chaos: t={fault.at_s:6.1f}s {kind:17s} {fault.target}", flush=True)
 
@@ -271,12 +294,18 @@ class Chaos:
         found = []
         for path in (self.cluster.root / "agents").glob(f"*/{job}/attempt-*.events.jsonl"):
             n = int(re.search(r"attempt-(\d+)", path.name).group(1))
-            events = []
-            for line in path.read_text().splitlines():
-                with contextlib.suppress(ValueError):
-                    events.append(json.loads(line))
-            found.append((n, events))
+            found.append((n, read_events(path)))
         return [events for _, events in sorted(found)]
+
+    def numbered(self, job: str) -> dict[int, list[dict]]:
+        """attempt number -> its events, for ``job``."""
+        return {int(re.search(r"attempt-(\d+)", p.name).group(1)): read_events(p)
+                for p in (self.cluster.root / "agents").glob(f"*/{job}/attempt-*.events.jsonl")}
+
+    def fenced(self) -> int:
+        """Runner attempts that stopped because a newer attempt had taken their checkpoints."""
+        return sum("is fenced off" in p.read_text(errors="replace")
+                   for p in (self.cluster.root / "agents").glob("*/*/attempt-*.log"))
 
     def explain(self) -> None:
         """Fill in each fault's recovery from the job logs and the runners' events."""
@@ -295,14 +324,34 @@ class Chaos:
                          "the next save after the disk was freed succeeded" if warned
                          else "no save fell in the full period")
             fault.recovered_by = found or "nothing needed (no job noticed)"
-            trained = [e["time"] for j in fault.jobs for r in self.attempts(j) for e in r
-                       if e["event"] == "progress" and e["time"] >= fault.wall + 0.5
-                       and e["time"] < end]
-            if fault.kind in ("kill_runner", "kill_agent", "cut_agent"):
-                # training again means a new attempt's progress, not the dead runner's
-                trained = [e["time"] for j in fault.jobs for r in self.attempts(j)[1:]
-                           for e in r if e["event"] == "started" and e["time"] >= fault.wall]
-            fault.recovery_s = round(min(trained) - fault.wall, 1) if trained else None
+            stale = [log for j, n in fault.attempts.items() for log in
+                     (self.cluster.root / "agents").glob(f"*/{j}/attempt-{n}.log")]
+            if any("is fenced off" in p.read_text(errors="replace") for p in stale):
+                fault.recovered_by += "; the stale runner's save was fenced off (exit 76)"
+            # training again: progress after the fault; after a runner died (or was cut
+            # off), progress of a later attempt
+            later = fault.kind in ("kill_runner", "kill_agent", "cut_agent")
+            since = fault.back_wall if fault.kind == "kill_coordinator" else fault.wall
+            if fault.kind == "cut_agent" and fault.back_wall:
+                fault.target += f" for {fault.back_wall - fault.wall:.1f}s"
+            back = []
+            for j in fault.jobs:
+                first = fault.attempts.get(j, 0) + (1 if later else 0)
+                times = [e["time"] for n, events in self.numbered(j).items() if n >= first
+                         for e in events if e["event"] == "progress" and e["time"] > since]
+                back.append(min(times) if times else None)
+            if back and None not in back:
+                fault.recovery_s = round(max(back) - fault.wall, 1)
+
+
+def read_events(path: Path) -> list[dict]:
+    """The JSON events of one runner's events file (a torn last line is skipped)."""
+    events = []
+    with contextlib.suppress(OSError):
+        for line in path.read_text().splitlines():
+            with contextlib.suppress(ValueError):
+                events.append(json.loads(line))
+    return events
 
 
 def timed(lines: list[str], near: float) -> list[tuple[float, str]]:
@@ -354,7 +403,7 @@ def run_batch(root: Path, args: argparse.Namespace, faults: bool) -> dict:
         finally:
             chaos.cluster.stop_all(timeout_s=10)
     return {"seconds": round(seconds, 1), "disk": disk, "planned": chaos.kinds,
-            "faults": chaos.faults, "jobs": jobs}
+            "faults": chaos.faults, "jobs": jobs, "fenced": chaos.fenced()}
 
 
 def check(result: dict, steps: int) -> list[str]:
@@ -375,7 +424,8 @@ def check(result: dict, steps: int) -> list[str]:
 
 def report(result: dict, baseline: float | None, steps: int) -> str:
     """The run as Markdown: faults, recoveries, jobs, steps redone, extra time."""
-    lines = ["| t (s) | fault | target | recovered by | back in (s) |", "|---|---|---|---|---|"]
+    lines = ["| t (s) | fault | target | recovered by | all trained again after (s) |",
+             "|---|---|---|---|---|"]
     for f in result["faults"]:
         back = "-" if f.recovery_s is None else f"{f.recovery_s:.1f}"
         lines.append(f"| {f.at_s:.1f} | {f.kind} | {f.target} | {f.recovered_by}"
@@ -391,7 +441,8 @@ def report(result: dict, baseline: float | None, steps: int) -> str:
               f"{sum(j.bound for j in jobs)} = steps since the newest checkpoint before each "
               f"restart; every restart resumed from it: "
               f"{all(j.resumed_right for j in jobs)})",
-              f"attempts: {sum(j.attempts for j in jobs)} for {len(jobs)} jobs",
+              f"attempts: {sum(j.attempts for j in jobs)} for {len(jobs)} jobs; stale runners "
+              f"fenced off a newer attempt's checkpoints: {result['fenced']}",
               f"batch time: {result['seconds']:.1f} s"]
     if not result["disk"]:
         lines.append("fill_disk skipped: no tmpfs could be mounted for the checkpoints")
@@ -414,7 +465,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--first-fault-s", type=float, default=5.0,
                    help="seconds after submit before the first fault")
     p.add_argument("--gap-s", type=float, default=8.0, help="least seconds between faults")
-    p.add_argument("--disk-full-s", type=float, default=10.0)
+    p.add_argument("--disk-full-s", type=float, default=15.0)
     p.add_argument("--timeout", type=float, default=1800.0, help="give up after (s)")
     p.add_argument("--baseline", action="store_true",
                    help="also run the batch without faults, for the extra time")
@@ -439,7 +490,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(
             {"args": {k: str(v) for k, v in vars(args).items()}, "baseline_s": baseline,
-             "seconds": result["seconds"], "problems": problems,
+             "seconds": result["seconds"], "problems": problems, "fenced": result["fenced"],
              "faults": [asdict(f) for f in result["faults"]],
              "jobs": [asdict(j) for j in result["jobs"]]}, indent=1))
     print(f"chaos: cluster files in {root}")

@@ -9,6 +9,12 @@ asks it to finish the current step, save a checkpoint and exit with
 ``EXIT_SUSPENDED``. Started again on the same ``--train_dir`` it restores and
 continues at the next step, on any device.
 
+In a cluster the agent adds ``--epoch ATTEMPT``: checkpoints then go under
+``<train_dir>/attempt-ATTEMPT/`` and never replace a newer attempt's (see
+``tfgshare.runner.checkpoint``); a run superseded by a newer attempt exits with
+``EXIT_FENCED``. A failed periodic save (a full disk) is a ``warning`` event and
+training goes on; a failed final save exits with 1.
+
 Each run first warms up and samples its step time; the ``sample`` event is also
 written to ``<train_dir>/sample.json`` (``SAMPLE_FILE``), and a checkpoint follows
 it, so the job can be moved right after sampling. In-process callers use
