@@ -21,7 +21,8 @@ class LoadReport:
     does not parse); with ``strict=False`` they are skipped and listed in
     ``problems``. ``skipped`` counts well-formed jobs that cannot be replayed
     (no attempts, still running, no GPUs), by reason. ``origin`` is the wall-clock
-    time of ``submit_time == 0`` when the trace has dates, else None.
+    time of ``submit_time == 0`` when the trace has dates, else None. ``notes``
+    say which columns of the file were not used and why.
     """
 
     path: str = ""
@@ -33,6 +34,7 @@ class LoadReport:
     filtered_out: int = 0
     loaded: int = 0
     origin: datetime | None = None
+    notes: list[str] = field(default_factory=list)   # columns read but not used, and why
 
     def add_problem(self, where: str, problem: str) -> None:
         """Count one corrupt entry and keep its message if there is room."""

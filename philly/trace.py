@@ -134,6 +134,8 @@ def _read_csv(convert: Callable[[Checks, pd.DataFrame], dict]) -> Callable:
         columns = convert(checks, table)
         frame = pd.DataFrame(columns, index=table.index)
         frame = frame[checks.good_rows(strict, report)]
+        if "interval" in frame:
+            _note_interval(frame.pop("interval"), frame["submit"], report)
         no_gpus = frame["num_gpus"] == 0
         if no_gpus.any():
             report.skipped["no GPUs"] += int(no_gpus.sum())
@@ -164,9 +166,25 @@ def _tiresias(checks: Checks, table: pd.DataFrame) -> dict:
         "duration": checks.number("duration"),
         "model": checks.text("model_name"),
     }
+    # neither column drives the Tiresias simulator: a bad value makes the job's
+    # iterations unknown (0) or is counted in the interval note, never drops the row
     if "iterations" in table:
-        columns["total_steps"] = checks.number("iterations", integer=True)
+        it = pd.to_numeric(table["iterations"], errors="coerce")
+        columns["total_steps"] = it.where((it >= 1) & (it == np.floor(it)), 0).fillna(0)
+    if "interval" in table:
+        columns["interval"] = pd.to_numeric(table["interval"], errors="coerce")
     return columns
+
+
+def _note_interval(interval: pd.Series, submit: pd.Series, report: LoadReport) -> None:
+    """The Tiresias ``interval`` (gap to the next row's submit) is not used: say so."""
+    gaps = submit.shift(-1) - submit
+    rows = interval.iloc[:-1]
+    off = int((~((rows - gaps.iloc[:-1]).abs() <= 0.5)).sum()) if len(rows) else 0
+    report.notes.append(
+        "interval column not used: arrivals come from submit_time, as in the Tiresias "
+        f"simulator ({off} of {len(rows)} rows give a gap that differs from the "
+        "next row's submit_time)")
 
 
 def _helios(checks: Checks, table: pd.DataFrame) -> dict:

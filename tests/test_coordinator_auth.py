@@ -110,12 +110,20 @@ def test_another_agent_key_cannot_take_over_a_node(keyed):
         thief.close()
 
 
-def test_client_without_a_key_gets_a_clear_error_not_a_hang(keyed, monkeypatch):
-    ct, _, _, _ = keyed
+def test_client_without_a_key_or_with_the_wrong_coordinator_key_gets_a_clear_error(
+        keyed, monkeypatch, tmp_path):
+    ct, _, _, keys_dir = keyed
     monkeypatch.delenv("TFGSHARE_KEY", raising=False)
     t0 = time.monotonic()
     with Client(ct.address, timeout_s=10) as c:
         with pytest.raises(AuthFailed, match="requires a CurveZMQ key"):
+            c.jobs()
+    assert time.monotonic() - t0 < 5
+    other, _ = zmq.auth.create_certificates(str(tmp_path), "other_coordinator")
+    t0 = time.monotonic()
+    with Client(ct.address, timeout_s=10, key=str(secret(keys_dir, "alice")),
+                server_key=other) as c:
+        with pytest.raises(AuthFailed, match="is this coordinator's public key"):
             c.jobs()
     assert time.monotonic() - t0 < 5
 
@@ -138,3 +146,15 @@ def test_agent_without_a_key_stops_with_a_clear_error(keyed, tmp_path, monkeypat
     t0 = time.monotonic()
     assert agent.run(should_stop=lambda: time.monotonic() - t0 > 5) == 1
     assert "secure handshake" in agent.fatal and "n9" not in ct.coord.cluster.nodes
+
+
+def test_status_command_shows_the_owner(keyed, capsys):
+    from tfgshare.cli import main as tfgshare
+    ct, agent, clients, keys_dir = keyed
+    (jid,) = clients["alice"].submit([s.JobSpec("lenet")])
+    key = ["--coordinator", ct.address, "--key", str(secret(keys_dir, "bob"))]
+    assert tfgshare(["status", *key]) == 0
+    out = capsys.readouterr().out
+    assert "OWNER" in out and "alice" in out
+    assert tfgshare(["cancel", *key, jid]) == 1
+    assert f"not your job: {jid} belongs to alice" in capsys.readouterr().err

@@ -52,62 +52,101 @@ def test_sjf_without_sampling_runs_unpredicted_jobs_last():
     assert a.job == "known"
 
 
-# ---- tiresias --------------------------------------------------------------
+# ---- tiresias (the authors' dlas-gpu: SymbioticLab/Tiresias run_sim.py) ------
 
-def test_tiresias_demotes_a_long_job_and_preempts_it_for_a_new_one():
-    c = make_cluster(1, 1)
-    old = make_job("old", submit=0, on={"n0:0": WHOLE}, attained_service_s=4000,
-                   last_start=0)
-    new = make_job("new", submit=4000)
+def _running(id, attained, gpus=("n0:0",), submit=0.0, at=None):
+    return make_job(id, submit=submit, gpus=len(gpus), on={g: WHOLE for g in gpus},
+                    attained_service_s=attained, attained_at=at, last_start=0)
+
+
+def _waiting(id, attained=0.0, submit=0.0, gpus=1):
+    state = JobState.SUSPENDED if attained else JobState.QUEUED
+    return make_job(id, submit=submit, gpus=gpus, state=state, attained_service_s=attained,
+                    last_start=0 if attained else None)
+
+
+def test_tiresias_defaults_are_the_authors():
     pol = get_policy("tiresias")
-    assert pol.queue_of(old, 4001) == 1 and pol.queue_of(new, 4001) == 0
-    acts = pol.decide(4001, c, [old, new])
+    assert pol.thresholds == (3250.0, 7200.0) and pol.promote_knob == 0 and pol.min_run_s == 0
+    assert get_policy("tiresias-promote").promote_knob == 4
+
+
+def test_tiresias_new_job_preempts_a_job_of_a_lower_queue():
+    c = make_cluster(1, 1)
+    old, new = _running("old", 4000), _waiting("new", submit=4000)
+    pol = get_policy("tiresias")
+    memo = pol.new_memo()
+    acts = pol.decide(4001, c, [old, new], memo)
     assert acts == [Suspend("old"), Start("new", acts[1].fragments)]
-    assert acts[1].fragments[0].gpu == "n0:0"
+    assert pol.queue_of(memo, "old") == 1 and pol.queue_of(memo, "new") == 0
     assert validate(acts, c, [old, new]) == []
 
 
-def test_tiresias_does_not_preempt_below_threshold_or_within_its_queue():
+def test_tiresias_never_preempts_within_a_queue():
     c = make_cluster(1, 1)
-    young = make_job("young", submit=0, on={"n0:0": WHOLE}, attained_service_s=3000,
-                     last_start=0)
-    assert get_policy("tiresias").decide(3001, c, [young, make_job("new", submit=3000)]) == []
-
-
-def test_tiresias_multi_gpu_attained_service_counts_gpu_seconds():
-    c = make_cluster(1, 4)
-    wide = make_job("wide", gpus=4, on={f"n0:{i}": WHOLE for i in range(4)},
-                    attained_service_s=4 * 1000, last_start=0)   # 1000 s on 4 GPUs
-    acts = get_policy("tiresias").decide(1000, c, [wide, make_job("new", submit=999)])
+    young = _running("young", 3000)                      # below 3,250 GPU-s: queue 0
+    assert get_policy("tiresias").decide(3001, c, [young, _waiting("new", submit=3000)]) == []
+    wide = _running("wide", 4 * 1000, gpus=("n0:0", "n0:1", "n0:2", "n0:3"))  # 4,000 GPU-s
+    acts = get_policy("tiresias").decide(1000, make_cluster(1, 4), [wide, _waiting("new")])
     assert [type(a) for a in acts] == [Suspend, Start]
 
 
-def test_tiresias_respects_min_run_time():
+def test_tiresias_demoted_job_goes_behind_the_waiting_jobs_of_its_new_queue():
     c = make_cluster(1, 1)
-    old = make_job("old", on={"n0:0": WHOLE}, attained_service_s=9000, last_start=100)
-    new = make_job("new", submit=120)
-    assert get_policy("tiresias", min_run_s=60).decide(130, c, [old, new]) == []
-    assert len(get_policy("tiresias", min_run_s=60).decide(161, c, [old, new])) == 2
+    pol = get_policy("tiresias")
+    memo = pol.new_memo()                                    # the queues live in the memo
+    waiter = _waiting("waiter", attained=4000)               # queue 1, waiting
+    assert pol.decide(1000, c, [_running("r", 3000, at=1000), waiter], memo) == []  # r: queue 0
+    # 300 s later r has 3,300 GPU-s (its view is extrapolated from attained_at):
+    # demoted to the back of queue 1, behind the waiter, which takes the GPU
+    acts = pol.decide(1300, c, [_running("r", 3000, at=1000), waiter], memo)
+    assert [(type(a), a.job) for a in acts] == [(Suspend, "r"), (Start, "waiter")]
+    # a job already running in queue 1 keeps its GPU ahead of the queue's waiting jobs
+    other = get_policy("tiresias")
+    assert other.decide(1300, c, [_running("r", 3300, at=1300), waiter]) == []
 
 
-def test_tiresias_promotes_a_starving_job():
+def test_tiresias_smaller_job_passes_a_blocked_one_in_its_queue():
+    c = make_cluster(1, 2)
+    jobs = [_running("busy", 10, gpus=("n0:0",)), _waiting("big", submit=1, gpus=2),
+            _waiting("small", submit=2)]
+    assert [a.job for a in get_policy("tiresias").decide(5, c, jobs)] == ["small"]
+    jobs = [_waiting("b", submit=2), _waiting("a", submit=1)]
+    assert [a.job for a in get_policy("tiresias").decide(5, make_cluster(1, 1), jobs)] == ["a"]
+
+
+def test_tiresias_has_no_promotion_but_the_variant_does():
     c = make_cluster(1, 1)
-    runner = make_job("runner", submit=10, on={"n0:0": WHOLE}, attained_service_s=5000,
-                      last_start=0)
-    starved = make_job("starved", submit=0, state=JobState.SUSPENDED,
-                       attained_service_s=4000, last_start=0, last_wait_start=4000)
-    pol = get_policy("tiresias", promote_knob=2)
-    assert pol.queue_of(starved, 9000) == 1            # waited 5000 < 2 x 4000
-    assert pol.queue_of(starved, 12001) == 0           # waited 8001 > 8000
-    assert [a.job for a in pol.decide(12001, c, [runner, starved])] == ["runner", "starved"]
+    runner = _running("runner", 10_000, submit=10)           # queue 2
+    starved = make_job("starved", state=JobState.SUSPENDED, attained_service_s=8000,
+                       last_start=0, waited_s=0.0, last_wait_start=1000)
+    for name, want in (("tiresias", []), ("tiresias-promote", ["runner", "starved"])):
+        pol = get_policy(name)
+        memo = pol.new_memo()
+        pol.decide(999, c, [runner, make_job("starved", submit=0, on={"n0:0": WHOLE},
+                                             attained_service_s=8000 - 1, last_start=0)], memo)
+        # waited 40,000 s > 4 x 8,000 s of run: promoted to queue 0 in the variant only
+        assert [a.job for a in pol.decide(41_000, c, [runner, starved], memo)] == want, name
 
 
-def test_tiresias_fifo_within_a_queue_and_bad_params():
-    c = make_cluster(1, 1)
-    jobs = [make_job("b", submit=2), make_job("a", submit=1)]
-    assert [a.job for a in get_policy("tiresias").decide(5, c, jobs)] == ["a"]
+def test_tiresias_asks_to_be_woken_at_the_next_demotion():
+    c = make_cluster(1, 2)
+    pol = get_policy("tiresias", authors_wake=False)
+    memo = pol.new_memo()
+    pol.decide(100, c, [_running("r", 3000, at=100), _waiting("w", gpus=2)], memo)
+    assert pol.wake_at(100, memo) == pytest.approx(350.0)    # 250 s to 3,250 GPU-s
+    theirs = get_policy("tiresias")                          # their jump: (limit - run s) / GPUs
+    memo = theirs.new_memo()
+    theirs.decide(100, c, [_running("r2", 2 * 1000, gpus=("n0:0", "n0:1"), at=100),
+                           _waiting("w")], memo)
+    assert theirs.wake_at(100, memo) == pytest.approx(100 + (3250 - 1000) / 2)
+
+
+def test_tiresias_bad_params():
     with pytest.raises(ValueError, match="increasing"):
         get_policy("tiresias", thresholds=(100, 50))
+    with pytest.raises(ValueError, match=">= 0"):
+        get_policy("tiresias", promote_knob=-1)
 
 
 # ---- gandiva ---------------------------------------------------------------

@@ -65,8 +65,32 @@ class FreshToo:
         return reused
 
 
+class Twice:
+    """Wraps a policy whose memo holds history: every round decides twice on the same memo."""
+
+    def __init__(self, policy):
+        self.policy = policy
+        self.name = policy.name
+        self.rounds = 0
+
+    def __getattr__(self, attr):
+        return getattr(self.policy, attr)
+
+    def decide(self, now, cluster, jobs, memo=None):
+        first = self.policy.decide(now, cluster, jobs, memo)
+        again = self.policy.decide(now, cluster, jobs, memo)
+        assert first == again, f"round {self.rounds} at t={now}: a repeated call differs"
+        self.rounds += 1
+        return first
+
+
+# tiresias's memo is its queues' order, which depends on history as in its
+# authors' code (see policies.tiresias): it records what it observed, never
+# what it planned, so a repeated call on the same memo decides the same
+HISTORY = ("tiresias", "tiresias-promote")
+
 # fgs with short bounds, so promotions, reservations and moves happen in small runs
-VARIANTS = [(name, {}) for name in POLICY_NAMES] + [
+VARIANTS = [(name, {}) for name in POLICY_NAMES if name not in HISTORY] + [
     ("fgs", {"max_wait_s": 600.0, "promote_floor_s": 30.0, "min_run_s": 30.0,
              "max_reservations": 2}),
     ("gandiva", {"max_tenants": 2}),
@@ -82,6 +106,17 @@ def test_a_fresh_memo_decides_as_a_reused_one(scenario, variant, profiles):
     name, params = variant
     pol = FreshToo(get_policy(name, **params))
     res = simulate(load_cluster(spec), jobs, profiles, pol, SimConfig(tick_s=30.0, seed=2))
+    assert pol.rounds > 0
+    assert len(res.records) == len(jobs)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(scenario=scenarios(), name=st.sampled_from(HISTORY))
+def test_a_history_memo_records_what_it_saw_not_what_it_planned(scenario, name, profiles):
+    spec, jobs = scenario
+    pol = Twice(get_policy(name, thresholds=(300.0, 900.0)))
+    res = simulate(load_cluster(spec), jobs, profiles, pol, SimConfig(seed=2))
     assert pol.rounds > 0
     assert len(res.records) == len(jobs)
 

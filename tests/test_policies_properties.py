@@ -10,7 +10,7 @@ from tfgshare.policies.registry import POLICY_NAMES, get_policy
 
 STATES = [JobState.QUEUED, JobState.SAMPLED, JobState.SUSPENDED, JobState.RUNNING,
           JobState.RUNNING, JobState.SAMPLING, JobState.SUSPENDING]
-CAPS = {"fifo": 1, "sjf": 1, "tiresias": 1, "gandiva": 4, "fgs": 4}
+CAPS = {"fifo": 1, "sjf": 1, "tiresias": 1, "tiresias-promote": 1, "gandiva": 4, "fgs": 4}
 
 
 @st.composite

@@ -5,6 +5,8 @@ from __future__ import annotations
 import csv
 import json
 
+import pytest
+
 from tfgshare.cli import main as tfgshare
 
 
@@ -64,3 +66,40 @@ def test_simulator_never_imports_tensorflow(tmp_path):
             "assert rc == 0; assert 'tensorflow' not in sys.modules, 'tensorflow imported'")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_simulate_knobs_and_per_job_output(tmp_path, capsys):
+    trace = str(_trace(tmp_path))
+    jobs_out = tmp_path / "jobs.csv"
+    rc = tfgshare(["simulate", "--trace", trace, "--cluster", "2x2", "--policy", "fifo,tiresias",
+                   "--cross-node-slowdown", "0", "--zero-move-costs",
+                   "--policy-param", "tiresias.thresholds=600,1800",
+                   "--sim-param", "refresh_s=60", "--out", str(tmp_path / "o"), "--no-plots",
+                   "--jobs-out", str(jobs_out)])
+    assert rc == 0
+    printed = capsys.readouterr()
+    assert "cross-node slowdown 0, start-up 0 s, checkpoint 0 s" in printed.err
+    assert "report.json give times in seconds" in printed.out
+    doc = json.loads((tmp_path / "o" / "report.json").read_text())
+    assert doc["units"]["times"] == "seconds"
+    assert doc["sim_config"]["startup_s"] == 0 and doc["sim_config"]["refresh_s"] == 60
+    assert doc["policy_params"]["tiresias"]["thresholds"] == [600.0, 1800.0]
+    with open(jobs_out) as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 28 and {r["policy"] for r in rows} == {"fifo", "tiresias"}
+    for r in rows:
+        assert float(r["jct_s"]) == pytest.approx(float(r["finish_s"]) - float(r["submit_s"]))
+        assert float(r["move_cost_s"]) == 0.0
+    assert sum(int(r["preemptions"]) for r in rows if r["policy"] == "fifo") == 0
+
+
+def test_simulate_bad_knobs_are_named(tmp_path, capsys):
+    trace = str(_trace(tmp_path))
+    base = ["simulate", "--trace", trace, "--cluster", "2x2", "--policy", "fifo",
+            "--out", str(tmp_path / "o"), "--no-plots"]
+    assert tfgshare(base + ["--policy-param", "thresholds=1,2"]) == 2
+    assert "no listed policy has parameter 'thresholds'" in capsys.readouterr().err
+    assert tfgshare(base + ["--sim-param", "nope=1"]) == 2
+    assert "--sim-param nope: unknown" in capsys.readouterr().err
+    assert tfgshare(base + ["--startup-s", "-1"]) == 2
+    assert "startup_s must be >= 0" in capsys.readouterr().err

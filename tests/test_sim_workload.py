@@ -40,3 +40,45 @@ def test_bad_filters(tmp_path):
         load_workload(_trace(tmp_path), load_profiles(), 4, num_jobs=0)
     with pytest.raises(ValueError, match="no jobs left"):
         load_workload(_trace(tmp_path), load_profiles(), 4, vcs=["zz"])
+
+
+def _tiresias_csv(tmp_path):
+    # the Tiresias simulator's own names, a TF-Slim name, an unknown name, a blank
+    # model, a job with no GPUs, and an interval that disagrees with the arrivals
+    path = tmp_path / "tiresias.csv"
+    path.write_text("job_id,num_gpu,submit_time,iterations,model_name,duration,interval\n"
+                    "0,1,0,606,vgg19,164,30\n"
+                    "1,8,30,133,resnet50,147,23\n"
+                    "2,2,53,157,vgg_16,127,26\n"
+                    "3,0,79,513,vgg16,121,20\n"
+                    "4,1,99,0,nosuchnet,50,5\n"
+                    "5,1,150,40,,60,0\n")
+    return str(path)
+
+
+def test_tiresias_csv_models_steps_and_counts(tmp_path):
+    prof = load_profiles()
+    w = load_workload(_tiresias_csv(tmp_path), prof, cluster_gpus=4, seed=1)
+    by_id = {j.id: j for j in w.jobs}
+    assert sorted(by_id) == ["0", "2", "4", "5"]             # 8-GPU job 1 too wide, 3 no GPUs
+    assert (by_id["0"].model, by_id["0"].batch_size) == ("vgg_16", 32)
+    assert (by_id["2"].model, by_id["2"].batch_size) == ("vgg_16", 32)
+    assert by_id["0"].total_steps == round(164 / prof.get("vgg_16", 32).step_time_s)
+    assert by_id["4"].model in ("inception_v3", "resnet_v1_50", "vgg_16", "alexnet_v2")
+    assert w.dropped == {"no GPUs (trace)": 1, "wider than the cluster's 4 GPUs": 1}
+    assert w.changed == {"model 'vgg19' mapped to 'vgg_16'": 1,
+                         "model 'resnet50' mapped to 'resnet_v1_50'": 1,
+                         "model 'nosuchnet' unknown: drawn by philly.mapping": 1}
+    notes = " ".join(w.notes)
+    assert "interval column not used" in notes and "(1 of 5 rows" in notes
+    assert "iterations column not used" in notes
+
+
+def test_tiresias_csv_steps_from_iterations(tmp_path):
+    prof = load_profiles()
+    w = load_workload(_tiresias_csv(tmp_path), prof, cluster_gpus=8, steps_from="iterations")
+    by_id = {j.id: j for j in w.jobs}
+    assert (by_id["0"].total_steps, by_id["1"].total_steps, by_id["5"].total_steps) == (606, 133, 40)
+    assert "4" not in by_id and w.dropped["no iterations (--steps-from iterations)"] == 1
+    with pytest.raises(ValueError, match="steps_from"):
+        load_workload(_tiresias_csv(tmp_path), prof, cluster_gpus=8, steps_from="nope")

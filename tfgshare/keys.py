@@ -29,6 +29,7 @@ from pathlib import Path
 
 import zmq
 import zmq.auth
+from zmq.utils.monitor import recv_monitor_message
 
 ROLES = ("user", "admin", "agent")
 SERVER = "coordinator"
@@ -239,3 +240,39 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tfgshare keys: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+class HandshakeWatch:
+    """Watches a connecting socket's CurveZMQ handshakes and says when they cannot succeed.
+
+    A protocol or authentication failure is final (one side has no key, or keys
+    the other refuses). A failure without detail is also what a wrong
+    coordinator key gives, but a dropped connection mid-handshake gives it too,
+    so only ``patience`` of them in a row, with no success between, are final.
+    """
+
+    _EVENTS = (zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+               | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_SUCCEEDED)
+
+    def __init__(self, sock: zmq.Socket, patience: int = 3) -> None:
+        self.sock = sock
+        self.monitor = sock.get_monitor_socket(self._EVENTS)
+        self.patience = patience
+        self.vague = 0
+
+    def failed(self) -> bool:
+        """Read the events so far; True once the handshake has failed for good."""
+        while self.monitor.poll(0):
+            event = recv_monitor_message(self.monitor)["event"]
+            if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                self.vague = 0
+            elif event == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+                self.vague += 1
+            else:
+                return True
+        return self.vague >= self.patience
+
+    def close(self) -> None:
+        """Stop watching."""
+        self.sock.disable_monitor()
+        self.monitor.close(0)

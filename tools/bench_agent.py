@@ -62,11 +62,12 @@ def forwarding(tmp: Path, n: int) -> float:
             agent.step(10)
             while coord.poll(0):
                 peer, frame = coord.recv_multipart()
-                msg = schema.decode(frame)
-                coord.send_multipart([peer, schema.encode(schema.reply_ok(msg))])
+                msg = schema.decode(frame)   # train dirs must lie under the checkpoint root
+                reply = schema.reply_ok(msg, checkpoint_root=str(tmp / "ckpt"))
+                coord.send_multipart([peer, schema.encode(reply)])
         start = schema.StartJob(job="b1", attempt=1, spec=schema.JobSpec(
             model_name="lenet", max_number_of_steps=n), fragments=[
-            schema.FragmentSpec(gpu_index=0, fraction=0.5)], train_dir=str(tmp / "ckpt"))
+            schema.FragmentSpec(gpu_index=0, fraction=0.5)], train_dir=str(tmp / "ckpt" / "b1"))
         coord.send_multipart([peer, schema.encode(start)])
         end = time.monotonic() + 120
         while time.monotonic() < end:

@@ -242,7 +242,7 @@ def cli_submits(address: str, agents: SimAgents, n: int) -> float:
 def cli_process_s(address: str, agents: SimAgents, n: int = 3) -> float:
     """Mean wall seconds of one ``tfgshare submit`` command run as its own process."""
     cmd = [sys.executable, "-m", "tfgshare.cli", "submit", "--coordinator", address,
-           "alexnet_v2", "--max_number_of_steps", "1000"]
+           "--timeout", "10", "alexnet_v2", "--max_number_of_steps", "1000"]
     took = []
     for _ in range(n):
         t0 = time.perf_counter()

@@ -110,19 +110,38 @@ def bench_overhead(model: str, batch: int, blocks: int, steps: int, work: Path) 
             "overhead_pct": (ours / bare - 1) * 100}
 
 
-def _runner(src: Path, train_dir: Path, model: str, steps: int, events: Path) -> float:
-    """Run the runner of source tree ``src`` until step ``steps``; seconds to its first step."""
-    cmd = [sys.executable, "-m", "tfgshare.runner", "--train_dir", str(train_dir),
-           "--model_name", model, "--batch_size", "1", "--optimizer", "momentum",
-           "--learning_rate", "0.001", "--max_number_of_steps", str(steps),
-           "--save_interval_secs", "0", "--num_sample_steps", "0", "--log_every_n_steps", "1",
-           "--events_file", str(events)]
+def _runner(src: Path, train_dir: Path, model: str, steps: int, events: Path,
+            warm: bool = False) -> float:
+    """Run the runner of source tree ``src`` until step ``steps``; seconds to its first step.
+
+    With ``warm``, a warm runner is started and waited for first, and the time counts
+    from handing it the job.
+    """
+    flags = ["--train_dir", str(train_dir),
+             "--model_name", model, "--batch_size", "1", "--optimizer", "momentum",
+             "--learning_rate", "0.001", "--max_number_of_steps", str(steps),
+             "--save_interval_secs", "0", "--num_sample_steps", "0", "--log_every_n_steps", "1",
+             "--events_file", str(events)]
     env = {**os.environ, "PYTHONPATH": str(src), "TF_CPP_MIN_LOG_LEVEL": "3",
            "CUDA_VISIBLE_DEVICES": ""}
     offset = events.stat().st_size if events.exists() else 0
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=src, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+    cmd = [sys.executable, "-m", "tfgshare.runner", *(["--warm"] if warm else flags)]
+    if warm:
+        from tfgshare.runner.protocol import warm_job_line
+        from tfgshare.runner.warm import READY
+
+        proc = subprocess.Popen(cmd, cwd=src, env=env, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        while proc.stdout.readline().strip() != READY:
+            if proc.poll() is not None:
+                raise RuntimeError(f"warm runner failed: {proc.stderr.read()[-2000:]}")
+        start = time.perf_counter()
+        proc.stdin.write(warm_job_line(flags, {}, None))
+        proc.stdin.close()
+    else:
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=src, env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True)
     first = None
     while proc.poll() is None and first is None:
         from tfgshare.runner.protocol import read_events
@@ -130,19 +149,21 @@ def _runner(src: Path, train_dir: Path, model: str, steps: int, events: Path) ->
         if any(e["event"] == "progress" for e in new):
             first = time.perf_counter() - start
         time.sleep(0.02)
-    _, err = proc.communicate(timeout=900)
+    err = proc.stderr.read()
+    proc.wait(timeout=900)
     if proc.returncode != 0:
         raise RuntimeError(f"runner of {src} failed ({proc.returncode}): {err[-2000:]}")
     return first if first is not None else time.perf_counter() - start
 
 
-def bench_resume(model: str, src: Path, work: Path, tag: str) -> dict:
-    """A first attempt of one step, then the timed resume to the second step."""
+def bench_resume(model: str, src: Path, work: Path, tag: str, warm: bool = False) -> dict:
+    """A first attempt of one step, then the timed resumes to the second (and third, warm)."""
     train_dir, events = work / f"{tag}-{model}", work / f"{tag}-{model}.jsonl"
     _runner(src, train_dir, model, 1, events)
     seconds = _runner(src, train_dir, model, 2, events)
     phases = [e for e in _events(events) if e["event"] == "start_phases"]
-    return {"resume_s": seconds, "phases": phases[-1] if phases else None}
+    warm_s = _runner(src, train_dir, model, 3, events, warm=True) if warm else None
+    return {"resume_s": seconds, "phases": phases[-1] if phases else None, "warm_s": warm_s}
 
 
 def _events(path: Path) -> list[dict]:
@@ -238,12 +259,13 @@ def main(argv: list[str] | None = None) -> int:
             print("| model | image | checkpoint MB | "
                   + (f"resume s, {label} | " if label else "")
                   + "resume s, now | of which start (import) s | graph s (source) | restore s "
-                  "| first step s | floor: Saver restore + first step s | now / floor "
+                  "| first step s | resume s, now, warm runner "
+                  "| floor: Saver restore + first step s | warm / floor "
                   "| suspend: save s | Saver save s | save / Saver |")
-            print("|---" * (12 + bool(label)) + "|")
+            print("|---" * (13 + bool(label)) + "|")
             for model in args.models:
                 old = bench_resume(model, before, work, "before") if before else None
-                new = bench_resume(model, REPO, work, "now")
+                new = bench_resume(model, REPO, work, "now", warm=True)
                 r = bench_floor_and_suspend(model, work)
                 ph = new["phases"]
                 size = _default_size(model)
@@ -251,8 +273,8 @@ def main(argv: list[str] | None = None) -> int:
                       + (f"{old['resume_s']:.1f} | " if old else "")
                       + f"{new['resume_s']:.1f} | {ph['start_s']:.1f} | {ph['graph_s']:.1f} "
                       f"({ph['graph_source']}) | {ph['restore_s']:.2f} | "
-                      f"{ph['first_step_s']:.2f} | {r['floor_s']:.2f} | "
-                      f"{new['resume_s'] / r['floor_s']:.1f}x | {r['save_s']:.2f} | "
+                      f"{ph['first_step_s']:.2f} | {new['warm_s']:.1f} | {r['floor_s']:.2f} | "
+                      f"{new['warm_s'] / r['floor_s']:.1f}x | {r['save_s']:.2f} | "
                       f"{r['saver_save_s']:.2f} | {r['save_s'] / r['saver_save_s']:.2f}x |",
                       flush=True)
     return 0

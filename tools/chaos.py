@@ -228,7 +228,8 @@ class Chaos:
         now = time.monotonic()
         agent = self.cluster.procs[f"agent-{node}"]
         if kind == "kill_runner":
-            pid = runner_pid(agent.pid, job["id"])
+            pid = runner_pid(agent.pid, self.cluster.log(f"agent-{node}"), job["id"],
+                             job["attempt"])
             if pid is None:
                 fault.note = "no runner process found; nothing killed"
             else:
@@ -366,16 +367,19 @@ def timed(lines: list[str], near: float) -> list[tuple[float, str]]:
     return out
 
 
-def runner_pid(agent_pid: int, job: str) -> int | None:
-    """The pid of ``job``'s runner under the agent ``agent_pid``."""
+def runner_pid(agent_pid: int, agent_log: Path, job: str, attempt: int) -> int | None:
+    """The pid of ``job``'s runner (this attempt), a live child of the agent ``agent_pid``.
+
+    Read from the agent's log: a warm spare runner that took the job has no job flags
+    in its command line.
+    """
+    found = re.findall(rf"started {job} attempt {attempt} on GPU\(s\) \S+ \(pid (\d+)\)",
+                       agent_log.read_text(errors="replace"))
     try:
-        for child in psutil.Process(agent_pid).children(recursive=True):
-            cmd = child.cmdline()
-            if "tfgshare.runner" in cmd and job in cmd:
-                return child.pid
+        children = {p.pid for p in psutil.Process(agent_pid).children(recursive=True)}
     except psutil.Error:
-        pass
-    return None
+        return None
+    return int(found[-1]) if found and int(found[-1]) in children else None
 
 
 def fill(path: Path) -> None:

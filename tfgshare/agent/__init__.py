@@ -4,6 +4,6 @@
 - ``supervisor``: one runner process per job attempt, its events, exits and telemetry.
 - ``gpus``: GPU discovery through NVML, or configured virtual GPUs.
 
-May import: ``tfgshare.schema``, ``paths``, ``runner.protocol`` (the runner contract).
+May import: ``tfgshare.schema``, ``keys``, ``paths``, ``runner.protocol`` (the runner contract).
 Never TensorFlow (runners are separate processes), the coordinator or the simulator.
 """

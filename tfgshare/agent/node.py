@@ -47,8 +47,6 @@ from tfgshare.agent.supervisor import EventOut, ExitOut, Supervisor
 
 log = logging.getLogger("tfgshare.agent")
 
-_HANDSHAKE_FAILED = (zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
-                     | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
 # runner events that change the coordinator's view; resent if not acknowledged
 _KEY_EVENTS = frozenset({"started", "sample", "checkpoint", "suspended", "finished", "error"})
 # share of the coordinator's node timeout after which a silent coordinator's runners are killed
@@ -68,6 +66,8 @@ class AgentConfig:
     suspend_timeout_s: float = 60.0
     register_retry_s: float = 1.0
     runner_cmd: list[str] | None = None  # None: python -m tfgshare.runner
+    warm_runner: bool = True             # keep a spare runner with TensorFlow imported
+    #                                      (real runners only: not with runner_cmd)
     lost_after_s: float | None = None    # silence before fencing and reconnecting; None:
     #                                      FENCE_SHARE x the coordinator's node timeout
     data_roots: list[Path] | None = None  # where dataset dirs may be; None: the shared
@@ -86,7 +86,8 @@ class Agent:
         self.sup = supervisor or Supervisor(
             Path(cfg.work_dir), threads=cfg.threads, suspend_timeout_s=cfg.suspend_timeout_s,
             runner_flags=["--intra_op_threads", str(cfg.threads),
-                          "--inter_op_threads", str(cfg.threads)])
+                          "--inter_op_threads", str(cfg.threads)],
+            warm=cfg.warm_runner and not cfg.runner_cmd)
         if cfg.runner_cmd:
             self.sup.runner_cmd = list(cfg.runner_cmd)
         self.ctx = context or zmq.Context.instance()
@@ -123,7 +124,7 @@ class Agent:
         now = time.monotonic()
         if not self.registered and now - self._last_register >= self.cfg.register_retry_s:
             self._register()
-        if self.monitor.poll(0):
+        if self.handshake.failed():
             self.fatal = (f"secure handshake with the coordinator at {self.cfg.coordinator} "
                           "failed: it needs this agent's CurveZMQ key (--key, TFGSHARE_KEY), "
                           "or the coordinator key (--server-key) is not its own")
@@ -171,8 +172,7 @@ class Agent:
                 if self.sock.poll(50, zmq.POLLIN):
                     self._handle(self.sock.recv())
         if self.sock is not None:
-            self.sock.disable_monitor()
-            self.monitor.close(0)
+            self.handshake.close()
             self.sock.close(linger=200)
             self.sock = None
         self.gpus.close()
@@ -181,11 +181,10 @@ class Agent:
 
     def _connect(self) -> None:
         if self.sock is not None:
-            self.sock.disable_monitor()
-            self.monitor.close(0)
+            self.handshake.close()
             self.sock.close(linger=0)
         sock = self.ctx.socket(zmq.DEALER)
-        self.monitor = sock.get_monitor_socket(_HANDSHAKE_FAILED)
+        self.handshake = keys.HandshakeWatch(sock, patience=5)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.MAXMSGSIZE, schema.MAX_MESSAGE_BYTES)
         sock.setsockopt(zmq.RECONNECT_IVL, 200)
@@ -432,6 +431,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runner", metavar="CMD",
                    help="command that starts a job runner, split on spaces "
                         "(default: this Python with -m tfgshare.runner)")
+    p.add_argument("--no-warm-runner", dest="warm_runner", action="store_false",
+                   help="start every runner cold (default: keep one spare runner with "
+                        "TensorFlow imported, so starts and resumes skip the import)")
     p.add_argument("--data-root", type=Path, action="append", metavar="DIR",
                    help="a folder job dataset dirs may be under, repeatable (default: the "
                         "shared data folder and the checkpoint root)")
@@ -474,7 +476,8 @@ def main(argv: list[str] | None = None) -> int:
                       heartbeat_s=args.heartbeat, token=args.token, threads=args.threads,
                       suspend_timeout_s=args.suspend_timeout,
                       runner_cmd=args.runner.split() if args.runner else None,
-                      data_roots=args.data_root, key=args.key, server_key=args.server_key)
+                      data_roots=args.data_root, key=args.key, server_key=args.server_key,
+                      warm_runner=args.warm_runner)
     stop: list[int] = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, _frame: stop.append(signum))

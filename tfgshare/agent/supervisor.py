@@ -13,11 +13,20 @@ A runner dies with the process that started it (``PR_SET_PDEATHSIG``): when an
 agent is killed its runners go too, so no orphan can write to a ``train_dir``
 that a new attempt elsewhere restores from. Runners survive a coordinator
 restart (they belong to the agent, not the coordinator).
+
+With ``warm`` on, the supervisor keeps one spare runner process per node that has
+imported TensorFlow and waits (``python -m tfgshare.runner --warm``); a start hands
+the job to it over stdin (flags, environment with the job's ``CUDA_VISIBLE_DEVICES``,
+log file) instead of starting a process, and a new spare is started at once. The spare
+holds no GPU memory (no device is initialised before its job arrives). One spare per
+node is enough because starts on a node are rare next to a spare's import time; when
+there is no live spare a start is cold, as without ``warm``.
 """
 
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import signal
 import subprocess
@@ -29,6 +38,9 @@ from pathlib import Path
 from tfgshare.runner import protocol as rp
 
 _PR_SET_PDEATHSIG = 1
+_SPARE_RETRY_S = 30.0   # a spare that died is replaced at most this often
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -83,7 +95,10 @@ class Supervisor:
     cancel_timeout_s: float = 5.0
     exit_grace_s: float = 3.0      # a runner still alive this long after its final event is killed
     runner_flags: list[str] = field(default_factory=list)   # added to every runner
+    warm: bool = False             # keep a spare runner with TensorFlow imported (runner_cmd's)
     runners: dict[str, RunnerProc] = field(default_factory=dict)
+    spare: subprocess.Popen | None = None
+    spare_died_at: float = -_SPARE_RETRY_S
 
     def start(self, job: str, attempt: int, args: list[str], train_dir: str | Path,
               fragments: list[tuple[int, float]], virtual: bool,
@@ -111,9 +126,23 @@ class Supervisor:
                "--job_id", job, "--epoch", str(attempt), *self.runner_flags]
         if sample_only:
             cmd.append("--sample_only")
+        job_env = {"CUDA_VISIBLE_DEVICES": "" if virtual else ",".join(map(str, indices))}
+        popen = self._hand_to_spare(cmd[len(self.runner_cmd):], job_env, log)
+        if popen is None:
+            with open(log, "ab") as out:
+                popen = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out,
+                                         stderr=subprocess.STDOUT,
+                                         env={**self._env(), **job_env},
+                                         start_new_session=True,
+                                         preexec_fn=die_with_parent(os.getpid()))
+        proc = RunnerProc(job, attempt, indices, events, log, popen, sample_only)
+        self.runners[job] = proc
+        self.keep_spare()
+        return proc
+
+    def _env(self) -> dict[str, str]:
         env = dict(os.environ)
         env.update({
-            "CUDA_VISIBLE_DEVICES": "" if virtual else ",".join(map(str, indices)),
             "CUDA_DEVICE_ORDER": "PCI_BUS_ID",   # CUDA numbering = NVML numbering
             "TF_NUM_INTRAOP_THREADS": str(self.threads),
             "TF_NUM_INTEROP_THREADS": str(self.threads),
@@ -121,14 +150,57 @@ class Supervisor:
             "TF_CPP_MIN_LOG_LEVEL": env.get("TF_CPP_MIN_LOG_LEVEL", "2"),
             "PYTHONUNBUFFERED": "1",
         })
-        with open(log, "ab") as out:
-            popen = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out,
-                                     stderr=subprocess.STDOUT, env=env,
-                                     start_new_session=True,
-                                     preexec_fn=die_with_parent(os.getpid()))
-        proc = RunnerProc(job, attempt, indices, events, log, popen, sample_only)
-        self.runners[job] = proc
-        return proc
+        return env
+
+    def keep_spare(self) -> None:
+        """With ``warm``, start a spare runner unless a live one waits (or one died lately)."""
+        if not self.warm or (self.spare is not None and self.spare.poll() is None):
+            return
+        if self.spare is not None:
+            log.warning("spare runner %d exited %s before it got a job; see %s",
+                        self.spare.pid, self.spare.returncode, self._spare_log())
+            self.spare, self.spare_died_at = None, time.monotonic()
+        if time.monotonic() - self.spare_died_at < _SPARE_RETRY_S:
+            return
+        Path(self.work_dir).mkdir(parents=True, exist_ok=True)
+        with open(self._spare_log(), "ab") as out:
+            # CUDA_VISIBLE_DEVICES="" until the job's arrives: a spare that touched a GPU
+            # by mistake would see none, not all of them
+            self.spare = subprocess.Popen(
+                [*self.runner_cmd, rp.WARM_FLAG], stdin=subprocess.PIPE, stdout=out,
+                stderr=subprocess.STDOUT, env={**self._env(), "CUDA_VISIBLE_DEVICES": ""},
+                start_new_session=True, preexec_fn=die_with_parent(os.getpid()))
+
+    def _spare_log(self) -> Path:
+        return Path(self.work_dir) / "spare-runner.log"
+
+    def _hand_to_spare(self, argv: list[str], env: dict[str, str],
+                       log_file: Path) -> subprocess.Popen | None:
+        """Give a job to the waiting spare runner; None when there is none to take it."""
+        spare, self.spare = self.spare, None
+        if spare is None:
+            return None
+        if spare.poll() is not None:
+            self.spare_died_at = time.monotonic()
+            return None
+        try:
+            spare.stdin.write(rp.warm_job_line(argv, env, str(log_file)).encode())
+            spare.stdin.close()
+        except OSError:          # it died just now
+            _kill_quietly(spare)
+            return None
+        return spare
+
+    def end_spare(self) -> None:
+        """Stop the spare runner, if any (an empty stdin ends it)."""
+        spare, self.spare = self.spare, None
+        if spare is None:
+            return
+        try:
+            spare.stdin.close()
+            spare.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            _kill_quietly(spare)
 
     def suspend(self, job: str) -> RunnerProc:
         """Ask ``job``'s runner to checkpoint and exit (SIGUSR1), with a deadline."""
@@ -160,6 +232,7 @@ class Supervisor:
         """New events of every runner, then the exits of those that ended."""
         out: list[EventOut | ExitOut] = []
         now = time.monotonic()
+        self.keep_spare()
         for job, proc in list(self.runners.items()):
             code = proc.popen.poll()
             out.extend(self._read_events(proc))
@@ -182,6 +255,8 @@ class Supervisor:
 
     def stop_all(self, timeout_s: float = 30.0) -> list[EventOut | ExitOut]:
         """Suspend every runner, wait up to ``timeout_s``, kill what is left."""
+        self.warm = False
+        self.end_spare()
         for job in list(self.runners):
             self.suspend(job)
         out: list[EventOut | ExitOut] = []
@@ -249,6 +324,14 @@ def _signal(proc: RunnerProc, sig: int, group: bool = False) -> None:
         else:
             os.kill(proc.pid, sig)
     except ProcessLookupError:
+        pass
+
+
+def _kill_quietly(popen: subprocess.Popen) -> None:
+    try:
+        os.killpg(popen.pid, signal.SIGKILL)
+        popen.wait(timeout=5)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
         pass
 
 

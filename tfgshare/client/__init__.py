@@ -4,6 +4,6 @@
 - ``commands``: ``tfgshare submit | status | watch | nodes | logs | cancel | suspend |
   resume | migrate``.
 
-May import: ``tfgshare.schema``, ``metrics`` and ``slim_models``' light name checks.
+May import: ``tfgshare.schema``, ``keys``, ``metrics`` and ``slim_models``' light name checks.
 Never TensorFlow, the coordinator, the agent or the simulator.
 """

@@ -15,7 +15,6 @@ import time
 from typing import Any
 
 import zmq
-from zmq.utils.monitor import recv_monitor_message
 
 from tfgshare import keys
 from tfgshare import schema as s
@@ -44,10 +43,6 @@ class AuthFailed(ClientError):
     """The secure handshake with the coordinator failed (missing or wrong keys)."""
 
 
-_HANDSHAKE_FAILED = (zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
-                     | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
-
-
 class Client:
     """Requests to one coordinator over a DEALER socket."""
 
@@ -59,10 +54,10 @@ class Client:
         self._sock = self._ctx.socket(zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 0)
         self._keyed = keys.client_files(key, server_key)
-        self._monitor = self._sock.get_monitor_socket(_HANDSHAKE_FAILED)
+        self._handshake = keys.HandshakeWatch(self._sock)
         self._poller = zmq.Poller()
         self._poller.register(self._sock, zmq.POLLIN)
-        self._poller.register(self._monitor, zmq.POLLIN)
+        self._poller.register(self._handshake.monitor, zmq.POLLIN)
         try:
             keys.secure_client(self._sock, self._keyed)
             self._sock.connect(self.address)
@@ -75,16 +70,14 @@ class Client:
 
     def close(self) -> None:
         """Close the socket."""
-        self._sock.disable_monitor()
-        self._monitor.close(0)
+        self._handshake.close()
         self._sock.close(0)
         self._ctx.term()
 
     def _check_handshake(self) -> None:
         """Raise AuthFailed if the secure handshake has failed."""
-        if not self._monitor.poll(0):
+        if not self._handshake.failed():
             return
-        recv_monitor_message(self._monitor)
         if self._keyed is None:
             raise AuthFailed(f"the coordinator at {self.address} requires a CurveZMQ key and "
                              "this client has none: pass --key (and --server-key) or set "
@@ -117,7 +110,7 @@ class Client:
         while True:
             left = deadline - time.monotonic()
             ready = dict(self._poller.poll(left * 1000)) if left > 0 else {}
-            if self._monitor in ready:
+            if self._handshake.monitor in ready:
                 self._check_handshake()
             if self._sock not in ready:
                 if time.monotonic() < deadline:

@@ -8,7 +8,7 @@
 - ``store``: the SQLite state; ``exporter``: Prometheus metrics and the run report.
 - ``config``, ``errors``, ``logs``: settings and flags, request errors, logging.
 
-May import: ``tfgshare.schema``, ``metrics``, ``paths``, ``policies``,
+May import: ``tfgshare.schema``, ``keys``, ``metrics``, ``paths``, ``policies``,
 ``runner.protocol`` (the runner contract, no TensorFlow) and ``slim_models``'
 light name checks. Never TensorFlow, the agent, the client or the simulator.
 """

@@ -104,6 +104,8 @@ class LiveJob(JobAccount):
                 steps_done=self.steps_done, requested_fraction=spec.requested_fraction,
                 sample=self.sample, predicted_remaining_s=self.predicted_remaining_s,
                 fragments=self.fragments, attained_service_s=self.attained_service_s,
+                # service is closed at each release: a running job's grows from last_start
+                attained_at=self.last_start if state.holds_gpu else None,
                 last_start=self.last_start, waited_s=self.waited_s,
                 last_wait_start=self.last_wait_start, suspends=self.suspends,
                 priority=spec.priority)

@@ -12,6 +12,6 @@
 - ``exclusive``: whole-GPU placement for fifo, sjf and tiresias.
 - ``interference``: the predicted co-location slowdown model.
 - ``prediction``, ``queueing``: remaining time, waiting time, arrival order.
-- Policies: ``fifo``, ``sjf``, ``tiresias``, ``gandiva``, ``fgs``.
+- Policies: ``fifo``, ``sjf``, ``tiresias`` (and ``tiresias-promote``), ``gandiva``, ``fgs``.
 - ``builders``: short constructors for hand-made clusters and jobs.
 """

@@ -92,6 +92,7 @@ class JobView:
     predicted_remaining_s: float | None = None  # refreshed online while it runs
     fragments: tuple[Fragment, ...] = ()        # where it runs now (holds_gpu)
     attained_service_s: float = 0.0             # GPU-seconds received so far (LAS)
+    attained_at: float | None = None            # when attained_service_s was measured
     last_start: float | None = None             # time of the last start/resume
     waited_s: float = 0.0                       # time not running since submit
     last_wait_start: float | None = None        # when its current wait began
@@ -149,7 +150,12 @@ Action = Start | Suspend | Migrate
 
 
 class Policy(Protocol):
-    """A scheduling policy. ``decide`` is deterministic; it changes nothing but its memo."""
+    """A scheduling policy. ``decide`` is deterministic; it changes nothing but its memo.
+
+    Optional attributes the callers read: ``tick_s`` (how often to call it while
+    jobs wait; None: only on events and at ``wake_at(now, memo)``, the next time
+    it wants to be called even if nothing happens, or None).
+    """
 
     name: str
 

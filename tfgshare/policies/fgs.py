@@ -155,22 +155,38 @@ class FgsMemo(Memo):
 
 
 class _Rest:
-    """The smallest fraction and utilisation among a walk's jobs not passed yet."""
+    """The smallest fraction and utilisation among a walk's jobs not passed yet.
+
+    The walk calls ``passed(id)`` for each job it reaches; the answer is worked
+    out again only when one of the two smallest jobs was passed.
+    """
 
     def __init__(self, fs: SortedList, us: SortedList | None, gone: set[str]):
         self.fs, self.us, self.gone = fs, us, gone
         self.i = self.j = 0
+        self._known: tuple[float, float] | None = None
+        self._ids: tuple[str | None, str | None] = (None, None)
+
+    def passed(self, jid: str) -> None:
+        self.gone.add(jid)
+        if jid in self._ids:
+            self._known = None
 
     def smallest(self) -> tuple[float, float]:
+        if self._known is not None:
+            return self._known
         fs, us, gone = self.fs, self.us, self.gone
         while self.i < len(fs) and fs[self.i][1] in gone:
             self.i += 1
-        f = fs[self.i][0] if self.i < len(fs) else math.inf
+        f, fid = fs[self.i] if self.i < len(fs) else (math.inf, None)
         if us is None:   # sampling: no utilisation check
-            return f, (-1.0 if self.i < len(fs) else math.inf)
+            self._known, self._ids = (f, -1.0 if fid is not None else math.inf), (fid, None)
+            return self._known
         while self.j < len(us) and us[self.j][1] in gone:
             self.j += 1
-        return f, (us[self.j][0] if self.j < len(us) else math.inf)
+        u, uid = us[self.j] if self.j < len(us) else (math.inf, None)
+        self._known, self._ids = (f, u), (fid, uid)
+        return self._known
 
 
 BANDS = 20   # steps of utilisation room by which GPUs are indexed for search
@@ -513,12 +529,12 @@ class _Round:
                     on_fail(job)
             return
         free = self.free
-        gone = rest.gone
         quiet = on_fail is None   # on_fail said False once: it does nothing more
         version, tops = -1, {}
         last = None   # (version, f, u) of the last break check that found room
+        passed = rest.passed
         for job, size in jobs:
-            gone.add(job.id)
+            passed(job.id)
             f, u = size
             if quiet:   # the cheap first check of place(), inline
                 if free.version != version:

@@ -47,6 +47,7 @@ class Fifo:
     """First in, first out on exclusive GPUs, with head-of-line blocking."""
 
     name: ClassVar[str] = "fifo"
+    tick_s: ClassVar[float | None] = None   # its decision changes only on arrivals and ends
 
     def new_memo(self) -> FifoMemo:
         """An empty memo (see ``policies.memo``)."""

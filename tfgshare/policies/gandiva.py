@@ -79,6 +79,8 @@ class Gandiva:
         reserve = cluster.reserve_mb
         actions: list[Action] = []
         top = free.max_free()
+        if top <= 0.0:
+            return []   # no GPU has room for anyone
         rep = next(iter(free.gpus.values())) if len(free.sizes) == 1 else None
         views = memo.tracker.views
         walk = memo.waiting.merged()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .base import JobView
-from .queueing import WAITING
+from .queueing import HOLDING, WAITING
 
 
 def remaining_time_s(total_steps: float, steps_done: float, step_time_s: float) -> float:
@@ -47,3 +47,11 @@ def total_wait_s(job: JobView, now: float) -> float:
 def run_s(job: JobView) -> float:
     """Seconds the job has run so far: attained GPU-seconds over its GPU count."""
     return job.attained_service_s / max(1, job.num_gpus)
+
+
+def attained_now(job: JobView, now: float) -> float:
+    """GPU-seconds received up to ``now``: a job holding GPUs gains ``num_gpus`` per second
+    since its view measured ``attained_service_s`` (at ``attained_at``)."""
+    if job.attained_at is not None and job.state in HOLDING and now > job.attained_at:
+        return job.attained_service_s + (now - job.attained_at) * job.num_gpus
+    return job.attained_service_s

@@ -12,6 +12,7 @@ _POLICIES: dict[str, str] = {
     "fifo": "tfgshare.policies.fifo:Fifo",
     "sjf": "tfgshare.policies.sjf:Sjf",
     "tiresias": "tfgshare.policies.tiresias:Tiresias",
+    "tiresias-promote": "tfgshare.policies.tiresias:TiresiasPromote",
     "gandiva": "tfgshare.policies.gandiva:Gandiva",
     "fgs": "tfgshare.policies.fgs:Fgs",
 }
@@ -29,7 +30,7 @@ def policy_class(name: str) -> type:
 
 def policy_params(name: str) -> dict[str, object]:
     """The tunable parameters of a policy and their defaults."""
-    return {f.name: f.default for f in dataclasses.fields(policy_class(name))}
+    return {f.name: f.default for f in dataclasses.fields(policy_class(name)) if f.init}
 
 
 def get_policy(name: str, **params: object) -> Policy:

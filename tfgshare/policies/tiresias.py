@@ -1,27 +1,47 @@
-"""Tiresias-style discretised 2D-LAS on exclusive GPUs, with preemption.
+"""Tiresias's discretised 2D-LAS (``dlas-gpu``), as its authors' simulator runs it.
 
 From Gu et al., "Tiresias: A GPU Cluster Manager for Distributed Deep
-Learning", NSDI'19. A job's priority is its attained service in GPU-seconds
-(GPUs x time run, ``attained_service_s``), discretised into K queues by the
-thresholds: queue 0 holds jobs below the first threshold, and so on. Lower
-queues go first; within a queue, arrival order (FIFO). No prediction is used.
-A running job is preempted (suspended) when a waiting job of a strictly
-better queue needs its GPUs; jobs of the same queue never preempt each other,
-which keeps the within-queue FIFO order without thrashing. Starvation: as in
-the paper, a job that has waited ``promote_knob`` times longer than it has
-run is promoted to queue 0 while it waits.
+Learning", NSDI'19, and the authors' simulator (``SymbioticLab/Tiresias``,
+``run_sim.py --schedule=dlas-gpu``). A job's priority is its attained service
+in GPU-seconds (GPUs x time held), discretised into queues by ``thresholds``:
+the authors' code uses three queues split at 3,250 and 7,200 GPU-seconds.
 
-Defaults are our choice for the Philly trace: two queues (the paper finds two
-or three queues enough) split at one GPU-hour, where Philly's job length
-distribution separates the many short debugging and tuning jobs from long
-training; ``promote_knob`` 4, so a job is not held back for more than a few
-times its own run time; ``min_run_s`` of 60 s so a job that just started or
-resumed is not suspended before it makes progress past its restore cost.
+The queues are ordered lists, kept the way their code keeps them:
+
+* a new job joins the back of queue 0;
+* a running job whose attained service reaches its queue's threshold is
+  demoted to the back of the next queue (behind that queue's waiting jobs);
+* at every decision the queues are walked in order, and each job, in list
+  order, runs if enough GPUs are still free (counting GPUs only; a smaller job
+  may pass a larger one that does not fit); a running job that does not fit
+  is preempted;
+* after each decision, in every queue the running jobs move ahead of the
+  waiting ones (each group keeping its order), so a preempted job heads its
+  queue's waiting jobs and a started one follows the jobs already running.
+
+``dlas-gpu`` has no starvation promotion (``promote_knob`` 0). With a knob
+``k > 0`` (their ``dlas-gpu-k``; registry name ``tiresias-promote`` is k = 4,
+the old default here), a waiting job of a lower queue whose pending time since
+it last ran after a promotion reaches ``k`` x its run time since that
+promotion goes back to the end of queue 0, its attained service counted from
+zero again. ``min_run_s`` (0 in their code) protects a job that just started.
+
+Attained service is read fresh at every decision (``attained_now``), and
+``wake_at`` tells the caller when the next demotion or promotion is due so it
+can ask again then (the authors' simulator schedules that "job jump" as
+``(threshold - run seconds) / GPUs`` from each event, which for a multi-GPU job
+is later than the crossing; ``authors_wake=False`` wakes at the crossing).
+
+Unlike the other policies' memos, this one is more than a cache: the order of
+the queues depends on history (who was demoted or preempted when), so the
+caller must pass the same memo to every call. It records what it observed in
+the views (starts, preemptions, crossings), never what it planned, so a
+decision repeated on the same views gives the same actions. A fresh memo puts
+each job in the queue of its attained service, in arrival order.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from dataclasses import dataclass
 from typing import ClassVar, Sequence
 
@@ -29,21 +49,54 @@ from .base import Action, ClusterSnapshot, JobState, JobView, Suspend
 from .exclusive import IdleMap, start_exclusive
 from .memo import Memo
 from .placement import up_gpus
-from .prediction import current_wait_s, run_s
+from .prediction import attained_now, total_wait_s
 from .queueing import HOLDING, WAITING
+
+EPS = 1e-6
+RUN, WAIT, TAIL = 0, 1, 2   # a job's part of its queue: running, waiting, just demoted
+
+
+@dataclass(slots=True)
+class _Place:
+    """Where one job stands: queue, part and position within the part."""
+
+    queue: int
+    part: int
+    key: float
+    base_service: float = 0.0     # attained GPU-seconds at its last promotion
+    base_wait: float | None = None  # total wait when it first ran after that
+    since: float = 0.0              # when it was put at the back (TAIL) of its queue
+
+
+class TiresiasMemo(Memo):
+    """The queues as the authors' code keeps them: each job's place, and counters."""
+
+    def __init__(self) -> None:
+        self.places: dict[str, _Place] = {}
+        self.seq = 0.0      # last key given at the back of a part
+        self.front = 0.0    # last key given at the front of the waiting part
+        self.wake: float | None = None
+        super().__init__()
+
+    def tail(self) -> float:
+        """A key behind every key given so far."""
+        self.seq += 1.0
+        return self.seq
 
 
 @dataclass
 class Tiresias:
-    """Discretised two-dimensional least-attained-service, preemptive, exclusive GPUs."""
+    """Discretised 2D-LAS on exclusive GPUs, preemptive, queues kept as ordered lists."""
 
     name: ClassVar[str] = "tiresias"
-    # attained-service (GPU-seconds) boundaries between queues; K = len + 1 queues
-    thresholds: tuple[float, ...] = (3600.0,)
-    # promote a waiting job to queue 0 when its current wait > knob x its run time (0: off)
-    promote_knob: float = 4.0
+    tick_s: ClassVar[float | None] = None   # no periodic call needed: see wake_at
+    # attained-service (GPU-seconds) boundaries between queues; len + 1 queues
+    thresholds: tuple[float, ...] = (3250.0, 7200.0)
+    # promote a waiting lower-queue job when pending >= knob x run time (0: off)
+    promote_knob: float = 0.0
     # no preemption within this many seconds of a job's last start or resume
-    min_run_s: float = 60.0
+    min_run_s: float = 0.0
+    authors_wake: bool = True
 
     def __post_init__(self) -> None:
         self.thresholds = tuple(float(t) for t in self.thresholds)
@@ -54,89 +107,184 @@ class Tiresias:
         if self.promote_knob < 0 or self.min_run_s < 0:
             raise ValueError("tiresias promote_knob and min_run_s must be >= 0")
 
-    def queue_of(self, job: JobView, now: float) -> int:
-        """The job's queue index now (0 = highest priority)."""
-        q = bisect_right(self.thresholds, job.attained_service_s)
-        if (q and self.promote_knob > 0 and job.state in WAITING
-                and current_wait_s(job, now) > self.promote_knob * run_s(job)):
-            return 0
-        return q
+    # ---- queue bookkeeping ---------------------------------------------------
 
-    def new_memo(self) -> Memo:
-        """An empty memo (see ``policies.memo``).
+    def new_memo(self) -> TiresiasMemo:
+        """An empty memo: the queues (see the module doc)."""
+        return TiresiasMemo()
 
-        Hook: this policy does not keep its queues in the memo yet; a subclass
-        of ``Memo`` with a ``WaitQueue`` keyed (queue, submit, id) is where they go.
-        """
-        return Memo()
+    @staticmethod
+    def queue_of(memo: TiresiasMemo, job_id: str) -> int | None:
+        """The queue (0 = highest priority) the job was in at the last decision."""
+        p = memo.places.get(job_id)
+        return None if p is None else p.queue
 
-    def decide(self, now: float, cluster: ClusterSnapshot, jobs: Sequence[JobView],
-               memo: Memo | None = None) -> list[Action]:
-        """Give GPUs to the best queues, preempting running jobs of worse queues."""
-        up = len(up_gpus(cluster))
-        waiting = []   # (queue, 1, submit, id, job)
-        running = []   # running jobs that may be preempted now
-        pinned = 0     # GPUs of jobs that must not be preempted now
-        best_waiting = None
-        most_served = -1.0
-        smallest = up + 1
-        wanted = 0     # GPUs the waiting jobs ask for in all
+    def _sync(self, now: float, jobs: Sequence[JobView], memo: TiresiasMemo) -> list[JobView]:
+        """Bring every job's place up to date with what the views show now."""
+        places = memo.places
+        fresh: list[JobView] = []
+        moved: list[tuple[tuple, JobView, _Place]] = []
+        holding: list[JobView] = []
+        waiting: list[JobView] = []
+        running = JobState.RUNNING
         for j in jobs:
             s = j.state
-            if s in WAITING:
-                if j.num_gpus <= up:
-                    q = self.queue_of(j, now)
-                    waiting.append((q, 1, j.submit_time, j.id, j))
-                    if best_waiting is None or q < best_waiting:
-                        best_waiting = q
-                    if j.num_gpus < smallest:
-                        smallest = j.num_gpus
-                    wanted += j.num_gpus
-            elif s is JobState.RUNNING and (
-                    j.last_start is None or now - j.last_start >= self.min_run_s):
-                running.append(j)
-                if j.attained_service_s > most_served:
-                    most_served = j.attained_service_s
+            if s in HOLDING:
+                holding.append(j)
+            elif s in WAITING:
+                waiting.append(j)
+            p = places.get(j.id)
+            if p is None:
+                fresh.append(j)
+            elif p.part != (RUN if s is running else WAIT) and not (
+                    p.part == TAIL and p.since == now and s is running):
+                # (a job demoted at this very time has not been walked yet)
+                moved.append(((p.queue, p.part, p.key), j, p))
+        if len(places) > len(jobs) - len(fresh):
+            live = {j.id for j in jobs}
+            for jid in [k for k in places if k not in live]:
+                del places[jid]
+        # what happened since the last decision, in that decision's walk order
+        moved.sort(key=lambda t: t[0])
+        preempted = [(j, p) for _, j, p in moved if j.state is not JobState.RUNNING]
+        start = memo.front - len(preempted)
+        for i, (j, p) in enumerate(preempted):
+            if p.part == RUN:            # preempted: heads its queue's waiting jobs
+                p.key = start + i
+            p.part = WAIT                # a demoted job that lost its GPUs stays at the back
+        memo.front = start
+        for _, j, p in moved:
+            if j.state is JobState.RUNNING:
+                p.part, p.key = RUN, memo.tail()
+                if p.base_wait is None:
+                    p.base_wait = total_wait_s(j, now)
+        # new jobs join the back of queue 0 (a job first seen with service
+        # already, e.g. after a coordinator restart, the queue of that service)
+        fresh.sort(key=lambda j: (j.submit_time, j.id))
+        for j in fresh:
+            runs = j.state is JobState.RUNNING
+            q = self._level(attained_now(j, now))
+            places[j.id] = _Place(q, RUN if runs else WAIT, memo.tail(),
+                                  base_wait=total_wait_s(j, now) if runs else None)
+        # demotions (and promotions), in arrival order as their runnable list
+        last = len(self.thresholds)
+        candidates = holding + waiting if self.promote_knob else holding
+        for j in sorted(candidates, key=lambda j: (j.submit_time, j.id)):
+            p = places[j.id]
+            service = attained_now(j, now) - p.base_service
+            if j.state in HOLDING:
+                if p.queue < last and service >= self.thresholds[p.queue] - EPS:
+                    p.queue = max(p.queue + 1, self._level(service))
+                    p.part, p.key, p.since = TAIL, memo.tail(), now
+            elif p.queue > 0 and service > 0 and p.base_wait is not None:
+                pending = total_wait_s(j, now) - p.base_wait
+                if pending >= self.promote_knob * service / j.num_gpus:
+                    p.queue, p.part, p.key = 0, WAIT, memo.tail()
+                    p.base_service += service
+                    p.base_wait = None
+        return candidates
+
+    def _level(self, service: float) -> int:
+        q = 0
+        for t in self.thresholds:
+            if service < t:
+                break
+            q += 1
+        return q
+
+    # ---- the decision ----------------------------------------------------------
+
+    def decide(self, now: float, cluster: ClusterSnapshot, jobs: Sequence[JobView],
+               memo: TiresiasMemo | None = None) -> list[Action]:
+        """Walk the queues in order; run what fits, preempt running jobs that do not."""
+        memo = self.new_memo() if memo is None else memo
+        memo.sync(jobs)
+        candidates = self._sync(now, jobs, memo)
+        places = memo.places
+        free = len(up_gpus(cluster))
+        walk = []
+        movable = 0                         # running jobs the walk may preempt
+        any_waiting = False
+        for j in jobs:
+            s = j.state
+            if s is JobState.RUNNING:
+                if self.min_run_s and j.last_start is not None and \
+                        now - j.last_start < self.min_run_s:
+                    free -= j.num_gpus      # protected: keeps its GPUs
+                    continue
+                movable += 1
             elif s in HOLDING:
-                pinned += j.num_gpus
-        if best_waiting is None:
+                free -= j.num_gpus          # sampling or suspending: not ours to move
+                continue
+            elif s in WAITING:
+                any_waiting = True
+            else:
+                continue
+            p = places[j.id]
+            walk.append((p.queue, p.part, p.key, j))   # (queue, part, key) is unique
+        memo.wake = self._next_jump(now, candidates, memo)
+        if not any_waiting:
             return []
-        idle = IdleMap(cluster, jobs)
-        # a running job is in a worse queue than the best waiting one iff it
-        # has crossed that queue's upper threshold
-        if (wanted <= idle.idle or best_waiting >= len(self.thresholds)
-                or most_served < self.thresholds[best_waiting]):
-            # everyone fits, or nobody may be preempted: fill idle GPUs in priority order
-            if idle.idle < smallest:
-                return []
-            waiting.sort(key=lambda t: t[:4])
-            starts = []
-            for t in waiting:
-                start = start_exclusive(idle, t[4]) if idle.idle >= t[4].num_gpus else None
-                if start is not None:
-                    starts.append(start)
-                if idle.idle < smallest:
-                    break
-            return starts
-        keyed = [(self.queue_of(j, now), 0, j.submit_time, j.id, j) for j in running]
-        keyed += waiting
-        keyed.sort(key=lambda t: t[:4])
-        left = up - pinned
+        walk.sort()
         chosen: list[JobView] = []
         victims: list[JobView] = []
-        for t in keyed:
-            j = t[4]
-            if j.num_gpus <= left:
-                left -= j.num_gpus
-                if j.state in WAITING:
+        for _, _, _, j in walk:
+            runs = j.state is JobState.RUNNING
+            if j.num_gpus <= free:
+                free -= j.num_gpus
+                if not runs:
                     chosen.append(j)
-            elif j.state is JobState.RUNNING:
+            elif runs:
                 victims.append(j)
+            if runs:
+                movable -= 1
+            elif free == 0 and movable == 0:
+                break                        # nothing left to start or to preempt
         if not chosen:
             return []
+        idle = IdleMap(cluster, memo=memo)
         for v in victims:
             idle.release(f.gpu for f in v.fragments)
         starts = [s for s in (start_exclusive(idle, j) for j in chosen) if s is not None]
-        if not starts:
-            return []   # nothing could be placed after all: preempt nobody
         return [Suspend(v.id) for v in victims] + starts
+
+    def _next_jump(self, now: float, jobs: Sequence[JobView],
+                   memo: TiresiasMemo) -> float | None:
+        """When the next running job crosses its threshold (or a waiting one is promoted)."""
+        last = len(self.thresholds)
+        best = None
+        for j in jobs:
+            p = memo.places.get(j.id)
+            if p is None:
+                continue
+            service = attained_now(j, now) - p.base_service
+            if j.state is JobState.RUNNING:
+                if p.queue < last:
+                    if self.authors_wake:
+                        g = j.num_gpus
+                        t = now + max(0.0, (self.thresholds[p.queue] - service / g) / g)
+                    else:
+                        t = now + (self.thresholds[p.queue] - service) / j.num_gpus
+                else:
+                    continue
+            elif self.promote_knob and j.state in WAITING and p.queue > 0 and service > 0 \
+                    and p.base_wait is not None:
+                t = now + self.promote_knob * service / j.num_gpus - (
+                    total_wait_s(j, now) - p.base_wait)
+            else:
+                continue
+            if t > now and (best is None or t < best):
+                best = t
+        return best
+
+    def wake_at(self, now: float, memo: TiresiasMemo) -> float | None:
+        """The time of the next demotion or promotion seen at the last decision."""
+        return memo.wake
+
+
+@dataclass
+class TiresiasPromote(Tiresias):
+    """Tiresias with starvation promotion at knob 4 (their ``dlas-gpu-4``)."""
+
+    name: ClassVar[str] = "tiresias-promote"
+    promote_knob: float = 4.0

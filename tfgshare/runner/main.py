@@ -153,10 +153,12 @@ def _build_and_train(config: TrainConfig, sink: EventSink,
     graph_s = time.perf_counter() - tick
     proto = runner_graph.session_config(config)
     with tf.compat.v1.Session(graph=built.graph, config=proto) as session:
-        session.run(built.init_op)
         tick = time.perf_counter()
+        # a restore sets every variable, so only a fresh start runs the initializers
         latest = _restore_newest_good(config, built, session, candidates, sink)
         restore_s = time.perf_counter() - tick if latest else 0.0
+        if latest is None:
+            session.run(built.init_op)
         runner_graph.start_input(session, built)
         step = int(session.run(built.global_step))
         sink.emit("started", global_step=step, restored=latest is not None,
@@ -218,8 +220,20 @@ def _warn(sink: EventSink, message: str) -> None:
     sink.emit("warning", message=message)
 
 
+_job_start: float | None = None   # monotonic time a warm runner was handed its job
+
+
+def mark_job_start(at: float) -> None:
+    """Count a job's start from ``at`` (monotonic), not from the process start (warm runner)."""
+    global _job_start
+    _job_start = at
+
+
 def _process_age_s() -> float | None:
-    """Seconds since this process started (Linux), None where that cannot be read."""
+    """Seconds since this job started: since its process started (Linux) or it was handed
+    to a warm runner; None where that cannot be read."""
+    if _job_start is not None:
+        return time.monotonic() - _job_start
     try:
         fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
         started = int(fields[19]) / os.sysconf("SC_CLK_TCK")

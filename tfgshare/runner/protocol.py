@@ -15,6 +15,9 @@ In a cluster the agent adds ``--epoch ATTEMPT``: checkpoints then go under
 ``EXIT_FENCED``. A failed periodic save (a full disk) is a ``warning`` event and
 training goes on; a failed final save exits with 1.
 
+A warm runner, ``python -m tfgshare.runner --warm``, imports TensorFlow first and
+then takes its job as one line on stdin (``warm_job_line``); see ``runner.warm``.
+
 Each run first warms up and samples its step time; the ``sample`` event is also
 written to ``<train_dir>/sample.json`` (``SAMPLE_FILE``), and a checkpoint follows
 it, so the job can be moved right after sampling. In-process callers use
@@ -63,6 +66,14 @@ class FencedError(CheckpointError):
     """A newer attempt (higher ``--epoch``) of the job has taken over its checkpoints."""
 
     exit_code = EXIT_FENCED
+
+
+WARM_FLAG = "--warm"
+
+
+def warm_job_line(argv: list[str], env: dict[str, str], log: str | None) -> str:
+    """The stdin line that hands a warm runner its job: flags, environment, log file."""
+    return json.dumps({"argv": list(argv), "env": dict(env), "log": log}) + "\n"
 
 
 def request_suspend(pid: int) -> None:

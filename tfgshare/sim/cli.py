@@ -17,7 +17,13 @@ from .cluster import load_cluster
 from .config import SimConfig
 from .engine import SimResult, SimulationError, simulate
 from .profiles import load_profiles
-from .workload import load_workload
+from .workload import STEPS_FROM, load_workload
+
+DEFAULT_POLICIES = ("fifo", "sjf", "tiresias", "gandiva", "fgs")
+UNITS = {"times": "seconds", "utilisation": "fraction of all GPUs (0-1)",
+         "decide p50_ms/p99_ms": "milliseconds", "wall_s": "seconds"}
+JOB_COLUMNS = ("policy", "job", "num_gpus", "submit_s", "first_start_s", "finish_s", "jct_s",
+               "wait_s", "preemptions", "resumes", "migrations", "move_cost_s")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -31,8 +37,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--cluster", default=None,
                    help="philly, philly-revised, vc:<name>, NxG[:MEM] (e.g. 64x8), a YAML file "
                         "or a shipped cluster name (default: philly, or vc:<VC> with one --vc)")
-    p.add_argument("--policy", default=",".join(POLICY_NAMES),
-                   help=f"comma-separated policies (default: {','.join(POLICY_NAMES)})")
+    p.add_argument("--policy", default=",".join(DEFAULT_POLICIES),
+                   help=f"comma-separated policies, of {','.join(POLICY_NAMES)} "
+                        f"(default: {','.join(DEFAULT_POLICIES)})")
+    p.add_argument("--policy-param", action="append", default=[], metavar="[POLICY.]KEY=VALUE",
+                   help="set a policy parameter (e.g. tiresias.thresholds=3250,7200 or "
+                        "promote_knob=4 for every listed policy that has it); repeatable")
+    p.add_argument("--sim-param", action="append", default=[], metavar="KEY=VALUE",
+                   help="set a simulator knob of SimConfig (e.g. refresh_s=60, "
+                        "storage_mb_s=500, step_noise=0); repeatable")
     p.add_argument("--jobs", type=int, default=None, help="replay only the N earliest jobs")
     p.add_argument("--seed", type=int, default=0, help="seed for model mapping and noise")
     p.add_argument("--out", default=None, help="output folder (default: a new temp folder)")
@@ -47,6 +60,24 @@ def _parser() -> argparse.ArgumentParser:
                    help="seconds between policy calls while jobs wait (default 60)")
     p.add_argument("--storage-mb-s", type=float, default=SimConfig.storage_mb_s,
                    help="checkpoint bandwidth in MB/s")
+    p.add_argument("--cross-node-slowdown", type=float, default=SimConfig.cross_node_slowdown,
+                   help="locality model: step-time penalty (fraction) when a job's GPUs span "
+                        f"nodes; 0 = off, as in the Tiresias simulator's count placement "
+                        f"(default {SimConfig.cross_node_slowdown})")
+    p.add_argument("--startup-s", type=float, default=None,
+                   help="seconds every (re)start takes before its first step "
+                        "(default: each model's profile)")
+    p.add_argument("--checkpoint-s", type=float, default=None,
+                   help="seconds each checkpoint save or restore takes "
+                        "(default: checkpoint size / --storage-mb-s)")
+    p.add_argument("--zero-move-costs", action="store_true",
+                   help="free starts, suspends and resumes (--startup-s 0 --checkpoint-s 0)")
+    p.add_argument("--steps-from", choices=STEPS_FROM, default="duration",
+                   help="a named-model job's step count: from its duration on the reference GPU "
+                        "(default, as the Tiresias simulator) or the trace's iterations")
+    p.add_argument("--jobs-out", default=None, metavar="FILE",
+                   help="write every job's submit, start, finish, JCT, wait, preemptions and "
+                        "moves (seconds) to this CSV, a row per policy and job")
     p.add_argument("--check", action="store_true",
                    help="validate every decision and invariant (slow)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
@@ -90,12 +121,13 @@ def _run(args) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
         TimeElapsedColumn
 
-    from tfgshare.policies.registry import get_policy
+    from tfgshare.policies.registry import get_policy, policy_params
 
     names = [n.strip() for n in args.policy.split(",") if n.strip()]
     if not names:
         raise ValueError("--policy needs at least one policy name")
-    policies = {n: get_policy(n) for n in names}          # unknown names fail here
+    policies = {n: get_policy(n, **params)
+                for n, params in _policy_params(names, args.policy_param).items()}
     vcs = [v.strip() for v in args.vc.split(",")] if args.vc else None
     spec = args.cluster or (f"vc:{vcs[0]}" if vcs and len(vcs) == 1 else "philly")
     if args.jobs is not None and args.jobs < 1:
@@ -104,17 +136,25 @@ def _run(args) -> int:
         raise ValueError(f"--tick must be positive, got {args.tick}")
     cluster = load_cluster(spec)
     profiles = load_profiles(args.profiles)
-    config = SimConfig(seed=args.seed, tick_s=args.tick, storage_mb_s=args.storage_mb_s,
-                       check=args.check)
+    knobs = dict(seed=args.seed, tick_s=args.tick, storage_mb_s=args.storage_mb_s,
+                 check=args.check, cross_node_slowdown=args.cross_node_slowdown,
+                 startup_s=0.0 if args.zero_move_costs else args.startup_s,
+                 checkpoint_s=0.0 if args.zero_move_costs else args.checkpoint_s)
+    knobs.update(_sim_params(args.sim_param))
+    config = SimConfig(**knobs)
     work = load_workload(args.trace, profiles, cluster.num_gpus, seed=args.seed,
                          num_jobs=args.jobs, vcs=vcs, start=_time_arg(args.start),
-                         end=_time_arg(args.end), time_compression=args.time_compression)
+                         end=_time_arg(args.end), time_compression=args.time_compression,
+                         steps_from=args.steps_from)
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="tfgshare-sim-"))
     out.mkdir(parents=True, exist_ok=True)
     console = Console(stderr=True)
-    console.print(f"{len(work.jobs)} jobs on {cluster.name} ({cluster.num_gpus} GPUs)"
-                  + (f"; {len(work.too_wide)} jobs wider than the cluster left out"
-                     if work.too_wide else ""))
+    console.print(f"{len(work.jobs)} jobs on {cluster.name} ({cluster.num_gpus} GPUs); "
+                  f"cross-node slowdown {config.cross_node_slowdown:g}, start-up "
+                  f"{'per profile' if config.startup_s is None else f'{config.startup_s:g} s'}, "
+                  f"checkpoint {'by bandwidth' if config.checkpoint_s is None else f'{config.checkpoint_s:g} s'}")
+    for line in work.summary_lines():
+        console.print(line)
 
     results: dict[str, SimResult] = {}
     total = len(work.jobs)
@@ -133,6 +173,9 @@ def _run(args) -> int:
     reports = {n: r.report for n, r in results.items()}
     baseline = "fifo" if "fifo" in reports else names[0]
     print(format_table(reports, baseline=baseline))
+    print("times: s = seconds, m = minutes, h = hours, d = days; alloc%, eff%, dev%: percent "
+          "of all GPUs, devbusy%: of busy GPUs; report.csv and report.json give times in "
+          "seconds and utilisations as fractions")
     rows = table_rows(reports, baseline=baseline)
     with open(out / "report.csv", "w", newline="") as f:
         keys = list(dict.fromkeys(k for row in rows for k in row))
@@ -142,7 +185,11 @@ def _run(args) -> int:
     doc = {
         "trace": args.trace, "cluster": cluster.name, "num_gpus": cluster.num_gpus,
         "jobs": total, "left_out_too_wide": len(work.too_wide), "seed": args.seed,
-        "baseline": baseline,
+        "baseline": baseline, "units": UNITS,
+        "dropped": dict(work.dropped), "changed": dict(work.changed), "notes": work.notes,
+        "sim_config": {k: v for k, v in vars(config).items() if k != "colocation"},
+        "policy_params": {n: {k: getattr(p, k) for k in policy_params(n)}
+                          for n, p in policies.items()},
         "policies": {n: {"report": r.report.as_dict(),
                          "ratios": {k: (None if v != v else v)
                                     for k, v in ratios(r.report, reports[baseline]).items()},
@@ -150,9 +197,90 @@ def _run(args) -> int:
                          "oom_starts": r.oom_starts}
                      for n, r in results.items()},
     }
-    (out / "report.json").write_text(json.dumps(doc, indent=2))
+    (out / "report.json").write_text(json.dumps(doc, indent=2, default=str))
+    if args.jobs_out:
+        write_jobs(results, args.jobs_out)
     if not args.no_plots:
         from .plots import write_plots
         write_plots(results, cluster.num_gpus, out)
     print(f"wrote report.csv, report.json{'' if args.no_plots else ' and plots'} to {out}")
     return 0
+
+
+def write_jobs(results: dict[str, SimResult], path: str | Path) -> None:
+    """Every job of every run as CSV rows (times in seconds; preemptions = suspends)."""
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(JOB_COLUMNS)
+        for name, r in results.items():
+            for j in r.records:
+                w.writerow([name, j.id, j.num_gpus, j.submit_time, _num(j.first_start),
+                            _num(j.finish_time), _num(j.jct), j.waited_s, j.suspends, j.resumes,
+                            j.migrations, j.move_cost_s])
+
+
+def _num(x: float | None) -> str | float:
+    return "" if x is None else x
+
+
+def _value(text: str):
+    """A KEY=VALUE value: a number, a comma list of numbers (a tuple), true/false/none."""
+    low = text.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low in ("none", "null"):
+        return None
+    try:
+        if "," in text:
+            return tuple(float(x) for x in text.split(",") if x.strip())
+        n = float(text)
+        return int(n) if n.is_integer() and "." not in text and "e" not in low else n
+    except ValueError:
+        return text
+
+
+def _pairs(items: list[str], flag: str) -> list[tuple[str, object]]:
+    out = []
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise ValueError(f"{flag} {item!r}: expected KEY=VALUE")
+        out.append((key.strip(), _value(value)))
+    return out
+
+
+def _policy_params(names: list[str], items: list[str]) -> dict[str, dict]:
+    """Parameters for each listed policy from ``[POLICY.]KEY=VALUE`` items."""
+    from tfgshare.policies.registry import policy_params
+    known = {n: policy_params(n) for n in names}          # unknown names fail here
+    out: dict[str, dict] = {n: {} for n in names}
+    for key, value in _pairs(items, "--policy-param"):
+        target, dot, field = key.rpartition(".")
+        if dot:
+            if target not in known:
+                raise ValueError(f"--policy-param {key}: policy {target!r} is not in --policy")
+            targets = [target]
+        else:
+            targets = [n for n in names if field in known[n]]
+            if not targets:
+                raise ValueError(f"--policy-param {key}: no listed policy has parameter "
+                                 f"{field!r}")
+        for n in targets:
+            if field not in known[n] or field.startswith("_"):
+                raise ValueError(f"--policy-param {key}: policy {n!r} has no parameter "
+                                 f"{field!r}; valid: "
+                                 f"{', '.join(k for k in known[n] if not k.startswith('_'))}")
+            out[n][field] = value
+    return out
+
+
+def _sim_params(items: list[str]) -> dict[str, object]:
+    """SimConfig fields from ``KEY=VALUE`` items."""
+    import dataclasses
+    fields = {f.name for f in dataclasses.fields(SimConfig)} - {"colocation"}
+    out = {}
+    for key, value in _pairs(items, "--sim-param"):
+        if key not in fields:
+            raise ValueError(f"--sim-param {key}: unknown; valid: {', '.join(sorted(fields))}")
+        out[key] = value
+    return out

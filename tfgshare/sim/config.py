@@ -12,7 +12,8 @@ class SimConfig:
     """Parameters of one simulation (defaults are documented estimates).
 
     Checkpoint save and restore each take ``checkpoint_mb / storage_mb_s``
-    seconds; every (re)start pays the model's ``startup_s`` first. The sampling
+    seconds (or ``checkpoint_s`` when set; 0 makes moves free); every (re)start
+    pays the model's ``startup_s`` first (or ``startup_s`` here when set). The sampling
     phase runs ``warmup_steps + sample_steps`` real training steps, bounded to
     ``sample_share`` of the job's steps (at least one), then saves a checkpoint.
     """
@@ -30,6 +31,8 @@ class SimConfig:
     refresh_s: float = 300.0             # running jobs report progress this often ...
     refresh_share: float = 0.10          # ... or this share of their predicted remaining time
     check: bool = False                  # validate every action list and invariant (slow)
+    startup_s: float | None = None       # every (re)start's start-up time; None: the profile's
+    checkpoint_s: float | None = None    # each checkpoint save or restore; None: by bandwidth
 
     def __post_init__(self) -> None:
         for name in ("storage_mb_s", "refresh_s"):
@@ -42,6 +45,10 @@ class SimConfig:
         for name in ("warmup_steps", "sample_steps"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+        for name in ("startup_s", "checkpoint_s"):
+            v = getattr(self, name)
+            if v is not None and not (0 <= v < float("inf")):
+                raise ValueError(f"{name} must be >= 0 and finite, or None, got {v!r}")
         for name in ("cross_node_slowdown", "step_noise", "memory_noise", "refresh_share"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")

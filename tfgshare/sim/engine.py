@@ -209,12 +209,16 @@ class Simulator:
         while True:
             t_arr = jobs[i].submit_time if i < n else math.inf
             t_ev = heap[0][0] if heap else math.inf
-            t_tick = min(next_tick, self.wake) if self.n_waiting else math.inf
-            t = min(t_arr, t_ev, t_tick)
+            t_tick = next_tick if self.n_waiting else math.inf
+            t = min(t_arr, t_ev, t_tick, self.wake)
             if t == math.inf:
                 break
             self.now = t
             changed = t >= t_tick
+            woke = t >= self.wake   # the policy asked for this time: ask it even if none waits
+            if woke:
+                self.wake = math.inf
+                changed = True
             while i < n and jobs[i].submit_time <= t:
                 self._arrive(jobs[i])
                 i += 1
@@ -228,7 +232,7 @@ class Simulator:
                 elif job.fragments and tag == job.stall_until:
                     job.end_move(t)          # it trains again: a resume or migration ends
                     self._set_contrib([job])
-            if changed and (self.n_waiting or self.acts_when_idle):
+            if changed and (self.n_waiting or self.acts_when_idle or woke):
                 rounds += 1
                 acted = self._decide()
                 if self.tick_s:
@@ -428,7 +432,8 @@ class Simulator:
             id=job.id, submit_time=job.submit_time, num_gpus=job.num_gpus, state=job.state,
             model=job.model, total_steps=job.total_steps, steps_done=int(job.steps + EPS),
             sample=job.sample, predicted_remaining_s=left, fragments=job.fragments,
-            attained_service_s=attained, last_start=job.last_start, waited_s=job.waited_s,
+            attained_service_s=attained, attained_at=self.now if holds else None,
+            last_start=job.last_start, waited_s=job.waited_s,
             last_wait_start=job.last_wait_start, suspends=job.suspends)
 
     def _decide(self) -> bool:
@@ -504,6 +509,14 @@ class Simulator:
                 raise SimulationError(f"policy {self.policy.name!r} returned an unknown "
                                       f"action {a!r}")
 
+    def _checkpoint_s(self, prof: ModelProfile) -> float:
+        c = self.config.checkpoint_s
+        return prof.checkpoint_mb / self.config.storage_mb_s if c is None else c
+
+    def _startup_s(self, prof: ModelProfile) -> float:
+        c = self.config.startup_s
+        return prof.startup_s if c is None else c
+
     def _checkpoint_out(self, job: SimJob, suspend: bool) -> None:
         """Save a running job's checkpoint and free its GPUs (they stay busy while saving).
 
@@ -511,7 +524,7 @@ class Simulator:
         migration's when the job trains again on its new fragments.
         """
         self._settle(job)
-        save = job.prof.checkpoint_mb / self.config.storage_mb_s
+        save = self._checkpoint_s(job.prof)
         done = self.now + save
         for f in job.fragments:
             if self.busy_until.get(f.gpu, 0.0) < done:
@@ -534,7 +547,8 @@ class Simulator:
             if f.gpu not in self.gpu_mem:
                 raise SimulationError(f"Start {job.id}: unknown GPU {f.gpu!r}")
         prof = job.prof
-        restore = prof.checkpoint_mb / self.config.storage_mb_s if job.has_checkpoint else 0.0
+        restore = self._checkpoint_s(prof) if job.has_checkpoint else 0.0
+        startup = self._startup_s(prof)
         resuming = False
         if not migrating:
             if job.state is JobState.SUSPENDED:
@@ -554,14 +568,14 @@ class Simulator:
             return
         wait_save = max([job.ready_at - now] + [self.busy_until.get(f.gpu, 0.0) - now
                                                 for f in fragments])
-        job.stall_until = now + max(0.0, wait_save) + prof.startup_s + restore
+        job.stall_until = now + max(0.0, wait_save) + startup + restore
         job.t_prog = now
         if sample_only:
             cfg = self.config
             length = min(cfg.warmup_steps + self.sample_steps,
                          max(1, math.ceil(cfg.sample_share * job.total_steps)))
             job.target = min(float(job.total_steps), job.steps + length)
-            job.tail_s = (prof.checkpoint_mb / cfg.storage_mb_s
+            job.tail_s = (self._checkpoint_s(prof)
                           if job.target < job.total_steps else 0.0)
             job.state = JobState.SAMPLING
         else:

@@ -1,0 +1,78 @@
+"""The warm runner: a spare with TensorFlow imported takes the next job over stdin."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("tensorflow")
+
+from runner_helpers import small_config  # noqa: E402
+
+from tfgshare.agent.supervisor import ExitOut, Supervisor  # noqa: E402
+from tfgshare.runner import protocol as rp  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def wait_exit(sup: Supervisor, job: str, timeout: float = 300):
+    events, end = [], time.monotonic() + timeout
+    while time.monotonic() < end:
+        for out in sup.poll():
+            if isinstance(out, ExitOut):
+                assert out.runner.job == job
+                return out, events
+            events.append(out.event)
+        time.sleep(0.05)
+    pytest.fail(f"{job} did not exit in {timeout}s")
+
+
+def test_spare_runner_takes_the_job_and_is_replaced(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO),
+                                                                   os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7")   # the agent's own; the job gets its own
+    sup = Supervisor(tmp_path / "work", warm=True)
+    try:
+        sup.keep_spare()
+        spare = sup.spare
+        assert spare is not None and spare.poll() is None
+        # the spare waits with TensorFlow imported; give it time to get there
+        time.sleep(2)
+        assert spare.poll() is None
+        environ = (Path("/proc") / str(spare.pid) / "environ").read_bytes().split(b"\0")
+        assert b"CUDA_VISIBLE_DEVICES=" in environ   # empty until a job arrives
+
+        config = small_config(tmp_path / "train", max_number_of_steps=3)
+        args = [a for a in config.to_argv()]
+        i = args.index("--train_dir")
+        del args[i:i + 2]
+        proc = sup.start("j1", 1, args, config.train_dir, [(0, 0.5)], virtual=True)
+        assert proc.pid == spare.pid                      # the spare took the job
+        assert sup.spare is not None and sup.spare.pid != spare.pid   # and was replaced
+        out, events = wait_exit(sup, "j1")
+        assert out.exit_code == rp.EXIT_OK and out.reason.startswith("finished")
+        names = [e["event"] for e in events]
+        assert names[0] == "started" and names[-1] == "finished"
+        started = events[0]
+        assert started["device"] == "/cpu:0" and started["memory_fraction"] == 0.5
+        phases = next(e for e in events if e["event"] == "start_phases")
+        assert 0 < phases["start_s"] < 60     # counted from the hand-over, not the spawn
+        assert "step 3/3" in proc.log_file.read_text()   # its output went to the job's log
+    finally:
+        sup.stop_all(timeout_s=10)
+    assert sup.spare is None
+
+
+def test_a_dead_spare_means_a_cold_start(tmp_path):
+    sup = Supervisor(tmp_path / "work", warm=True,
+                     runner_cmd=["/bin/sh", "-c", 'test "$0" = --warm || exec sleep 30'])
+    sup.keep_spare()
+    sup.spare.wait(timeout=10)      # this "runner" has no warm mode: its spare exits at once
+    proc = sup.start("j1", 1, ["--x"], tmp_path / "t", [(0, 1.0)], virtual=True)
+    assert proc.popen.poll() is None    # started cold
+    sup.kill("j1")
+    out, _ = wait_exit(sup, "j1", timeout=10)
+    assert out.exit_code == 128 + 9
