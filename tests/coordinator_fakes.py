@@ -21,11 +21,12 @@ from tfgshare.coordinator.server import Coordinator, CoordinatorConfig
 class CoordinatorThread:
     """A coordinator serving on a free loopback port in a background thread."""
 
-    def __init__(self, state: Path, policy=None, **config) -> None:
+    def __init__(self, state: Path, policy=None, clock=None, **config) -> None:
         config.setdefault("bind", "tcp://127.0.0.1:*")
         config.setdefault("tick", 0.05)
         config.setdefault("node_timeout", 5.0)
-        self.coord = Coordinator(CoordinatorConfig(state=state, **config), policy=policy)
+        self.coord = Coordinator(CoordinatorConfig(state=state, **config), policy=policy,
+                                 **({"clock": clock} if clock is not None else {}))
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.coord.serve, args=(self.stop,), daemon=True)
         self.thread.start()
@@ -35,6 +36,19 @@ class CoordinatorThread:
     def close(self) -> None:
         self.stop.set()
         self.thread.join(10)
+
+
+class Clock:
+    """A wall clock that a test can move forward (``skip``), to pass policy time bounds."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.offset
+
+    def skip(self, seconds: float) -> None:
+        self.offset += seconds
 
 
 class FakeAgent:
@@ -117,10 +131,20 @@ class FakeAgent:
                                       exit_code=code, reason=reason))
 
     def sample(self, job: str, step_time: float = 0.1, peak_mb: float = 2000.0,
-               **extra) -> None:
-        """Report a sampling record and the sample-only exit."""
-        self.event(job, "sample", warmup_steps=2, sampled_steps=5, step_time_mean_s=step_time,
-                   step_time_std_s=0.0, images_per_sec=10.0, peak_memory_mb=peak_mb,
-                   memory_source="fake", predicted_remaining_s=10 * step_time,
-                   predicted_total_s=12 * step_time, **extra)
-        self.exit(job, 75, "sampled")
+               cpu_util: float = 1.0, exit: bool = True) -> None:
+        """Report a sampling record as the real runner writes it (see ``sample_event``),
+        then the sample-only exit."""
+        self.event(job, "sample", **sample_event(step_time, peak_mb, cpu_util))
+        if exit:
+            self.exit(job, 75, "sampled")
+
+
+def sample_event(step_time: float = 0.1, peak_mb: float = 2000.0, cpu_util: float = 1.0,
+                 remaining_steps: int = 10) -> dict:
+    """The fields of a real runner's ``sample`` event (runner protocol ``EVENTS``)."""
+    return dict(warmup_steps=2, sampled_steps=5, step_time_mean_s=step_time,
+                step_time_std_s=0.0, images_per_sec=10.0, peak_memory_mb=peak_mb,
+                memory_source="process_rss_peak",
+                predicted_remaining_s=remaining_steps * step_time,
+                predicted_total_s=(remaining_steps + 7) * step_time,
+                window_start=time.time() - 5 * step_time, cpu_util=cpu_util)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -119,7 +120,8 @@ def test_start_job_runs_forwards_events_and_reports_exit(setup, tmp_path):
     events = [m for m in coord.of_type("job_event") if m.job == "j1"]
     assert all(m.attempt == 1 and m.node == "n1" for m in events)
     assert events[0].event["event"] == "started"
-    assert events[0].event["cuda_visible_devices"] == ""       # virtual GPU: CPU
+    env = json.loads((tmp_path / "ckpt" / "j1" / "env.json").read_text())
+    assert env["cuda_visible_devices"] == ""                    # virtual GPU: CPU
     assert events[0].event["memory_fraction"] == 0.4
     assert [m.event["step"] for m in events if m.event["event"] == "progress"] == [1, 2, 3, 4, 5]
     (ex,) = exits(coord)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -58,9 +59,9 @@ def test_runner_gets_its_devices_fraction_and_threads_and_finishes(sup, tmp_path
     events, exit_ = run_until_exit(sup, "j1")
     started = events[0]
     assert started["event"] == "started"
-    assert started["cuda_visible_devices"] == "1"
     assert started["memory_fraction"] == 0.3
-    assert started["threads"] == "1"
+    env = json.loads((tmp_path / "ckpt" / "j1" / "env.json").read_text())
+    assert env == {"cuda_visible_devices": "1", "threads": "1"}
     assert [e["step"] for e in events if e["event"] == "progress"] == [1, 2, 3, 4, 5]
     assert events[-1]["event"] == "finished"
     assert (exit_.exit_code, exit_.reason) == (0, "finished")
@@ -71,7 +72,7 @@ def test_virtual_gpu_hides_cuda_devices_but_keeps_fraction(sup, tmp_path):
     sup.start("j1", 1, ["--model_name", "lenet", "--max_number_of_steps", "1"],
               tmp_path / "ckpt", [(0, 0.25), (1, 0.5)], virtual=True)
     events, exit_ = run_until_exit(sup, "j1")
-    assert events[0]["cuda_visible_devices"] == ""
+    assert json.loads((tmp_path / "ckpt" / "env.json").read_text())["cuda_visible_devices"] == ""
     assert events[0]["memory_fraction"] == 0.25   # the smallest of its fragments
     assert exit_.exit_code == 0
 
@@ -191,3 +192,24 @@ def test_runner_slow_to_exit_after_its_final_event_is_killed_and_reported_done(t
     assert [e["event"] for e in events] == ["finished"]
     assert exit_.exit_code == 0
     assert exit_.reason == "finished (still exiting 0.5s after its finished event: killed)"
+
+
+def test_runner_past_its_virtual_fragment_is_stopped_as_out_of_memory(sup, tmp_path):
+    from tfgshare.agent.gpus import VirtualGpus, parse_virtual_gpus
+    from tfgshare.runner import protocol as rp
+    source = VirtualGpus(parse_virtual_gpus("1x16GiB"))
+    proc = sup.start("big", 1, ["--max_number_of_steps", "100000", "--step_time", "0.05",
+                                "--hold_mb", "120"], tmp_path / "t", [(0, 0.004)],
+                     virtual=True, limits_mb={0: 0.004 * 16384})       # 65.5 MiB
+    events: list = []
+    wait_for_step(sup, "big", 2, events)
+    within = sup.enforce_memory({proc.pid + 10**6: {0: 1e6}})   # another process: not it
+    assert within == []
+    tel = source.read({proc.pid: (0,)})
+    (oom,) = sup.enforce_memory(tel.process_memory_mb)
+    assert oom.event["event"] == "out_of_memory"
+    assert set(rp.EVENTS["out_of_memory"]) == set(oom.event) - {"event", "time"}
+    assert oom.event["peak_memory_mb"] >= 120 and oom.event["limit_mb"] == pytest.approx(65.536)
+    _, done = run_until_exit(sup, "big")
+    assert done.exit_code == rp.EXIT_OUT_OF_MEMORY
+    assert "out of memory" in done.reason and "fragment is 66 MiB" in done.reason

@@ -39,12 +39,14 @@ def job(id_, state="running", steps=0, total=100, gpu="node1:0"):
             "fragments": [[gpu, 0.35]] if state == "running" else []}
 
 
-def test_demo_batch_is_small_jobs_then_a_big_one():
+def test_demo_batch_is_small_jobs_then_a_late_one_all_sized_from_their_sample():
     small, big = demo_jobs(4)
     assert [s.model_name for s in small] == ["lenet", "cifarnet", "mobilenet_v1"]
-    assert all(s.memory_fraction < 0.5 for s in small)
-    assert big.memory_fraction == BIG[-1] and 2 * 0.35 + big.memory_fraction > 1
+    assert all(s.memory_fraction == "auto" for s in [*small, big])
+    assert big.model_name == BIG[0]
     assert small[2].image_size == 32              # mobilenet at a small size
+    # the one sampling configuration: no sampling flag of the demo's own
+    assert not any("sample" in f or "warmup" in f for s in small for f in s.extra)
 
 
 def test_script_moves_only_jobs_that_made_progress_in_this_attempt():
@@ -75,7 +77,7 @@ def test_script_waits_for_room_then_resumes_and_submits_the_big_job():
     assert client.calls[-1] == ("migrate", "j2", "node1:0")
     assert ("resume", "j1") not in client.calls       # held for two seconds first
     new = script.step(client, jobs, now=5.5)
-    assert client.calls[-2:] == [("resume", "j1"), ("submit", "cifarnet", 0.75)]
+    assert client.calls[-2:] == [("resume", "j1"), ("submit", "cifarnet", "auto")]
     assert new == ["j9"] and script.done
 
 

@@ -104,7 +104,8 @@ def test_sampling_record_makes_the_job_sampled(make, agents):
     assert info["sample"]["step_time_s"] == 0.25
     assert info["sample"]["peak_memory_mb"] == 3000.0
     assert info["sample"]["co_tenants"] == 0
-    assert info["predicted_remaining_s"] == pytest.approx(2.5)
+    # 100 steps left at 0.25 s, plus its measured restart and sampling tail (near 0 here)
+    assert info["predicted_remaining_s"] == pytest.approx(25.0, abs=0.5)
     # fifo starts it again at once as a full run from the sampling checkpoint
     restart = agent.wait_command(s.StartJob, jid)
     assert restart.attempt == 2 and not restart.sample_only
@@ -123,7 +124,7 @@ def test_two_jobs_share_one_gpu(make, agents):
         for cmd in [c for c in agent.commands if isinstance(c, s.StartJob)]:
             agent.commands.remove(cmd)
             if cmd.sample_only:
-                agent.sample(cmd.job, peak_mb=4000.0, gpu_util=0.4)
+                agent.sample(cmd.job, peak_mb=4000.0, cpu_util=0.4)
             else:
                 running[cmd.job] = cmd
     assert set(running) == set(ids)
@@ -397,12 +398,12 @@ def test_prediction_error_reaches_the_report(make, agents):
     (jid,) = client.submit([spec()])
     agent.wait_command(s.StartJob, jid)
     ct.coord.cluster.jobs[jid].sample_only = True
-    agent.sample(jid, step_time=0.01)           # predicts 0.1 s left
+    agent.sample(jid, step_time=0.001)          # 100 steps left: predicts about 0.1 s
     agent.wait_command(s.StartJob, jid)
     time.sleep(0.2)
     agent.exit(jid, 0)
     (row,) = client.metrics()["jobs"]
-    assert row["predicted_s"] == pytest.approx(0.1)
+    assert row["predicted_s"] == pytest.approx(0.1, abs=0.05)
     assert row["actual_s"] is not None and row["actual_s"] >= 0.2
     report_error = client.metrics()["summary"]["pred_error_mean"]
     assert report_error > 0

@@ -147,14 +147,18 @@ def live_run(tmp_path) -> tuple[dict[str, JobRecord], dict, LiveRun]:
               memory_fraction=WHOLE[0].fraction)
     run.telemetry(DEVICE_READ, a)                              # a samples alone
     run.round()
-    sampled = 5                                                # 5 % of 100 steps
+    sampled = 10                                # 10 % of 100 steps: 2 warm-up, 8 sampled
     run.at(t + sampled * STEP)
-    run.event(a, "sample", warmup_steps=1, sampled_steps=4, step_time_mean_s=STEP,
+    run.event(a, "sample", warmup_steps=2, sampled_steps=8, step_time_mean_s=STEP,
               step_time_std_s=0.0, images_per_sec=32.0, peak_memory_mb=1000.0,
-              memory_source="fake", predicted_remaining_s=(A_STEPS - sampled) * STEP,
-              predicted_total_s=A_STEPS * STEP)
+              memory_source="process_rss_peak", predicted_remaining_s=(A_STEPS - sampled) * STEP,
+              predicted_total_s=A_STEPS * STEP, window_start=t + 2 * STEP, cpu_util=UTIL)
+    run.event(a, "progress", step=sampled, loss=1.0, step_time_s=STEP, images_per_sec=32.0,
+              predicted_remaining_s=(A_STEPS - sampled) * STEP)
     t += sampled * STEP + SAVE                                 # its checkpoint, then it exits
     run.at(t)
+    run.event(a, "checkpoint", step=sampled, path="ckpt", seconds=SAVE, size_mb=CKPT_MB)
+    run.event(a, "suspended", step=sampled)
     run.exit(a, 75)
     run.telemetry(0.0)
     run.round()                                                # a: started for good
@@ -236,7 +240,8 @@ def test_live_and_simulated_runs_fill_the_same_record_with_the_same_meaning(tmp_
     a = sim["j1"]
     assert (a.suspends, a.resumes) == (1, 1)
     assert a.move_cost_s == pytest.approx(SAVE + STARTUP + SAVE)   # save; start-up + restore
-    assert a.predicted_total_s == pytest.approx(95 * STEP)
+    # predicted when the sampling run has exited: 90 steps and one more start-up
+    assert a.predicted_total_s == pytest.approx(90 * STEP + STARTUP)
     assert live["j1"].waited_s == pytest.approx(sim["j1"].waited_s - SAVE)
     assert live["j1"].actual_total_s == pytest.approx(sim["j1"].actual_total_s + SAVE)
     # the same placements hold the same memory; the same training the same compute

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -111,3 +112,29 @@ def test_virtual_telemetry_reports_runner_cpu_and_memory():
     assert tel.process_memory_mb[busy.pid][1] >= 64
     # a process that has gone is simply absent
     assert gpus.VirtualGpus(source.gpus).read({busy.pid: (0,)}).process_memory_mb == {}
+
+
+def test_core_sets_split_the_cores_into_disjoint_equal_sets():
+    assert gpus.core_sets(2, [0, 1, 2, 3, 4]) == {0: (0, 1), 1: (2, 3)}
+    assert gpus.core_sets(2, [0, 1]) == {0: (0,), 1: (1,)}
+    assert gpus.core_sets(3, [0, 1]) == {}          # fewer cores than GPUs: no pinning
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs two usable CPU cores")
+def test_runners_of_different_virtual_gpus_are_pinned_to_their_own_cores(tmp_path):
+    from tfgshare.agent.supervisor import Supervisor
+    source = gpus.VirtualGpus(gpus.parse_virtual_gpus("2x16GiB"))
+    assert set(source.cores[0]).isdisjoint(source.cores[1])
+    code = ("import os, sys; open(sys.argv[sys.argv.index('--train_dir') + 1] + '/cores', 'w')"
+            ".write(' '.join(map(str, sorted(os.sched_getaffinity(0)))))")
+    sup = Supervisor(tmp_path / "work", runner_cmd=[sys.executable, "-c", code])
+    seen = {}
+    for index in (0, 1):
+        train = tmp_path / f"job{index}"
+        train.mkdir()
+        proc = sup.start(f"j{index}", 1, [], train, [(index, 0.5)], virtual=True,
+                         cores=source.cores_of([index]))
+        proc.popen.wait(30)
+        seen[index] = tuple(int(c) for c in (train / "cores").read_text().split())
+    assert seen == {0: source.cores[0], 1: source.cores[1]}

@@ -149,6 +149,17 @@ def test_sample_only_checkpoints_and_suspends(tmp_path):
     names = [e["event"] for e in events]
     assert names[-5:] == ["sample", "progress", "checkpoint", "stop_phases", "suspended"]
     assert (tmp_path / runner.SAMPLE_FILE).exists()
+    sample = next(e for e in events if e["event"] == "sample")
+    # measured over the sampled steps only: they began after the warm-up
+    started = next(e for e in events if e["event"] == "started")
+    assert started["time"] <= sample["window_start"] <= sample["time"]
+    assert 0.0 < sample["cpu_util"] <= 1.0
+    # resumed after its sample, it does not sample again (nor save an extra checkpoint)
+    again, events = run(small_config(tmp_path, max_number_of_steps=12, warmup_steps=2,
+                                     num_sample_steps=4, max_sample_share=0.1))
+    assert again.status == "finished" and again.sample is None
+    names = [e["event"] for e in events]
+    assert "sample" not in names and names.count("checkpoint") == 1
 
 
 def test_periodic_checkpoints_keep_the_newest(tmp_path):

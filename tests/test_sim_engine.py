@@ -85,21 +85,23 @@ def test_sampling_phase_counts_its_steps_and_predicts(toy):
         return []
     pol = Script(fn)
     res = simulate(load_cluster("1x1"), [job("a", 0, 100)], toy, pol,
-                   SimConfig(step_noise=0.0, memory_noise=0.0, check=True))
+                   SimConfig(step_noise=0.0, memory_noise=0.0, check=True, sample_share=0.05))
     sampled = [v["a"] for _, v in pol.seen if v["a"].state is JobState.SAMPLED][0]
     # 5 % of 100 steps are sampled after the 10 s start-up, then a checkpoint is saved
     assert sampled.steps_done == 5
     assert sampled.sample.step_time_s == pytest.approx(1.0)
     assert sampled.sample.peak_memory_mb == pytest.approx(1000)
-    assert sampled.predicted_remaining_s == pytest.approx(95)
+    # 95 steps at the measured 1 s, and one more start at its measured 10 s start-up
+    assert sampled.predicted_remaining_s == pytest.approx(95 + 10)
     assert sampled.last_wait_start == pytest.approx(15 + SAVE)
     rec = res.records[0]
     # restart: 10 s start-up + checkpoint restore, then the remaining 95 steps
     assert rec.finish_time == pytest.approx(15 + SAVE + 10 + SAVE + 95)
-    assert rec.predicted_total_s == pytest.approx(95)
-    # run time from the prediction (made at the last sampled step, as the live runner
-    # makes it): the sampling checkpoint, the restart and the 95 steps
-    assert rec.actual_total_s == pytest.approx(SAVE + 10 + SAVE + 95)
+    # predicted once the sampling run has exited (as the live coordinator predicts):
+    # 95 steps at the measured 1 s, and one more start at its measured 10 s start-up
+    assert rec.predicted_total_s == pytest.approx(95 + 10)
+    # the run time from then: the restart (start-up and restore) and the 95 steps
+    assert rec.actual_total_s == pytest.approx(10 + SAVE + 95)
 
 
 def test_suspend_keeps_steps_and_charges_save_and_restore(toy):
@@ -164,18 +166,23 @@ def test_migration_costs_from_its_request_until_it_trains_again(toy):
     assert rec["b"].finish_time == pytest.approx(30 + SAVE + 10 + 1)  # after a's save
 
 
-def test_undersized_fragment_fails_start_and_teaches_memory(toy):
+def test_undersized_fragment_fails_start_and_the_job_learns_the_peak_it_reached(toy):
+    seen = []
+
     def fn(now, jobs):
         a = jobs["a"]
         if a.state is not JobState.QUEUED:
             return []
-        if a.sample is None:
-            return [Start("a", (Fragment("n0:0", 0.01),))]   # 245 MB < 1000 MB
-        return [Start("a", (Fragment("n0:0", a.sample.peak_memory_mb / 24576 + 0.01),))]
+        seen.append(a.min_memory_mb)
+        # 245 MB first (the job needs 1000 MB), then twice the peak it ran out at
+        return [Start("a", (Fragment("n0:0", max(0.01, 2 * a.min_memory_mb / 24576)),))]
     res = simulate(load_cluster("1x1"), [job("a", 0, 10)], toy, Script(fn),
                    SimConfig(check=True, tick_s=30))
-    assert res.oom_starts == 1
-    assert res.records[0].finish_time == pytest.approx(30 + 10 + 10)
+    # it learns only what it reached (its fragment, measured a little past it), never
+    # its true 1000 MB: 245.76 MB, then about 2 x 250.7 = 501.4 MB, then it fits
+    assert res.oom_starts == 2
+    assert seen[:3] == [0.0, pytest.approx(245.76 * 1.02), pytest.approx(2 * 245.76 * 1.02 ** 2)]
+    assert res.records[0].finish_time == pytest.approx(60 + 10 + 10)
 
 
 def test_policy_that_never_starts_a_job_is_reported(toy):

@@ -304,6 +304,7 @@ class Report:
     pred_error_mean: float | None
     pred_error_median: float | None
     queue_mean: float = 0.0
+    pred_error_p90: float | None = None
     util_device: float = 0.0
     util_device_busy: float = 0.0
     jct_by_size: dict[str, float] = field(default_factory=dict)
@@ -385,6 +386,7 @@ def compute_report(records: Iterable[JobRecord], timeline: Timeline | Iterable[S
         move_cost_s=float(sum(r.move_cost_s for r in records)),
         pred_error_mean=float(np.mean(errors)) if errors else None,
         pred_error_median=float(np.median(errors)) if errors else None,
+        pred_error_p90=float(np.percentile(errors, 90)) if errors else None,
         queue_mean=avg["queued"], util_device=avg["device"] / num_gpus,
         util_device_busy=avg["device"] / avg["busy"] if avg["busy"] > 0 else 0.0,
         jct_by_size=jct_by_size, jobs_by_size=jobs_by_size,
@@ -433,7 +435,8 @@ def format_table(reports_by_policy: Mapping[str, Report], baseline: str = "fifo"
     """A plain-text table, a row per policy, with ratios against ``baseline``."""
     base = reports_by_policy.get(baseline)
     header = ["policy", "jobs", "JCT mean", "median", "p95", "wait", "alloc%", "eff%",
-              "dev%", "devbusy%", "makespan", "susp/res/mig", "JCT /", "util x", "eff x"]
+              "dev%", "devbusy%", "makespan", "susp/res/mig", "pred err mean/p90", "JCT /",
+              "util x", "eff x"]
     rows = [header]
     for name, r in reports_by_policy.items():
         rat = ratios(r, base) if base is not None else {}
@@ -448,6 +451,8 @@ def format_table(reports_by_policy: Mapping[str, Report], baseline: str = "fifo"
             f"{100 * r.util_allocated:.1f}", f"{100 * r.util_effective:.1f}",
             f"{100 * r.util_device:.1f}", f"{100 * r.util_device_busy:.1f}",
             format_duration(r.makespan), f"{r.suspends}/{r.resumes}/{r.migrations}",
+            "-" if r.pred_error_mean is None else
+            f"{100 * r.pred_error_mean:.0f}%/{100 * (r.pred_error_p90 or 0):.0f}%",
             fmt_ratio("jct_ratio"), fmt_ratio("util_ratio"), fmt_ratio("eff_util_ratio"),
         ])
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]

@@ -52,6 +52,15 @@ from tfgshare.client.api import Client  # noqa: E402
 BEFORE_MSGSPEC = "0cc27e9"
 
 
+def sample_event(job: str) -> dict:
+    """A sample event with the real runner's fields (runner protocol ``EVENTS``)."""
+    return {"event": "sample", "time": time.time(), "warmup_steps": 5, "sampled_steps": 20,
+            "step_time_mean_s": 0.2, "step_time_std_s": 0.01, "images_per_sec": 160.0,
+            "peak_memory_mb": 3000.0 + 100 * (hash(job) % 40),
+            "memory_source": "gpu_allocator_peak", "predicted_remaining_s": 200.0,
+            "predicted_total_s": 205.0, "window_start": time.time() - 4.0, "cpu_util": 0.3}
+
+
 class SimAgents:
     """Many fake node agents on one poller: they ack commands and play the runners."""
 
@@ -117,10 +126,8 @@ class SimAgents:
         self._send(sock, s.reply_ok(msg))
         if isinstance(msg, s.StartJob):
             if msg.sample_only:
-                self._send(sock, s.JobEvent(node=node, job=msg.job, attempt=msg.attempt, event={
-                    "event": "sample", "time": time.time(), "step_time_mean_s": 0.2,
-                    "peak_memory_mb": 3000.0 + 100 * (hash(msg.job) % 40),
-                    "predicted_remaining_s": 200.0, "gpu_util": 0.3}))
+                self._send(sock, s.JobEvent(node=node, job=msg.job, attempt=msg.attempt,
+                                            event=sample_event(msg.job)))
                 self._send(sock, s.JobExit(node=node, job=msg.job, attempt=msg.attempt,
                                            exit_code=75))
             else:

@@ -5,11 +5,15 @@ utilisation, and each process's memory from the compute-process list). Where
 NVML is absent (no driver, a CPU machine) the node offers the virtual GPUs of a
 spec such as ``2x16GiB``; their jobs run on the CPU, so their telemetry is the
 runner processes' CPU use (one busy core = a fully used virtual GPU) and their
-resident memory, read through ``psutil``.
+resident memory, read through ``psutil``. Where the machine has at least one CPU
+core per virtual GPU, each virtual GPU gets its own cores (``core_sets``) and
+its runners are pinned to them, so tenants of one virtual GPU compete for it
+as on a real GPU and tenants of different ones do not.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -127,16 +131,46 @@ class NvmlGpus:
             pass
 
 
+def core_sets(n: int, cores: Sequence[int] | None = None) -> dict[int, tuple[int, ...]]:
+    """Split the cores this process may use (or ``cores``) into ``n`` equal disjoint sets.
+
+    GPU ``i`` gets the ``i``-th set; cores left over by the division stay
+    unused. Empty when there are fewer cores than GPUs (no pinning then).
+    """
+    if cores is None:
+        try:
+            cores = sorted(os.sched_getaffinity(0))
+        except AttributeError:   # not on Linux: no pinning
+            return {}
+    per = len(cores) // n if n > 0 else 0
+    if per < 1:
+        return {}
+    return {i: tuple(cores[i * per:(i + 1) * per]) for i in range(n)}
+
+
 class VirtualGpus:
     """Virtual GPUs: jobs run on the CPU; telemetry comes from their processes."""
 
-    def __init__(self, gpus: list[GpuInfo]) -> None:
+    def __init__(self, gpus: list[GpuInfo], pin: bool = True) -> None:
         self.gpus = gpus
         self._last: dict[int, tuple[float, float]] = {}   # pid -> (wall, cpu seconds)
         self._procs: dict[int, psutil.Process] = {}       # pid -> its process, while it lives
+        # virtual GPU index -> the CPU cores its runners are pinned to (none: no pinning)
+        sets = core_sets(len(gpus)) if pin else {}
+        self.cores = {g.index: sets[n] for n, g in enumerate(gpus)} if sets else {}
+
+    def cores_of(self, indices: Sequence[int]) -> tuple[int, ...] | None:
+        """The cores a runner on these virtual GPUs is pinned to, or None (no pinning)."""
+        if not self.cores:
+            return None
+        return tuple(sorted({c for i in indices for c in self.cores.get(i, ())})) or None
 
     def read(self, pids: Mapping[int, Sequence[int]] | None = None) -> Telemetry:
-        """Each GPU's busy cores (capped at 1) and resident memory of its runners."""
+        """Each GPU's busy share (capped at 1) and resident memory of its runners.
+
+        The busy share is CPU seconds per second over the GPU's pinned cores
+        (one core when not pinned).
+        """
         pids = pids or {}
         util = {g.index: 0.0 for g in self.gpus}
         used = {g.index: 0.0 for g in self.gpus}
@@ -164,7 +198,7 @@ class VirtualGpus:
             share = rss_mb / len(indices)
             for i in indices:
                 if i in util:
-                    util[i] += busy / len(indices)
+                    util[i] += busy / len(indices) / max(1, len(self.cores.get(i, ())))
                     used[i] += share
                 out.process_memory_mb.setdefault(pid, {})[i] = share
         self._last, self._procs = seen, procs

@@ -48,7 +48,8 @@ from tfgshare.agent.supervisor import EventOut, ExitOut, Supervisor
 log = logging.getLogger("tfgshare.agent")
 
 # runner events that change the coordinator's view; resent if not acknowledged
-_KEY_EVENTS = frozenset({"started", "sample", "checkpoint", "suspended", "finished", "error"})
+_KEY_EVENTS = frozenset({"started", "sample", "checkpoint", "suspended", "finished", "error",
+                         "out_of_memory"})
 # share of the coordinator's node timeout after which a silent coordinator's runners are killed
 FENCE_SHARE = 0.5
 
@@ -217,6 +218,8 @@ class Agent:
         self._last_heartbeat = time.monotonic()
         runners = [p for p in self.sup.runners.values() if p.job not in self.quiet]
         tel = self.gpus.read({p.pid: p.gpu_indices for p in runners})
+        # a virtual GPU's fragment is enforced here (a real GPU's by TensorFlow itself)
+        self._forward(self.sup.enforce_memory(tel.process_memory_mb))
         msg = schema.Heartbeat(
             node=self.cfg.node,
             gpus=[schema.GpuTelemetry(index=r.index, util=r.util,
@@ -311,11 +314,20 @@ class Agent:
         train_dir.mkdir(parents=True, exist_ok=True)
         proc = self.sup.start(msg.job, msg.attempt, msg.spec.runner_args(), str(train_dir),
                               [(f.gpu_index, f.fraction) for f in msg.fragments],
-                              virtual=virtual, sample_only=msg.sample_only)
+                              virtual=virtual, sample_only=msg.sample_only,
+                              cores=self._cores([f.gpu_index for f in msg.fragments])
+                              if virtual else None,
+                              limits_mb={f.gpu_index: f.fraction * by_index[f.gpu_index].memory_mb
+                                         for f in msg.fragments} if virtual else None)
         self.quiet.discard(msg.job)
         log.info("started %s attempt %d on GPU(s) %s (pid %d)", msg.job, msg.attempt,
                  ",".join(str(i) for i in proc.gpu_indices), proc.pid)
         return schema.reply_ok(msg, pid=proc.pid)
+
+    def _cores(self, indices: list[int]) -> tuple[int, ...] | None:
+        """The CPU cores of these virtual GPUs (None: not pinned)."""
+        cores_of = getattr(self.gpus, "cores_of", None)
+        return cores_of(indices) if cores_of is not None else None
 
     def data_roots(self) -> list[Path]:
         """The folders a job's dataset dir may be under."""
@@ -409,7 +421,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="this node's name (default: the host name)")
     p.add_argument("--virtual-gpus", metavar="SPEC",
                    help="GPUs to offer when NVML finds none, e.g. 2x16GiB or 1x8GiB,1x24GiB "
-                        "(their jobs run on the CPU)")
+                        "(their jobs run on the CPU; each virtual GPU gets its own share of "
+                        "the CPU cores, and its runners are pinned to them, when there are "
+                        "at least as many cores as virtual GPUs)")
     p.add_argument("--force-virtual", action="store_true",
                    help="offer the --virtual-gpus even where NVML finds real GPUs")
     p.add_argument("--work-dir", type=Path,

@@ -35,6 +35,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 from tfgshare.runner import protocol as rp
 
 _PR_SET_PDEATHSIG = 1
@@ -61,6 +63,8 @@ class RunnerProc:
     note: str = ""                # why it was killed, for the exit report
     final_code: int | None = None  # exit code its last event promises (finished/suspended)
     final_at: float | None = None  # when that event was read
+    limit_mb: dict[int, float] = field(default_factory=dict)  # fragment per GPU (virtual GPUs)
+    out_of_memory: bool = False    # killed for passing its fragment
 
     @property
     def pid(self) -> int:
@@ -102,8 +106,13 @@ class Supervisor:
 
     def start(self, job: str, attempt: int, args: list[str], train_dir: str | Path,
               fragments: list[tuple[int, float]], virtual: bool,
-              sample_only: bool = False) -> RunnerProc:
-        """Start attempt ``attempt`` of ``job`` on ``fragments`` [(gpu_index, fraction)]."""
+              sample_only: bool = False, cores: tuple[int, ...] | None = None,
+              limits_mb: dict[int, float] | None = None) -> RunnerProc:
+        """Start attempt ``attempt`` of ``job`` on ``fragments`` [(gpu_index, fraction)].
+
+        ``cores``: pin the runner to these CPU cores (a virtual GPU's own cores).
+        ``limits_mb``: its fragment in MiB per GPU, enforced by ``enforce_memory``.
+        """
         if job in self.runners:
             raise ValueError(f"job {job} already has a runner here "
                              f"(attempt {self.runners[job].attempt})")
@@ -128,14 +137,18 @@ class Supervisor:
             cmd.append("--sample_only")
         job_env = {"CUDA_VISIBLE_DEVICES": "" if virtual else ",".join(map(str, indices))}
         popen = self._hand_to_spare(cmd[len(self.runner_cmd):], job_env, log)
+        if popen is not None and cores:
+            pin_threads(popen.pid, cores)
         if popen is None:
             with open(log, "ab") as out:
                 popen = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out,
                                          stderr=subprocess.STDOUT,
                                          env={**self._env(), **job_env},
                                          start_new_session=True,
-                                         preexec_fn=die_with_parent(os.getpid()))
+                                         preexec_fn=die_with_parent(os.getpid(), cores))
         proc = RunnerProc(job, attempt, indices, events, log, popen, sample_only)
+        if limits_mb:
+            proc.limit_mb = dict(limits_mb)
         self.runners[job] = proc
         self.keep_spare()
         return proc
@@ -228,6 +241,31 @@ class Supervisor:
         _signal(proc, signal.SIGKILL, group=True)
         return proc
 
+    def enforce_memory(self, used_mb: dict[int, dict[int, float]]) -> list[EventOut]:
+        """Kill the runners whose memory passed their fragment (virtual GPUs: resident memory).
+
+        ``used_mb``: pid -> GPU index -> MiB, as the telemetry read it. Each such
+        runner gets an ``out_of_memory`` event with its measured peak and exits
+        ``EXIT_OUT_OF_MEMORY``.
+        """
+        out = []
+        for proc in list(self.runners.values()):
+            if not proc.limit_mb or proc.stopping:
+                continue
+            used = used_mb.get(proc.pid, {})
+            over = [(i, mb, proc.limit_mb[i]) for i, mb in used.items()
+                    if i in proc.limit_mb and mb > proc.limit_mb[i]]
+            if not over:
+                continue
+            i, mb, limit = max(over, key=lambda o: o[1])
+            why = f"out of memory: {mb:.0f} MiB resident on GPU {i}, its fragment is {limit:.0f} MiB"
+            self.kill(proc.job, why)
+            proc.out_of_memory = True
+            out.append(EventOut(proc, {"event": "out_of_memory", "time": time.time(),
+                                       "peak_memory_mb": mb, "limit_mb": limit,
+                                       "message": why}))
+        return out
+
     def poll(self) -> list[EventOut | ExitOut]:
         """New events of every runner, then the exits of those that ended."""
         out: list[EventOut | ExitOut] = []
@@ -301,6 +339,8 @@ def _exit_code_and_reason(code: int, proc: RunnerProc) -> tuple[int, str]:
         code, reason = _exit_code_and_reason(proc.final_code, proc)
         proc.note = note
         return code, f"{reason} ({note})"
+    if proc.out_of_memory:
+        return rp.EXIT_OUT_OF_MEMORY, proc.note
     if code < 0:
         sig = -code
         name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
@@ -311,6 +351,7 @@ def _exit_code_and_reason(code: int, proc: RunnerProc) -> tuple[int, str]:
               rp.EXIT_SUSPENDED: "sampled" if proc.sample_only and not proc.stopping
               else "suspended",
               rp.EXIT_BAD_INPUT: "bad input",
+              rp.EXIT_OUT_OF_MEMORY: "out of memory",
               rp.EXIT_CHECKPOINT_ERROR: "checkpoint error"}.get(code, f"crashed (exit {code})")
     if code not in (rp.EXIT_OK, rp.EXIT_SUSPENDED):
         reason += f"; see {proc.log_file}"
@@ -335,9 +376,21 @@ def _kill_quietly(popen: subprocess.Popen) -> None:
         pass
 
 
-def die_with_parent(parent_pid: int):
-    """A Popen preexec hook: the child gets SIGKILL when its parent dies (Linux)."""
+def pin_threads(pid: int, cores: tuple[int, ...]) -> None:
+    """Pin every thread of a running process to ``cores`` (a warm runner's, at hand-over)."""
+    for tid in psutil.Process(pid).threads():
+        try:
+            os.sched_setaffinity(tid.id, cores)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def die_with_parent(parent_pid: int, cores: tuple[int, ...] | None = None):
+    """A Popen preexec hook: the child gets SIGKILL when its parent dies (Linux),
+    and runs on ``cores`` only when given."""
     def hook() -> None:
+        if cores:
+            os.sched_setaffinity(0, cores)
         try:
             libc = ctypes.CDLL(None, use_errno=True)
             libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)

@@ -304,6 +304,15 @@ def status(argv: list[str]) -> int:
             _console().print(jobs_table(jobs))
         counts = ", ".join(f"{n} {state}" for state, n in sorted(answer["counts"].items()))
         print(counts or "no jobs")
+        err = answer.get("prediction_error")
+        if err and err.get("jobs"):
+            print(f"prediction error (|predicted - actual| / actual run time after sampling): "
+                  f"mean {100 * err['mean']:.0f} %, p90 {100 * err['p90']:.0f} % "
+                  f"over {err['jobs']} jobs")
+        refused = answer.get("refused") or {}
+        if refused:
+            print("policy actions refused: " +
+                  ", ".join(f"{n} {r}" for r, n in sorted(refused.items())))
         return 0
     return _run("status", args, body)
 
@@ -317,6 +326,9 @@ def _print_job(job: dict[str, Any]) -> None:
         ("memory fraction", str(job["memory_fraction"])),
         ("steps", f"{job['steps_done']}/{job['total_steps']}"),
         ("predicted left", _dur(job["predicted_remaining_s"])),
+        ("prediction error", "-" if job.get("prediction_error") is None else
+         f"{100 * job['prediction_error']:.0f} % (predicted {_dur(job['predicted_total_s'])} "
+         "after sampling)"),
         ("waited", _dur(job["waited_s"])), ("ran", _dur(job["run_time_s"])),
         ("moves", f"{job['suspends']} suspends, {job['resumes']} resumes, "
                   f"{job['migrations']} migrations"),

@@ -9,7 +9,6 @@ from tfgshare.coordinator.cluster import LiveJob, Node, split_gpu_id
 from tfgshare.coordinator.errors import REPLIED, RequestError, number, short
 from tfgshare.coordinator.logs import log
 from tfgshare.policies.base import JobState, SampleRecord
-from tfgshare.policies.prediction import remaining_time_s
 from tfgshare.runner import protocol as rp
 
 
@@ -114,10 +113,11 @@ class AgentProtocol:
         """
         if len(job.solo_util) >= 512 or self.cluster.co_tenants(job):
             return
+        now = self.clock()
         for f in job.fragments:
             util = node.gpu_util.get(split_gpu_id(f.gpu)[1])
             if util is not None:
-                job.solo_util.append(util)
+                job.solo_util.append((now, util))
 
     def _agent_node(self, peer: bytes, name: str) -> Node:
         registered = self.peers[peer]
@@ -163,16 +163,18 @@ class AgentProtocol:
             job.training = True
             job.end_move(now)        # it trains again: a resume or migration ends
         if name == "progress":
-            left = number(ev, "predicted_remaining_s", float)
-            if left is not None:
-                job.predicted_remaining_s = left
             step_time = number(ev, "step_time_s", float)
             if step_time is not None and step_time > 0:
                 job.step_time_s = step_time
+            self._note_progress(job, ev, now)
         elif name == "sample":
             self._record_sample(job, ev, now)
         elif name == "error":
             job.reason = str(ev.get("message", ""))
+        elif name == "out_of_memory":
+            peak = number(ev, "peak_memory_mb", float)
+            if peak is not None:
+                job.memory_need_mb = max(job.memory_need_mb, peak)
         self._save(job)
         return {}
 
@@ -184,18 +186,62 @@ class AgentProtocol:
             raise RequestError("sample event needs numeric step_time_mean_s and "
                                "peak_memory_mb") from None
         co = self.cluster.co_tenants(job)
-        util = ev.get("gpu_util")
-        if not isinstance(util, (int, float)) or isinstance(util, bool):
-            # measured by the agent while the job sampled alone, else the safe guess
-            seen = job.solo_util
-            util = sum(seen) / len(seen) if seen else 1.0
         job.sample = SampleRecord(step_time_s=step_time, peak_memory_mb=peak, co_tenants=co,
-                                  gpu_util=min(1.0, max(0.0, float(util))))
-        remaining = ev.get("predicted_remaining_s")
-        if remaining is None:
-            remaining = remaining_time_s(job.spec.max_number_of_steps, job.steps_done, step_time)
-        job.predicted_remaining_s = float(remaining)
-        job.note_prediction(float(remaining), now)
+                                  gpu_util=self._sampled_util(job, ev))
+        job.measured_step_s = step_time
+        warmup = number(ev, "warmup_steps", int) or 0
+        start = number(ev, "window_start", float)
+        if start is not None and job.last_start is not None:
+            # all before the sampled steps beyond plain steps: process start, graph build
+            job.restart_s = max(0.0, start - job.last_start - warmup * step_time)
+            job.attempt_step0 = None
+        if job.sample_only:
+            # predicted when the sampling run has exited (its tail is measured then)
+            job.predicted_remaining_s = job.predict(1)
+        else:
+            job.predicted_remaining_s = job.predict(0)
+            job.note_prediction(job.predicted_remaining_s, now)
+
+    def _note_progress(self, job: LiveJob, ev: dict[str, Any], now: float) -> None:
+        """Refresh the measured step time, the cost of this start, and the prediction."""
+        step = number(ev, "step", int)
+        left = number(ev, "predicted_remaining_s", float)
+        total = job.spec.max_number_of_steps
+        if step is not None and left is not None and total > step:
+            job.measured_step_s = left / (total - step)   # the runner's running average
+        if (job.attempt_step0 is not None and step is not None and job.measured_step_s
+                and job.last_start is not None and step > job.attempt_step0):
+            job.restart_s = max(0.0, now - job.last_start
+                                - (step - job.attempt_step0) * job.measured_step_s)
+            job.attempt_step0 = None
+        left = job.predict(0)
+        if left is not None:
+            job.predicted_remaining_s = left
+
+    def _sampling_ended(self, job: LiveJob, now: float) -> None:
+        """Predict a sampled job's run time once its sampling run has exited (saved)."""
+        job.predicted_remaining_s = job.predict(1)
+        if job.predicted_remaining_s is not None:
+            job.note_prediction(job.predicted_remaining_s, now)
+
+    def _sampled_util(self, job: LiveJob, ev: dict[str, Any]) -> float:
+        """The job's single-tenant utilisation over its sampled steps, in [0, 1].
+
+        On virtual GPUs: the runner's own CPU time over the sampled window, as
+        a share of the cores it may use (``cpu_util``). On real GPUs: the
+        device utilisation the agent reported while the job sampled alone,
+        from the heartbeats inside the sampled window. 1 (the safe guess)
+        when neither was measured.
+        """
+        node = self.cluster.nodes.get(job.node or "")
+        infos = [node.gpus.get(split_gpu_id(f.gpu)[1]) for f in job.fragments] if node else []
+        if infos and all(i is not None and i.virtual for i in infos):
+            util = number(ev, "cpu_util", float)
+        else:
+            start = number(ev, "window_start", float)
+            seen = [u for t, u in job.solo_util if start is None or t >= start]
+            util = sum(seen) / len(seen) if seen else None
+        return 1.0 if util is None else min(1.0, max(0.0, util))
 
     def _late(self, msg: s.JobEvent | s.JobExit) -> LiveJob | None:
         """The job, if this report is from its last attempt and it has not restarted since.
@@ -230,8 +276,12 @@ class AgentProtocol:
             elif job.sample_only:
                 self._to_waiting(job, JobState.SAMPLED if job.sample else JobState.QUEUED, now,
                                  "sampled" if job.sample else "sampling ended without a record")
+                self._sampling_ended(job, now)
+                self._save(job)
             else:
                 self._to_waiting(job, JobState.SUSPENDED, now, f"suspended to its checkpoint")
+        elif code == rp.EXIT_OUT_OF_MEMORY:
+            self._out_of_memory(job, now, why)
         elif code in (rp.EXIT_BAD_INPUT, rp.EXIT_CHECKPOINT_ERROR):
             kind = "bad input" if code == rp.EXIT_BAD_INPUT else "checkpoint error"
             detail = msg.reason or job.reason
@@ -243,7 +293,29 @@ class AgentProtocol:
             else:
                 self._requeue(job, now, f"crashed ({why}); retry {job.retries} of "
                                         f"{self.config.max_retries} from its checkpoint")
+        self._start_reserved(now)
         return {}
+
+    def _out_of_memory(self, job: LiveJob, now: float, why: str) -> None:
+        """Re-queue a job that ran out of memory, at its place, to be re-sized from its peak.
+
+        The policy sizes its next fragment from the measured peak plus headroom
+        (``JobView.min_memory_mb``). It fails only when no GPU could hold that peak.
+        """
+        job.out_of_memory += 1
+        for f in job.fragments:   # at least the fragment it passed
+            info = self.cluster.gpu(f.gpu)
+            if info is not None:
+                job.memory_need_mb = max(job.memory_need_mb, f.fraction * info.memory_mb)
+        largest = max((g.memory_mb for n in self.cluster.nodes.values() for g in n.gpus.values()),
+                      default=0)
+        if job.memory_need_mb + self.cluster.reserve_mb > largest:
+            self._finish(job, JobState.FAILED, now,
+                         f"out of memory at {job.memory_need_mb:.0f} MiB per GPU: no GPU "
+                         f"could hold it (largest {largest} MiB); {why}")
+            return
+        self._requeue(job, now, f"out of memory ({why}); re-sized from its peak "
+                                f"{job.memory_need_mb:.0f} MiB")
 
     def _on_reply(self, peer: bytes, msg: s.Message) -> None:
         sent = self.pending.get(msg.id)

@@ -8,7 +8,7 @@ from typing import Any
 from tfgshare import schema as s
 from tfgshare.coordinator.cluster import LiveJob, split_gpu_id
 from tfgshare.coordinator.errors import RequestError
-from tfgshare.coordinator.exporter import run_report
+from tfgshare.coordinator.exporter import error_stats, format_error, run_report
 from tfgshare.coordinator.logs import log
 from tfgshare.coordinator.rounds import round_stats
 from tfgshare.policies.base import Fragment, JobState
@@ -69,7 +69,9 @@ class ClientApi:
             counts[j.display_state] = counts.get(j.display_state, 0) + 1
         return {"jobs": [self.describe(j, now) for j in page], "counts": counts,
                 "next_cursor": page[-1].seq if more else None,
-                "policy": getattr(self.policy, "name", "?"), "time": now}
+                "policy": getattr(self.policy, "name", "?"), "time": now,
+                "prediction_error": error_stats(self.cluster.prediction_errors),
+                "refused": dict(self.refusals)}
 
     def describe(self, job: LiveJob, now: float) -> dict[str, Any]:
         """A job as the status command shows it."""
@@ -80,6 +82,9 @@ class ClientApi:
             "fragments": [[f.gpu, f.fraction] for f in job.fragments],
             "steps_done": job.steps_done, "total_steps": job.spec.max_number_of_steps,
             "predicted_remaining_s": job.predicted_remaining_s,
+            "predicted_total_s": job.predicted_total_s,
+            "prediction_error": job.prediction_error,
+            "measured_step_s": job.measured_step_s, "restart_s": job.restart_s,
             "submit_time": job.submit_time, "first_start": job.first_start,
             "finish_time": job.finish_time, "waited_s": waited, "run_time_s": run,
             "attempt": job.attempt, "suspends": job.suspends, "resumes": job.resumes,
@@ -149,6 +154,7 @@ class ClientApi:
         if job.state in (JobState.RUNNING, JobState.SAMPLING) and not job.cancel_requested:
             self._ask_suspend(job, now, "asked by the user")
         else:
+            self.cluster.set_reservation(job, None)   # a start in flight is called off
             self._save(job)
             self._log(job, now, "held by the user")
         return {"state": job.display_state}
@@ -216,4 +222,10 @@ class ClientApi:
         answer["decide"] = round_stats(self.decide_times[msg.since_round:])
         answer["decide_cpu"] = round_stats(self.decide_cpu_times[msg.since_round:])
         answer["rounds_total"] = len(self.round_times)
+        answer["refused"] = dict(self.refusals)
+        refused = sum(self.refusals.values())
+        by = ", ".join(f"{n} {r}" for r, n in sorted(self.refusals.items()))
+        answer["prediction_error"] = err = error_stats(self.cluster.prediction_errors)
+        answer["report"] += (f"\n\npolicy actions refused: {refused}" + (f" ({by})" if by else "")
+                             + f"\nprediction error: {format_error(err)}")
         return answer

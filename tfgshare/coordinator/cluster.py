@@ -20,11 +20,13 @@ from tfgshare.policies.base import (GPU, Action, ClusterSnapshot, Fragment, JobS
                                     Migrate, SampleRecord, Start, Suspend)
 from tfgshare.policies.jobset import JobSet
 from tfgshare.policies.placement import GpuUse, fits
+from tfgshare.policies.prediction import predict_remaining_s
 from tfgshare.schema import GpuInfo, JobSpec, plain
 
 # LiveJob fields that are saved to the database (the rest is volatile)
 _VOLATILE = frozenset({"unknown", "gpu_memory_mb", "over_memory", "solo_util", "step_time_s",
-                       "training", "_view", "_spec_record", "_counted"})
+                       "training", "_view", "_spec_record", "_counted", "reserved",
+                       "reserved_as"})
 
 
 @dataclass(eq=False)
@@ -48,6 +50,10 @@ class LiveJob(JobAccount):
     steps_done: int = 0
     sample: SampleRecord | None = None
     predicted_remaining_s: float | None = None
+    # measurements behind the prediction (tfgshare.policies.prediction.predict_remaining_s)
+    measured_step_s: float | None = None  # latest measured step time (co-location included)
+    restart_s: float | None = None    # what its last start cost before steps ran at speed
+    attempt_step0: int | None = None  # steps_done at this attempt's start, until its cost is known
     pinned: bool = False              # manually suspended: not scheduled until resumed
     cancel_requested: bool = False
     migrate_to: tuple[Fragment, ...] | None = None   # target of a migration in flight
@@ -55,16 +61,30 @@ class LiveJob(JobAccount):
     retries: int = 0                  # failures in a row without progress
     retry_steps: int = 0              # the furthest step seen at a counted failure
     reason: str = ""                  # why it failed or was last requeued
+    memory_need_mb: float = 0.0       # per GPU, measured when it last ran out of memory
+    out_of_memory: int = 0            # times it ran out of memory (re-sized each time)
     # volatile
     unknown: bool = False             # was running before a restart, not yet re-adopted
     gpu_memory_mb: dict[int, float] = field(default_factory=dict)
     over_memory: str = ""             # non-empty when its real memory passes its fragment
-    solo_util: list[float] = field(default_factory=list)  # GPU util seen alone, before its sample
+    # (time, GPU util) from heartbeats while it sampled alone (real GPUs)
+    solo_util: list[tuple[float, float]] = field(default_factory=list)
     training: bool = False            # it has trained since its current start
     step_time_s: float | None = None  # its last reported step time in the current start
+    # a start the policy planned onto fragments that a suspend or migration in
+    # flight still holds: reserved for this waiting job until they free
+    reserved: tuple[Fragment, ...] | None = None
+    reserved_as: str = ""             # "sample", "migrated" or "" (a start or resume)
     _view: JobView | None = field(default=None, repr=False)
     _spec_record: dict[str, Any] | None = field(default=None, repr=False)  # plain(spec)
     _counted: tuple[str, bool, bool] | None = field(default=None, repr=False)  # in the counts
+
+    def predict(self, restarts: int) -> float | None:
+        """Run time left, from what was measured (None before its step time is known)."""
+        if self.measured_step_s is None:
+            return None
+        return predict_remaining_s(max(0, self.spec.max_number_of_steps - self.steps_done),
+                                   self.measured_step_s, restarts, self.restart_s or 0.0)
 
     @property
     def prediction_error(self) -> float | None:
@@ -95,20 +115,26 @@ class LiveJob(JobAccount):
         """The policy's view of this job (cached until ``touch``)."""
         if self._view is None:
             state = self.state
+            fragments = self.fragments
             if state.holds_gpu and (self.cancel_requested or self.migrate_to is not None):
                 state = JobState.SUSPENDING   # busy: the policy must not act on it
+                # the migration target is held as well as the fragments it leaves
+                fragments = fragments + (self.migrate_to or ())
+            elif self.reserved is not None and state.waiting:
+                # a start in flight: it holds its reserved fragments, and is busy
+                state, fragments = JobState.SUSPENDING, self.reserved
             spec = self.spec
             self._view = JobView(
                 id=self.id, submit_time=self.submit_time, num_gpus=spec.num_gpus,
                 state=state, model=spec.model_name, total_steps=spec.max_number_of_steps,
                 steps_done=self.steps_done, requested_fraction=spec.requested_fraction,
                 sample=self.sample, predicted_remaining_s=self.predicted_remaining_s,
-                fragments=self.fragments, attained_service_s=self.attained_service_s,
+                fragments=fragments, attained_service_s=self.attained_service_s,
                 # service is closed at each release: a running job's grows from last_start
                 attained_at=self.last_start if state.holds_gpu else None,
                 last_start=self.last_start, waited_s=self.waited_s,
                 last_wait_start=self.last_wait_start, suspends=self.suspends,
-                priority=spec.priority)
+                priority=spec.priority, min_memory_mb=self.memory_need_mb)
         return self._view
 
     # ---- persistence --------------------------------------------------------
@@ -187,6 +213,7 @@ class Cluster:
         self.active: dict[str, LiveJob] = {}      # jobs not done
         self.tenants: dict[str, dict[str, LiveJob]] = {}   # GPU id -> jobs holding it
         self.migrating: dict[str, LiveJob] = {}   # jobs with a migration target reserved
+        self.reserved: dict[str, LiveJob] = {}    # waiting jobs with a start in flight
         self._views = JobSet()                     # what the policy sees, kept up to date
         self.counts: dict[str, int] = {}          # jobs by state ("unknown" apart), kept up to date
         self.over_count = 0                       # jobs over their fragment's memory
@@ -208,7 +235,8 @@ class Cluster:
         if self._snapshot is None:   # one object while nodes stay: its layout is kept on it
             gpus = tuple(GPU(id=n.gpu_id(i), node=n.name, index=i, memory_mb=g.memory_mb)
                          for n in self.up_nodes() for i, g in sorted(n.gpus.items()))
-            self._snapshot = ClusterSnapshot(gpus=gpus, reserve_mb=self.reserve_mb)
+            self._snapshot = ClusterSnapshot(gpus=gpus, reserve_mb=self.reserve_mb,
+                                             one_node_gangs=True)
         return self._snapshot
 
     def largest_node(self) -> int:
@@ -262,6 +290,7 @@ class Cluster:
                     del self.tenants[f.gpu]
         job.fragments = ()
         self.set_migration(job, None)
+        self.set_reservation(job, None)
 
     def set_migration(self, job: LiveJob, target: tuple[Fragment, ...] | None) -> None:
         """Reserve (or drop) the fragments a job migrates to."""
@@ -270,6 +299,19 @@ class Cluster:
             self.migrating.pop(job.id, None)
         else:
             self.migrating[job.id] = job
+
+    def set_reservation(self, job: LiveJob, fragments: tuple[Fragment, ...] | None,
+                        kind: str = "") -> None:
+        """Reserve (or drop) fragments for a waiting job's start in flight.
+
+        ``kind``: "sample" (a sampling start), "migrated" (the end of a
+        migration) or "" (a start or resume).
+        """
+        job.reserved, job.reserved_as = fragments, kind
+        if fragments is None:
+            self.reserved.pop(job.id, None)
+        else:
+            self.reserved[job.id] = job
 
     def co_tenants(self, job: LiveJob) -> int:
         """How many other jobs hold a fragment on any of this job's GPUs."""
@@ -310,85 +352,122 @@ class Cluster:
         self._views.trim()
         return out
 
-    def check_actions(self, actions: Sequence[Action]) -> tuple[list[Action], list[str]]:
-        """The actions that can be carried out now, and why the others cannot.
+    def check_actions(self, actions: Sequence[Action]) -> "Checked":
+        """Which actions can be carried out now, which must wait, and why the others cannot.
 
-        Live rules, stricter than the simulator's: a suspended or migrating job
-        keeps its memory until its runner exits, so the fragments it frees are
-        not given to anyone in the same round; a migration target is reserved
-        until the job restarts there; a job runs on the GPUs of one node.
+        The rule is the policy's (``placement.fits``) on the cluster as the
+        coordinator holds it: a suspended or migrating job keeps its memory
+        until its runner exits, a migration target and a start in flight are
+        reserved, and a job runs on the GPUs of one node. A start onto room that
+        a suspend or migration in this list (or in flight) will free is
+        deferred: its fragments are reserved and it starts once they are free.
         """
         use: dict[str, GpuUse] = {}
-        ok: list[Action] = []
-        errors: list[str] = []
+        freeing: dict[str, GpuUse] = {}
+        out = Checked()
         seen: set[str] = set()
         for a in actions:
-            why = self._why_not(a, use, seen)
-            if why:
-                errors.append(f"{type(a).__name__} {a.job}: {why}")
+            reason, why = self._why_not(a, use, freeing, seen)
+            if reason == "later" and isinstance(a, Start):
+                out.deferred.append(a)
+            elif reason == "later" and isinstance(a, Migrate):
+                out.ok.append(a)    # the migration completes once the target frees
+            elif reason:
+                out.refused.append((a, reason, f"{type(a).__name__} {a.job}: {why}"))
                 continue
+            else:
+                out.ok.append(a)
             seen.add(a.job)
             for f in getattr(a, "fragments", ()):
                 u = use[f.gpu]
                 u.used += f.fraction
                 u.tenants += 1
-            ok.append(a)
-        return ok, errors
+            if isinstance(a, (Suspend, Migrate)):
+                for f in self.active[a.job].fragments:
+                    u = freeing.setdefault(f.gpu, GpuUse())
+                    u.used += f.fraction
+                    u.tenants += 1
+        return out
 
-    def _why_not(self, a: Action, use: dict[str, GpuUse], seen: set[str]) -> str:
+    def _why_not(self, a: Action, use: dict[str, GpuUse], freeing: dict[str, GpuUse],
+                 seen: set[str]) -> tuple[str, str]:
+        """("", "") if ``a`` can be done now, ("later", why) once moves in flight
+        free its room, else (reason key, why not)."""
         job = self.active.get(a.job)
         if job is None:
-            return "no such active job"
+            return "unknown_job", "no such active job"
         if a.job in seen:
-            return "more than one action for this job"
+            return "duplicate", "more than one action for this job"
         if job.unknown:
-            return "job not re-adopted yet"
+            return "not_adopted", "job not re-adopted yet"
         if isinstance(a, Start):
-            if not job.state.waiting or job.pinned:
-                return f"job is {job.display_state}, not waiting"
-        elif job.state is not JobState.RUNNING or job.cancel_requested:
-            return f"job is {job.display_state}, not running"
+            if not job.state.waiting or job.pinned or job.reserved is not None:
+                return "not_waiting", f"job is {job.display_state}, not waiting"
+        elif job.state is not JobState.RUNNING or job.cancel_requested \
+                or job.migrate_to is not None:
+            return "not_running", f"job is {job.display_state}, not running"
         if isinstance(a, Suspend):
-            return ""
+            return "", ""
         frags = a.fragments
         if len(frags) != job.spec.num_gpus:
-            return f"{len(frags)} fragments for a {job.spec.num_gpus}-GPU job"
+            return "bad_fragments", f"{len(frags)} fragments for a {job.spec.num_gpus}-GPU job"
         gpus = [f.gpu for f in frags]
         if len(set(gpus)) != len(gpus):
-            return f"two fragments on one GPU {gpus}"
+            return "bad_fragments", f"two fragments on one GPU {gpus}"
         if isinstance(a, Migrate) and set(gpus) & {f.gpu for f in job.fragments}:
-            return "a migration target is a GPU it already holds"
-        nodes = {split_gpu_id(g)[0] for g in gpus}
+            return "bad_fragments", "a migration target is a GPU it already holds"
+        try:
+            nodes = {split_gpu_id(g)[0] for g in gpus}
+        except ValueError as exc:
+            return "bad_fragments", str(exc)
         if len(nodes) != 1:
-            return f"placement spans nodes {', '.join(sorted(nodes))}; a live job runs on one node"
+            return "spans_nodes", (f"placement spans nodes {', '.join(sorted(nodes))}; "
+                                   "a live job runs on one node")
+        later = False
         for f in frags:
             info = self.gpu(f.gpu)
             if info is None:
-                return f"GPU {f.gpu} is not up"
+                return "gpu_down", f"GPU {f.gpu} is not up"
             if not 0.0 < f.fraction <= 1.0:
-                return f"fraction {f.fraction} on {f.gpu} is outside (0, 1]"
+                return "bad_fragments", f"fraction {f.fraction} on {f.gpu} is outside (0, 1]"
             if f.gpu not in use:
                 use[f.gpu] = self._gpu_use(f.gpu)
             gpu = GPU(f.gpu, info_node(f.gpu), 0, info.memory_mb)
-            if not fits(gpu, use[f.gpu], f.fraction, self.reserve_mb):
-                u = use[f.gpu]
-                return (f"fraction {f.fraction:.3f} does not fit on {f.gpu} "
-                        f"({u.tenants} tenants hold {u.used:.3f})")
-        return ""
+            u = use[f.gpu]
+            if fits(gpu, u, f.fraction, self.reserve_mb):
+                continue
+            planned = freeing.get(f.gpu)
+            gone = GpuUse(planned.used, planned.tenants) if planned else GpuUse()
+            for j in self.tenants.get(f.gpu, {}).values():
+                if j.state is JobState.SUSPENDING:   # in flight: its runner is exiting
+                    for x in j.fragments:
+                        if x.gpu == f.gpu:
+                            gone.used += x.fraction
+                            gone.tenants += 1
+            after = GpuUse(u.used - gone.used, u.tenants - gone.tenants)
+            if gone.tenants and fits(gpu, after, f.fraction, self.reserve_mb):
+                later = True
+                continue
+            return "no_room", (f"fraction {f.fraction:.3f} does not fit on {f.gpu} "
+                               f"({u.tenants} tenants hold {u.used:.3f})")
+        return ("later", "its room frees when a move in flight ends") if later else ("", "")
 
-    def _gpu_use(self, gpu_id: str) -> GpuUse:
-        """What the tenants and reserved migration targets hold on one GPU now."""
+    def _gpu_use(self, gpu_id: str, skip: str | None = None) -> GpuUse:
+        """What the tenants, migration targets and starts in flight hold on one GPU now."""
         u = GpuUse()
         for j in self.tenants.get(gpu_id, {}).values():
             for f in j.fragments:
                 if f.gpu == gpu_id:
                     u.used += f.fraction
                     u.tenants += 1
-        for j in self.migrating.values():
-            for f in j.migrate_to or ():
-                if f.gpu == gpu_id:
-                    u.used += f.fraction
-                    u.tenants += 1
+        for group in (self.migrating, self.reserved):
+            for j in group.values():
+                if j.id == skip:
+                    continue
+                for f in (j.migrate_to if group is self.migrating else j.reserved) or ():
+                    if f.gpu == gpu_id:
+                        u.used += f.fraction
+                        u.tenants += 1
         return u
 
     def holders(self) -> Iterator[LiveJob]:
@@ -400,13 +479,23 @@ class Cluster:
                     seen.add(job.id)
                     yield job
 
-    def fits(self, gpu_id: str, fraction: float) -> bool:
+    def fits(self, gpu_id: str, fraction: float, skip: str | None = None) -> bool:
         """Whether one more fragment of ``fraction`` fits on this up GPU now.
 
-        Fragments reserved by migrations in flight count as held.
+        Fragments reserved by migrations and starts in flight count as held
+        (but not those of job ``skip``).
         """
         info = self.gpu(gpu_id)
         if info is None:
             return False
         gpu = GPU(gpu_id, info_node(gpu_id), 0, info.memory_mb)
-        return fits(gpu, self._gpu_use(gpu_id), fraction, self.reserve_mb)
+        return fits(gpu, self._gpu_use(gpu_id, skip), fraction, self.reserve_mb)
+
+
+@dataclass
+class Checked:
+    """A list of actions sorted by ``Cluster.check_actions``."""
+
+    ok: list[Action] = field(default_factory=list)        # carry out now
+    deferred: list[Start] = field(default_factory=list)   # reserve; start once room frees
+    refused: list[tuple[Action, str, str]] = field(default_factory=list)  # (action, reason, text)

@@ -43,7 +43,7 @@ def _solo_util(job: LiveJob) -> float:
     if job.sample is not None:
         return job.sample.gpu_util
     if job.solo_util:
-        return min(1.0, sum(job.solo_util) / len(job.solo_util))
+        return min(1.0, sum(u for _, u in job.solo_util) / len(job.solo_util))
     return 1.0
 
 
@@ -78,6 +78,9 @@ class CoordinatorMetrics:
         self.suspends = Counter("tfgshare_suspends", "Suspends asked", registry=r)
         self.resumes = Counter("tfgshare_resumes", "Resumes started", registry=r)
         self.migrations = Counter("tfgshare_migrations", "Migrations done", registry=r)
+        self.refused = Counter("tfgshare_actions_refused",
+                               "Policy actions the coordinator refused, by reason",
+                               ["reason"], registry=r)
         self.node_losses = Counter("tfgshare_node_losses", "Nodes declared lost", registry=r)
         self.rounds = Histogram("tfgshare_scheduling_round_seconds",
                                 "Time of one scheduling round", registry=r,
@@ -136,6 +139,23 @@ class CoordinatorMetrics:
         errors = cluster.prediction_errors
         self.pred_error.set(sum(errors) / len(errors) if errors else math.nan)
         return use, queued
+
+
+def error_stats(errors: list[float]) -> dict[str, Any]:
+    """Mean and p90 of relative prediction errors, and how many jobs they cover."""
+    if not errors:
+        return {"jobs": 0, "mean": None, "p90": None}
+    ordered = sorted(errors)
+    p90 = ordered[min(len(ordered) - 1, math.ceil(0.9 * len(ordered)) - 1)]
+    return {"jobs": len(ordered), "mean": sum(ordered) / len(ordered), "p90": p90}
+
+
+def format_error(stats: dict[str, Any]) -> str:
+    """``error_stats`` as one line."""
+    if not stats["jobs"]:
+        return "none yet (no finished job was predicted)"
+    return (f"mean {100 * stats['mean']:.0f} %, p90 {100 * stats['p90']:.0f} % "
+            f"over {stats['jobs']} finished jobs")
 
 
 def job_record(job: LiveJob, now: float) -> JobRecord:

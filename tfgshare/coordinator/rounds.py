@@ -45,12 +45,19 @@ class Rounds:
         return plan
 
     def _apply(self, plan: "_Round") -> list:
-        """Carry out the actions that still hold now (the cluster may have moved on)."""
+        """Carry out the actions that still hold now (the cluster may have moved on).
+
+        A start onto room that a move in flight frees is reserved and starts
+        when the room frees; an action the cluster cannot take is refused,
+        logged and counted by reason.
+        """
         now = self.clock()
-        actions, errors = self.cluster.check_actions(plan.actions)
+        self._start_reserved(now)
+        checked = self.cluster.check_actions(plan.actions)
         name = getattr(self.policy, "name", "?")
-        for e in errors:
-            log.info("policy %s: not done now: %s", name, e)
+        for action, reason, text in checked.refused:
+            self._refuse(action, reason, text, now)
+        actions = checked.ok
         for action in actions:
             job = self.cluster.active[action.job]
             if isinstance(action, Start):
@@ -59,6 +66,10 @@ class Rounds:
                 self._ask_suspend(job, now, f"policy {name}")
             elif isinstance(action, Migrate):
                 self._ask_suspend(job, now, f"policy {name}", target=tuple(action.fragments))
+        for action in checked.deferred:
+            self._reserve(self.cluster.active[action.job], action.fragments,
+                          action.sample_only, now)
+        actions = actions + checked.deferred
         took = time.perf_counter() - plan.started
         if len(self.round_times) < 1_000_000:
             self.round_times.append(took)
@@ -66,6 +77,16 @@ class Rounds:
             self.decide_cpu_times.append(plan.decide_cpu_s)
         self.metrics.rounds.observe(took)
         return actions
+
+    def _refuse(self, action, reason: str, text: str, now: float) -> None:
+        """Record an action the cluster could not take: a log line, a job event, a count."""
+        name = getattr(self.policy, "name", "?")
+        log.warning("policy %s: refused: %s", name, text)
+        self.refusals[reason] = self.refusals.get(reason, 0) + 1
+        self.metrics.refused.labels(reason).inc()
+        job = self.cluster.active.get(action.job)
+        if job is not None:
+            self._log(job, now, f"refused {type(action).__name__} ({reason}): {text}")
 
 
 @dataclass

@@ -98,6 +98,7 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, Rounds):
         self.round_times = array("d")                # seconds per scheduling round
         self.decide_times = array("d")               # ... of which in policy.decide
         self.decide_cpu_times = array("d")           # CPU seconds of policy.decide
+        self.refusals: dict[str, int] = {}           # policy actions refused, by reason
         self._out: list[tuple[list[bytes], s.Message]] = []
         self._cmds: list[tuple[list[bytes], s.Message]] = []
         self._logs: list[tuple[str, float, str]] = []

@@ -36,6 +36,9 @@ class Transitions:
 
     def _to_waiting(self, job: LiveJob, state: JobState, now: float, why: str) -> None:
         self._release(job, now)
+        left = job.predict(1)    # it must start again
+        if left is not None:
+            job.predicted_remaining_s = left
         job.state = state
         job.begin_wait(now)
         job.reason = why
@@ -65,8 +68,9 @@ class Transitions:
                now: float, note: str = "") -> None:
         node = self.cluster.nodes[split_gpu_id(fragments[0].gpu)[0]]
         # a resume, or the second half of a migration, costs until it trains again
-        moving = job.state is JobState.SUSPENDING
-        if job.state is JobState.SUSPENDED:
+        migrated = note == "migrated"   # the end of a migration, from its reserved target
+        moving = job.state is JobState.SUSPENDING or migrated
+        if job.state is JobState.SUSPENDED and not migrated:
             job.resumes += 1
             self.metrics.resumes.inc()
             moving = True
@@ -78,6 +82,7 @@ class Transitions:
         job.state = JobState.SAMPLING if sample_only else JobState.RUNNING
         self.cluster.place(job, fragments)
         job.node, job.sample_only = node.name, sample_only
+        job.attempt_step0 = job.steps_done   # this start's cost is measured at its first progress
         job.pinned = False
         if sample_only:
             job.solo_util = []
@@ -107,17 +112,46 @@ class Transitions:
     def _complete_migration(self, job: LiveJob, now: float) -> None:
         target = job.migrate_to
         self._release(job, now)
-        if all(self.cluster.fits(f.gpu, f.fraction) for f in target) and \
-                len({split_gpu_id(f.gpu)[0] for f in target}) == 1:
-            job.migrations += 1
-            self.metrics.migrations.inc()
-            self._start(job, target, False, now, note="migrated")
+        job.state = JobState.SUSPENDED
+        job.begin_wait(now)
+        if all(self.cluster.gpu(f.gpu) is not None for f in target):
+            # its target stays reserved; it starts there now, or once a move
+            # planned with this one frees the room
+            job.reason = "migrating"
+            self.cluster.set_reservation(job, target, "migrated")
+            self._save(job)
+            self._start_reserved(now)
         else:
-            job.state = JobState.SUSPENDED
-            job.begin_wait(now)
-            job.reason = "migration target no longer fits; waiting"
+            job.reason = "migration target went down; waiting"
             self._save(job)
             self._log(job, now, job.reason)
+
+    def _reserve(self, job: LiveJob, fragments: tuple[Fragment, ...], sample_only: bool,
+                 now: float) -> None:
+        """Hold fragments for a waiting job until moves in flight free them, then start it."""
+        self.cluster.set_reservation(job, tuple(fragments), "sample" if sample_only else "")
+        self.cluster.refresh(job)
+        where = ", ".join(f"{f.gpu} f={f.fraction:.3f}" for f in fragments)
+        self._log(job, now, f"reserved {where}: starts once a move in flight frees it")
+
+    def _start_reserved(self, now: float) -> None:
+        """Start the jobs whose reserved fragments are free now; drop those on down GPUs."""
+        for job in list(self.cluster.reserved.values()):
+            frags = job.reserved
+            if any(self.cluster.gpu(f.gpu) is None for f in frags):
+                self.cluster.set_reservation(job, None)
+                self.cluster.refresh(job)
+                self._log(job, now, "reservation dropped: its GPU went down")
+                self._dirty = True
+                continue
+            if all(self.cluster.fits(f.gpu, f.fraction, skip=job.id) for f in frags):
+                kind = job.reserved_as
+                self.cluster.set_reservation(job, None)
+                if kind == "migrated":
+                    job.migrations += 1
+                    self.metrics.migrations.inc()
+                self._start(job, frags, kind == "sample", now,
+                            note="migrated" if kind == "migrated" else "")
 
     def _node_lost(self, node: Node, now: float, why: str) -> None:
         log.warning("node %s lost: %s", node.name, why)
@@ -131,4 +165,5 @@ class Transitions:
         for job in [j for j in self.cluster.holders() if j.node == node.name]:
             job.unknown = False
             self._requeue(job, now, f"node {node.name} lost ({why})")
+        self._start_reserved(now)
         self._dirty = True

@@ -37,6 +37,8 @@ from typing import Callable, ClassVar, Collection, Iterable, Sequence
 
 from sortedcontainers import SortedList
 
+from tfgshare import sampling
+
 from .base import (Action, ClusterSnapshot, JobState, JobView, Migrate, Start,
                    Suspend)
 from .interference import room_for
@@ -198,10 +200,9 @@ class Fgs:
     """Sampling, shortest-remaining-first with aging, best-fit fragments, suspend/migrate."""
 
     name: ClassVar[str] = "fgs"
-    # steps measured by the sampling phase after its warm-up; read by the caller.
-    # A few dozen steps give a stable mean step time at a cost of well under a
-    # minute for the four slim models.
-    sample_steps: int = 30
+    # steps measured by the sampling phase after its warm-up; read by the
+    # simulator. The live runner's (tfgshare.sampling), so both sides measure alike.
+    sample_steps: int = sampling.SAMPLE_STEPS
     # Where a job that requests no fraction runs its sampling phase. A sampling
     # fragment must hold the job's true peak (unknown until sampled: a fragment
     # too small fails at start-up) and its neighbours slow the measured step
@@ -446,12 +447,8 @@ class _Round:
     @property
     def holders(self) -> dict[str, list[JobView]]:
         """GPU id -> the jobs holding it at the start of this round (built when first asked)."""
-        if self._holders is None:   # from the memo's tenants, in the jobs' order
-            hold = self.memo.holdings
-            views = hold.holders
-            self._holders = {gid: [views[jid] for jid, _ in sorted(hs.items(),
-                                                                   key=lambda kv: kv[1][2])]
-                             for gid, hs in hold.on_gpu.items()}
+        if self._holders is None:   # the memo's, kept up to date from the changed jobs
+            self._holders = self.memo.holdings.by_gpu()
         return self._holders
 
     def calm(self, gid: str, util: float, without: Collection[JobView] = ()) -> bool:
@@ -688,7 +685,8 @@ class _Round:
                 costs.append((c[0], c[1], order[gid], gid, c[2]))
                 if job.num_gpus == 1 and c[0] == 0 and c[1] <= 1:
                     break   # one move, now: nothing cheaper for a 1-GPU job
-        chosen = _pick_gpus(costs, job.num_gpus, self.free.gpus)
+        chosen = _pick_gpus(costs, job.num_gpus, self.free.gpus,
+                            self.free.cluster.one_node_gangs)
         if chosen is None:
             return
         victims = {v.id: v for c in chosen for v in c[4]}
@@ -824,8 +822,8 @@ def _frac_on(job: JobView, gid: str) -> float:
     return 0.0
 
 
-def _pick_gpus(costs, k: int, gpus) -> list | None:
-    """The ``k`` GPUs cheapest to clear: one node if it can, else across nodes."""
+def _pick_gpus(costs, k: int, gpus, one_node: bool = False) -> list | None:
+    """The ``k`` GPUs cheapest to clear: one node if it can, else across nodes (not ``one_node``)."""
     if len(costs) < k:
         return None
     costs.sort(key=lambda c: c[:4])
@@ -841,4 +839,6 @@ def _pick_gpus(costs, k: int, gpus) -> list | None:
             score = (max(c[0] for c in pick), sum(c[1] for c in pick), pick[0][2])
             if best is None or score < best[0]:
                 best = (score, pick)
-    return best[1] if best else costs[:k]
+    if best:
+        return best[1]
+    return None if one_node else costs[:k]

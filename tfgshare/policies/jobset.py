@@ -156,6 +156,8 @@ class Holdings:
         self.on_gpu: dict[str, dict[str, tuple[float, float, int]]] = {}  # gid -> jid -> (f, util, seq)
         self.use: dict[str, GpuUse] = {}
         self.holders: dict[str, JobView] = {}   # job id -> view, for jobs holding GPUs
+        self._lists: dict[str, list[JobView]] = {}   # GPU id -> its holders' views, in order
+        self._stale: set[str] = set()                # GPUs whose list is out of date
 
     def update(self, jid: str, old: JobView | None, new: JobView | None, seq: int,
                dirty: set[str]) -> None:
@@ -164,6 +166,7 @@ class Holdings:
         now = new is not None and new.fragments and new.state in HOLDING
         if was and now and old.fragments == new.fragments and _util(old) == _util(new):
             self.holders[jid] = new
+            self._stale.update(f.gpu for f in new.fragments)
             return
         if was:
             for f in old.fragments:
@@ -173,13 +176,31 @@ class Holdings:
                     if not hs:
                         del self.on_gpu[f.gpu]
                 dirty.add(f.gpu)
+                self._stale.add(f.gpu)
             self.holders.pop(jid, None)
         if now:
             u = _util(new)
             for f in new.fragments:
                 self.on_gpu.setdefault(f.gpu, {})[jid] = (f.fraction, u, seq)
                 dirty.add(f.gpu)
+                self._stale.add(f.gpu)
             self.holders[jid] = new
+
+    def by_gpu(self) -> dict[str, list[JobView]]:
+        """GPU id -> the views of the jobs holding it, in the jobs' order (do not modify)."""
+        if self._stale:
+            views, lists = self.holders, self._lists
+            for gid in self._stale:
+                hs = self.on_gpu.get(gid)
+                if not hs:
+                    lists.pop(gid, None)
+                elif len(hs) == 1:
+                    lists[gid] = [views[next(iter(hs))]]
+                else:
+                    lists[gid] = [views[jid] for jid, _ in sorted(hs.items(),
+                                                                   key=lambda kv: kv[1][2])]
+            self._stale = set()
+        return self._lists
 
     def resum(self, dirty: Iterable[str]) -> None:
         """Redo the sums of these GPUs (in the jobs' order, as ``usage`` does)."""

@@ -84,8 +84,10 @@ def fraction_for(job: JobView, gpu: GPU, headroom: float = 0.1,
 
     The user's requested fraction if set; else the sampled peak memory times
     (1 + headroom) over the GPU's memory; else ``default``, and with no default
-    the conservative choice: the whole GPU less the reserve. The result is
-    clipped to [MIN_FRACTION, exclusive fraction].
+    the conservative choice: the whole GPU less the reserve. A job that ran
+    out of memory gets at least its measured peak then (``min_memory_mb``)
+    times (1 + headroom). The result is clipped to [MIN_FRACTION, exclusive
+    fraction].
     """
     top = exclusive_fraction(gpu, reserve_mb)
     if job.requested_fraction is not None:
@@ -96,6 +98,8 @@ def fraction_for(job: JobView, gpu: GPU, headroom: float = 0.1,
         want = default
     else:
         return top
+    if job.min_memory_mb:
+        want = max(want, job.min_memory_mb * (1.0 + headroom) / gpu.memory_mb)
     return min(top, max(MIN_FRACTION, want))
 
 
@@ -410,7 +414,7 @@ class FreeMap:
         whole = [c for c in by_node.values() if len(c) >= k]
         if whole:
             return min(whole, key=lambda c: (len(c), self.order[c[0][0]]))[:k]
-        if sum(map(len, by_node.values())) < k:
+        if self.cluster.one_node_gangs or sum(map(len, by_node.values())) < k:
             return None
         chosen: list[tuple[str, float]] = []
         first = {n: self.order[c[0][0]] for n, c in by_node.items()}

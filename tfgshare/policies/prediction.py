@@ -15,6 +15,21 @@ def remaining_time_s(total_steps: float, steps_done: float, step_time_s: float) 
     return left * step_time_s if left > 0 else 0.0
 
 
+def predict_remaining_s(steps_left: float, step_time_s: float, restarts: int = 0,
+                        restart_s: float = 0.0) -> float:
+    """Run time a job still needs: its steps at the current measured step time, plus
+    the measured cost of each restart still expected.
+
+    ``step_time_s`` is the latest measured step time, so it carries the present
+    co-location slowdown; ``restart_s`` is what its last start cost before its
+    steps ran at speed (process start, graph build, restore); ``restarts`` is
+    1 for a job that waits (it must start again) and 0 for one that runs. The
+    live coordinator and the simulator both predict with this function, from
+    measurements (the simulator's carry its measurement noise).
+    """
+    return max(0.0, steps_left) * max(0.0, step_time_s) + restarts * max(0.0, restart_s)
+
+
 def remaining_s(job: JobView) -> float | None:
     """Predicted seconds left: the caller's refreshed figure, else from the sample, else None."""
     if job.predicted_remaining_s is not None:

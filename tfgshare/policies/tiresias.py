@@ -96,6 +96,7 @@ class Tiresias:
     promote_knob: float = 0.0
     # no preemption within this many seconds of a job's last start or resume
     min_run_s: float = 0.0
+    # be woken at the authors' "job jump" time (see the module doc); False: at the crossing
     authors_wake: bool = True
 
     def __post_init__(self) -> None:

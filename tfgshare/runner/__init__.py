@@ -7,5 +7,5 @@
 - ``protocol``: the contract with the agent (exit codes, signals, events). It, ``config``,
   ``timing`` and ``events`` import no TensorFlow, so the agent and coordinator may use them.
 
-May import: ``slim_models``, ``tfgshare.paths``. Never the coordinator, agent, client or simulator.
+May import: ``slim_models``, ``tfgshare.paths``, ``tfgshare.sampling``. Never the coordinator, agent, client or simulator.
 """

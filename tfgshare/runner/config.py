@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from tfgshare import sampling
 from tfgshare.runner.protocol import BadInputError
 
 OPTIMIZERS = ("sgd", "momentum", "rmsprop", "adam")
@@ -52,9 +53,9 @@ class TrainConfig:
     deterministic: bool = False           # TF op determinism (exact resume on GPU too)
     intra_op_threads: int = 0             # 0: TensorFlow's default
     inter_op_threads: int = 0
-    warmup_steps: int = 5
-    num_sample_steps: int = 20
-    max_sample_share: float = 0.1         # sampling takes at most this share of the steps
+    warmup_steps: int = sampling.WARMUP_STEPS
+    num_sample_steps: int = sampling.SAMPLE_STEPS
+    max_sample_share: float = sampling.MAX_SHARE   # sampling's most share of the steps
     sample_only: bool = False
     save_interval_steps: int = 0          # 0: off
     save_interval_secs: float = 600.0     # 0: off

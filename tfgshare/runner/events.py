@@ -28,6 +28,9 @@ class EventSink:
         missing = [f for f in expected if f not in fields]
         if missing:
             raise ValueError(f"event {name!r} lacks fields {missing}")
+        extra = [f for f in fields if f not in expected]
+        if extra:
+            raise ValueError(f"event {name!r} has fields {extra} the protocol does not list")
         event = {"event": name, "time": time.time(), **fields}
         if self.job_id is not None:
             event["job_id"] = self.job_id

@@ -24,7 +24,7 @@ from typing import Callable
 from tfgshare.runner import protocol as rp
 from tfgshare.runner.config import TrainConfig, parse_args
 from tfgshare.runner.events import EventSink
-from tfgshare.runner.timing import StepTimer, plan_sampling
+from tfgshare.runner.timing import SamplePlan, StepTimer, plan_sampling
 
 SAMPLE_FILE = rp.SAMPLE_FILE
 
@@ -261,8 +261,14 @@ def train_loop(config: TrainConfig, built, session, sink: EventSink,
     saver = built.checkpoint
     train_dir = Path(config.train_dir)
     total = config.max_number_of_steps
-    timer = StepTimer(plan_sampling(total - step, config.warmup_steps, config.num_sample_steps,
-                                    config.max_sample_share), built.images_per_step)
+    plan = plan_sampling(total - step, config.warmup_steps, config.num_sample_steps,
+                         config.max_sample_share)
+    if (train_dir / SAMPLE_FILE).exists() and not config.sample_only:
+        # sampled before (a resume after its sample): no second sample, no extra
+        # checkpoint; the warm-up is still left out of the running step time
+        plan = SamplePlan(plan.warmup, 0)
+    timer = StepTimer(plan, built.images_per_step)
+    window = None   # (wall time, process CPU time) when the sampled steps began
     fetches = built.train_tensor
     key = built.step_key
     loss = None
@@ -295,6 +301,8 @@ def train_loop(config: TrainConfig, built, session, sink: EventSink,
 
     sampled_only = False
     while step < total and not stop_event.is_set() and not sampled_only:
+        if window is None and timer.steps_seen == timer.plan.warmup:
+            window = (time.time(), time.process_time())
         loss = float(session.run(fetches, feed_dict={key: step}))
         step += 1
         now = time.perf_counter()
@@ -303,7 +311,7 @@ def train_loop(config: TrainConfig, built, session, sink: EventSink,
             sink.emit("start_phases", **phases, first_step_s=seconds)
             phases = None
         if timer.add(seconds):
-            sample = _sample_event(timer, built, total - step, now - run_start)
+            sample = _sample_event(timer, built, total - step, now - run_start, window)
             sink.emit("sample", **sample)
             _write_json(train_dir / SAMPLE_FILE, {**sample, "step": step,
                                                   "job_id": config.job_id})
@@ -345,12 +353,30 @@ def _periodic_save_due(config: TrainConfig, step: int, last_save_time: float) ->
         time.monotonic() - last_save_time >= config.save_interval_secs
 
 
-def _sample_event(timer: StepTimer, built, remaining_steps: int, elapsed_s: float) -> dict:
+def _sample_event(timer: StepTimer, built, remaining_steps: int, elapsed_s: float,
+                  window: tuple[float, float]) -> dict:
     stats = timer.sample_stats()
     peak_mb, source = peak_memory(built.devices)
     remaining = remaining_steps * stats["step_time_mean_s"]
     return {**stats, "peak_memory_mb": peak_mb, "memory_source": source,
-            "predicted_remaining_s": remaining, "predicted_total_s": elapsed_s + remaining}
+            "predicted_remaining_s": remaining, "predicted_total_s": elapsed_s + remaining,
+            "window_start": window[0],
+            "cpu_util": cpu_share(time.time() - window[0], time.process_time() - window[1])}
+
+
+def cpu_share(wall_s: float, cpu_s: float) -> float:
+    """CPU seconds over wall seconds, as a share of the cores this process may use, in [0, 1].
+
+    On a virtual GPU (a set of CPU cores) this is the job's single-tenant
+    utilisation of its GPU, measured over the sampled steps only.
+    """
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:   # not on Linux
+        cores = os.cpu_count() or 1
+    if wall_s <= 0:
+        return 1.0
+    return min(1.0, max(0.0, cpu_s / (wall_s * cores)))
 
 
 def _write_json(path: Path, obj: dict) -> None:
@@ -395,7 +421,32 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(sink, f"checkpoint error: {exc}", exc.exit_code)
     except rp.RunnerError as exc:
         return _fail(sink, str(exc), exc.exit_code)
+    except Exception as exc:
+        if type(exc).__name__ != "ResourceExhaustedError":   # TensorFlow's out of memory
+            raise
+        peak = _gpu_peak_mb()
+        print(f"tfgshare train: out of memory (peak {peak:.0f} MiB): {exc}".splitlines()[0],
+              file=sys.stderr, flush=True)
+        sink.emit("out_of_memory", peak_memory_mb=peak, limit_mb=None,
+                  message=str(exc).splitlines()[0][:500])
+        return rp.EXIT_OUT_OF_MEMORY
     return result.exit_code
+
+
+def _gpu_peak_mb() -> float:
+    """The peak MiB TensorFlow's allocator reached on the visible GPUs (else peak RSS)."""
+    import tensorflow as tf
+
+    peak = 0.0
+    for i, _ in enumerate(tf.config.list_logical_devices("GPU")):
+        try:
+            info = tf.config.experimental.get_memory_info(f"GPU:{i}")
+        except (ValueError, RuntimeError):
+            continue
+        peak = max(peak, info["peak"] / 2**20)
+    if peak == 0.0:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return peak
 
 
 def _fail(sink: EventSink, message: str, code: int) -> int:

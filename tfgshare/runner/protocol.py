@@ -18,9 +18,13 @@ training goes on; a failed final save exits with 1.
 A warm runner, ``python -m tfgshare.runner --warm``, imports TensorFlow first and
 then takes its job as one line on stdin (``warm_job_line``); see ``runner.warm``.
 
-Each run first warms up and samples its step time; the ``sample`` event is also
-written to ``<train_dir>/sample.json`` (``SAMPLE_FILE``), and a checkpoint follows
-it, so the job can be moved right after sampling. In-process callers use
+A job's first run warms up and samples its step time over the sampled steps
+only (``tfgshare.sampling``); the ``sample`` event (with ``window_start``, the
+wall time the sampled steps began, and ``cpu_util``, the runner's CPU time over
+them as a share of its cores) is also written to ``<train_dir>/sample.json``
+(``SAMPLE_FILE``), and a checkpoint follows it, so the job can be moved right
+after sampling. A run on a train_dir that holds ``sample.json`` does not sample
+again. In-process callers use
 ``tfgshare.runner.main.train(TrainConfig, on_event, stop_event)`` instead.
 """
 
@@ -35,6 +39,10 @@ from typing import Iterator
 EXIT_OK = 0               # reached --max_number_of_steps
 EXIT_BAD_INPUT = 2        # bad flags: unknown model, impossible size, missing dataset
 EXIT_CHECKPOINT_ERROR = 3  # corrupt or mismatched checkpoint in --train_dir
+EXIT_OUT_OF_MEMORY = 4    # ran out of its memory: TensorFlow's ResourceExhaustedError on a
+                          # GPU, or (virtual GPUs) killed by its agent for passing its
+                          # fragment in resident memory; an ``out_of_memory`` event with the
+                          # measured peak comes first. The job may resume from its checkpoint.
 EXIT_FENCED = 76          # a newer attempt of the job owns --train_dir: this one stopped
 EXIT_SUSPENDED = 75       # checkpointed on request (signal or --sample_only) and exited
 
@@ -85,12 +93,13 @@ EVENTS: dict[str, tuple[str, ...]] = {
     "started": ("global_step", "restored", "device", "memory_fraction"),
     "sample": ("warmup_steps", "sampled_steps", "step_time_mean_s", "step_time_std_s",
                "images_per_sec", "peak_memory_mb", "memory_source",
-               "predicted_remaining_s", "predicted_total_s"),
+               "predicted_remaining_s", "predicted_total_s", "window_start", "cpu_util"),
     "progress": ("step", "loss", "step_time_s", "images_per_sec", "predicted_remaining_s"),
     "checkpoint": ("step", "path", "seconds", "size_mb"),
     "suspended": ("step",),
     "finished": ("step", "loss"),
     "error": ("message",),
+    "out_of_memory": ("peak_memory_mb", "limit_mb", "message"),
     # the phases of a move, in seconds: a start or resume (sent after its first step;
     # start_s: process start to this run's training setup, None in-process; graph_source:
     # "built" or "imported"; restore_s 0 and restored_from None on a fresh start) ...

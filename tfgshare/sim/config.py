@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tfgshare import sampling
+
 from .colocation import Colocation
 
 
@@ -22,9 +24,9 @@ class SimConfig:
     storage_mb_s: float = 250.0          # checkpoint bandwidth to shared storage
     colocation: Colocation = field(default_factory=Colocation)
     cross_node_slowdown: float = 0.10    # step-time penalty when a job spans nodes
-    warmup_steps: int = 10
-    sample_steps: int = 40               # a policy's own sample_steps wins
-    sample_share: float = 0.05
+    warmup_steps: int = sampling.WARMUP_STEPS   # the live runner's (tfgshare.sampling)
+    sample_steps: int = sampling.SAMPLE_STEPS
+    sample_share: float = sampling.MAX_SHARE
     step_noise: float = 0.05             # relative s.d. of a sampled step time
     memory_noise: float = 0.03           # measured peak exceeds the true one by up to ~this
     tick_s: float | None = 60.0          # call the policy at least this often while jobs wait

@@ -40,7 +40,7 @@ from tfgshare.metrics import (JobAccount, JobRecord, Report, Timeline, compute_r
 from tfgshare.policies.base import (ClusterSnapshot, Fragment, JobState, JobView, Migrate,
                                     Policy, SampleRecord, Start, Suspend)
 from tfgshare.policies.jobset import JobSet
-from tfgshare.policies.prediction import remaining_time_s
+from tfgshare.policies.prediction import predict_remaining_s
 
 from .cluster import SimCluster
 from .config import SimConfig
@@ -48,6 +48,7 @@ from .profiles import ModelProfile, Profiles
 
 END, READY = 0, 1          # event kinds: a run reaches its target; a start-up stall ends
 EPS = 1e-9
+OOM_OVERSHOOT = 0.02   # a job that runs out of memory is measured this far past its fragment
 
 
 class SimulationError(RuntimeError):
@@ -80,9 +81,13 @@ class SimJob(JobAccount):
     speed: float = 0.0            # co-location speed while it trains (0 while stalled)
     sample: SampleRecord | None = None
     measured_step_s: float | None = None
+    restart_s: float | None = None  # measured cost of its last start (start-up, restore)
+    start_cost_s: float = 0.0       # true cost of its current start, measured once past it
+    start_measured: bool = True
     ready_at: float = 0.0         # its last checkpoint save completes
     has_checkpoint: bool = False
     oom_starts: int = 0
+    min_memory_mb: float = 0.0    # measured when it ran out of memory (JobView.min_memory_mb)
     version: int = 0              # bumps whenever its scheduled END becomes stale
     view_version: int = 0         # bumps whenever a new view is built
 
@@ -286,8 +291,12 @@ class Simulator:
         step = job.prof.step_time_s * job.slow / self._speed_of(job) * self._span_factor(job)
         measured = step * max(0.5, 1.0 + self.rng.gauss(0.0, cfg.step_noise))
         peak = job.prof.memory_mb * (1.0 + abs(self.rng.gauss(0.0, cfg.memory_noise)))
-        job.note_prediction(remaining_time_s(job.total_steps, job.steps, measured),
-                            now - job.tail_s)
+        self._measure_start(job)
+        # the live coordinator's prediction, from these measurements, once the
+        # sampling run has exited (its checkpoint saved): the steps left, and the
+        # start it still needs
+        job.note_prediction(predict_remaining_s(job.total_steps - job.steps, measured, 1,
+                                                job.restart_s or 0.0), now)
         self._release(job)
         co = max(len(self.tenants.get(f.gpu, ())) for f in job.fragments) if job.fragments else 0
         job.sample = SampleRecord(measured, peak, job.prof.gpu_util, co)
@@ -305,6 +314,16 @@ class Simulator:
         self.n_waiting += 1
 
     # ---- GPU occupancy -----------------------------------------------------
+
+    def _noisy(self, value: float) -> float:
+        """A measurement of ``value`` with the configured relative noise."""
+        return value * max(0.5, 1.0 + self.rng.gauss(0.0, self.config.step_noise))
+
+    def _measure_start(self, job: SimJob) -> None:
+        """Measure what the job's current start cost, once (as the live coordinator does)."""
+        if not job.start_measured:
+            job.restart_s = self._noisy(job.start_cost_s)
+            job.start_measured = True
 
     def _speed_of(self, job: SimJob) -> float:
         return min(self.speed[f.gpu] for f in job.fragments) if job.fragments else 1.0
@@ -416,17 +435,27 @@ class Simulator:
             job.view_version += 1
             cfg = self.config
             self._settle(job)
-            step = job.prof.step_time_s * job.slow * self._span_factor(job)
-            job.measured_step_s = step
-            left = remaining_time_s(job.total_steps, job.steps, step)
-            left += max(0.0, job.stall_until - self.now)
+            # what the job reports: its current step time, measured (with noise), and
+            # the measured cost of its start once it is past it; never the true values
+            if self.now >= job.stall_until:
+                self._measure_start(job)
+                step = job.prof.step_time_s * job.slow / self._speed_of(job) \
+                    * self._span_factor(job)
+                job.measured_step_s = self._noisy(step)
+                restarts = 0
+            else:
+                restarts = 1   # still starting: as if waiting to start
+            left = None if job.measured_step_s is None else predict_remaining_s(
+                job.total_steps - job.steps, job.measured_step_s, restarts,
+                job.restart_s or 0.0)
             attained = job.run_until(self.now) * job.num_gpus
-            due = self.now + max(cfg.refresh_s, cfg.refresh_share * left)
+            due = self.now + max(cfg.refresh_s, cfg.refresh_share * (left or 0.0))
             self.seq += 1
             heapq.heappush(self.refresh, (due, self.seq, job, job.view_version))
         else:
             step = job.measured_step_s
-            left = None if step is None else remaining_time_s(job.total_steps, job.steps, step)
+            left = None if step is None else predict_remaining_s(
+                job.total_steps - job.steps, step, 1, job.restart_s or 0.0)
             attained = job.run_time_s * job.num_gpus
         return JobView(
             id=job.id, submit_time=job.submit_time, num_gpus=job.num_gpus, state=job.state,
@@ -434,7 +463,8 @@ class Simulator:
             sample=job.sample, predicted_remaining_s=left, fragments=job.fragments,
             attained_service_s=attained, attained_at=self.now if holds else None,
             last_start=job.last_start, waited_s=job.waited_s,
-            last_wait_start=job.last_wait_start, suspends=job.suspends)
+            last_wait_start=job.last_wait_start, suspends=job.suspends,
+            min_memory_mb=job.min_memory_mb)
 
     def _decide(self) -> bool:
         now = self.now
@@ -556,12 +586,13 @@ class Simulator:
                 resuming = True
             self.n_waiting -= 1
         if any(f.fraction * self.gpu_mem[f.gpu] < prof.memory_mb - EPS for f in fragments):
-            # TensorFlow runs out of memory at start-up; the job learns its true peak
+            # out of memory at start-up. As on the live cluster, the job learns only
+            # the peak it reached, its fragment (a little past it, as the agent reads
+            # resident memory), and its next fragment is sized from that plus headroom
             self.oom_starts += 1
             job.oom_starts += 1
-            s = job.sample
-            job.sample = SampleRecord(s.step_time_s if s else prof.step_time_s, prof.memory_mb,
-                                      prof.gpu_util, s.co_tenants if s else 0)
+            reached = min(f.fraction * self.gpu_mem[f.gpu] for f in fragments)
+            job.min_memory_mb = max(job.min_memory_mb, reached * (1.0 + OOM_OVERSHOOT))
             state = job.state if not migrating else JobState.SUSPENDED
             job.end_move(now)
             self._to_waiting(job, state if state.waiting else JobState.SUSPENDED)
@@ -569,6 +600,8 @@ class Simulator:
         wait_save = max([job.ready_at - now] + [self.busy_until.get(f.gpu, 0.0) - now
                                                 for f in fragments])
         job.stall_until = now + max(0.0, wait_save) + startup + restore
+        job.start_cost_s = job.stall_until - now
+        job.start_measured = False
         job.t_prog = now
         if sample_only:
             cfg = self.config

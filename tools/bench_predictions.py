@@ -1,0 +1,126 @@
+"""Prediction error on a live batch of small jobs, and on the same batch simulated.
+
+Live: a local coordinator (fgs, default parameters) and one agent with two
+virtual 16 GiB GPUs on loopback train ``--jobs`` small lenet jobs on the CPU,
+every fraction ``auto``. Each finished job's error is |predicted - actual| /
+actual run time after its sampling run, the prediction made once that run
+exited (remaining steps x measured step time + its measured start-up cost).
+Simulated: the same jobs (same models, steps and submit times) on a simulated
+1x2 cluster, with a model profile made from what the live run measured (mean
+sampled step time, peak memory, utilisation, start-up), fgs with its defaults
+and the simulator's measurement noise. Also the policy actions the coordinator
+refused (goal: none).
+
+Usage: python tools/bench_predictions.py [--jobs 20] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from philly.jobs import TraceJob  # noqa: E402
+from tfgshare.localcluster import LocalCluster  # noqa: E402
+from tfgshare.policies.registry import get_policy  # noqa: E402
+from tfgshare.schema import JobSpec  # noqa: E402
+
+STEPS = (100, 200, 300, 400, 150)   # cycled over the batch
+BATCH = 8
+
+
+def batch(n: int) -> list[JobSpec]:
+    """``n`` small lenet jobs of varied length, sized from their sample."""
+    return [JobSpec(model_name="lenet", name=f"p{i}", batch_size=BATCH,
+                    max_number_of_steps=STEPS[i % len(STEPS)], memory_fraction="auto",
+                    extra=["--log_every_n_steps", "10", "--save_interval_secs", "0"])
+            for i in range(n)]
+
+
+def live(n: int, root: Path, timeout_s: float) -> dict:
+    """Run the batch live; the per-job rows, error figures and refusals."""
+    with LocalCluster(root) as cluster:
+        cluster.start_coordinator()
+        cluster.start_agent("n1", "2x16GiB", threads=1)
+        cluster.wait_nodes({"n1"})
+        with cluster.client(timeout_s=10.0) as c:
+            t0 = time.time()
+            ids = c.submit(batch(n))
+            end = time.monotonic() + timeout_s
+            while True:
+                jobs = [c.job(j) for j in ids]
+                if all(j["state"] in ("finished", "failed", "cancelled") for j in jobs):
+                    break
+                if time.monotonic() > end:
+                    raise TimeoutError(f"batch not done in {timeout_s:g}s")
+                time.sleep(1.0)
+            report = c.metrics()
+    return {"wall_s": time.time() - t0, "jobs": jobs, "error": report["prediction_error"],
+            "refused": report["refused"], "report": report["report"]}
+
+
+def simulated(n: int, jobs: list[dict]) -> dict:
+    """The same batch in the simulator, its profile from the live measurements."""
+    from tfgshare.sim.cluster import load_cluster
+    from tfgshare.sim.engine import simulate
+    from tfgshare.sim.profiles import load_profiles
+    done = [j for j in jobs if j["sample"] is not None]
+    profile = {
+        "step_time_s": statistics.fmean(j["sample"]["step_time_s"] for j in done),
+        "memory_mb": max(j["sample"]["peak_memory_mb"] for j in done),
+        "gpu_util": statistics.fmean(j["sample"]["gpu_util"] for j in done),
+        "startup_s": statistics.fmean(j["restart_s"] for j in done if j["restart_s"]),
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "measured.yaml"
+        path.write_text(
+            "models:\n  lenet:\n"
+            "    params: 3274634\n    optimizer_slots: 1\n"   # lenet's, as shipped
+            f"    startup_s: {profile['startup_s']:.3f}\n"
+            f"    batches:\n      {BATCH}: {{step_time_s: {profile['step_time_s']:.5f}, "
+            f"memory_mb: {profile['memory_mb']:.0f}, gpu_util: {profile['gpu_util']:.3f}}}\n")
+        specs = batch(n)
+        t0 = min(j["submit_time"] for j in jobs)
+        trace = [TraceJob(s.name, j["submit_time"] - t0, 1, 1.0, model="lenet",
+                          batch_size=BATCH, total_steps=s.max_number_of_steps)
+                 for s, j in zip(specs, jobs)]
+        res = simulate(load_cluster("1x2:16384"), trace, load_profiles(path), get_policy("fgs"))
+    errors = sorted(abs(r.predicted_total_s - r.actual_total_s) / r.actual_total_s
+                    for r in res.records if r.predicted_total_s is not None
+                    and r.actual_total_s)
+    return {"profile": profile, "jobs": len(errors),
+            "mean": statistics.fmean(errors) if errors else None,
+            "p90": errors[max(0, -(-9 * len(errors) // 10) - 1)] if errors else None}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--jobs", type=int, default=20)
+    p.add_argument("--timeout", type=float, default=1500.0)
+    p.add_argument("--json", type=Path, help="write the figures here")
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory(prefix="tfgshare-pred-") as tmp:
+        got = live(args.jobs, Path(tmp), args.timeout)
+    sim = simulated(args.jobs, got["jobs"])
+    err = got["error"]
+    print(got["report"])
+    print(f"\nlive: {args.jobs} jobs in {got['wall_s']:.0f}s; prediction error mean "
+          f"{100 * (err['mean'] or 0):.1f} %, p90 {100 * (err['p90'] or 0):.1f} % over "
+          f"{err['jobs']} jobs; refused actions: {sum(got['refused'].values())} {got['refused']}")
+    print(f"simulated (same batch, measured profile {sim['profile']}): prediction error mean "
+          f"{100 * (sim['mean'] or 0):.1f} %, p90 {100 * (sim['p90'] or 0):.1f} % over "
+          f"{sim['jobs']} jobs")
+    if args.json:
+        args.json.write_text(json.dumps({"live": {k: v for k, v in got.items() if k != "report"},
+                                         "simulated": sim}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
