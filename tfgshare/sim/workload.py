@@ -115,14 +115,14 @@ def load_workload(trace: str, profiles: Profiles, cluster_gpus: int, *, seed: in
             if j.batch_size:
                 work.changed[f"batch size {j.batch_size} of {model!r} not profiled: "
                              f"{batch} used"] += 1
-        steps = _steps(j, j.duration / profiles.get(model, batch).step_time_s, steps_from, work)
+        steps = _steps(j, j.duration / profiles.get(model, batch).step_time_s, steps_from)
         jobs[i] = TraceJob(j.id, j.submit_time, j.num_gpus, j.duration, j.vc, model, batch,
                            steps)
     if bare:
         given = assign_models([jobs[i] for i in bare], profiles.step_times(), seed)
         for i, job in zip(bare, given):
             if steps_from == "iterations":
-                steps = _steps(jobs[i], job.total_steps, steps_from, work)
+                steps = _steps(jobs[i], job.total_steps, steps_from)
                 job = TraceJob(job.id, job.submit_time, job.num_gpus, job.duration, job.vc,
                                job.model, job.batch_size, steps)
             jobs[i] = job
@@ -142,7 +142,7 @@ def load_workload(trace: str, profiles: Profiles, cluster_gpus: int, *, seed: in
     return work
 
 
-def _steps(job: TraceJob, from_duration: float, steps_from: str, work: Workload) -> int:
+def _steps(job: TraceJob, from_duration: float, steps_from: str) -> int:
     if steps_from == "iterations":
         return job.total_steps   # 0 (unknown) drops the job, counted by the caller
     return max(1, round(from_duration))
