@@ -182,7 +182,9 @@ def test_killed_agent_job_resumes_on_another_agent_from_its_checkpoint(make_clus
 
 
 def test_coordinator_killed_and_restarted_loses_no_job_and_readopts_runners(make_cluster):
-    cluster = make_cluster()
+    # agents kill their runners after half the node timeout without the coordinator:
+    # give the restart (a loaded machine's Python start-up) more than that
+    cluster = make_cluster(node_timeout=30.0)
     cluster.start_coordinator()
     cluster.start_agent("n1", "2x16GiB")
     cluster.wait_nodes({"n1"})

@@ -277,6 +277,33 @@ def test_crash_retries_then_fails_and_bad_input_fails_at_once(make, agents):
     assert info["state"] == "failed" and "dataset_dir /nope" in info["reason"]
 
 
+def test_retries_count_only_failures_without_progress(make, agents):
+    ct, client = make(max_retries=1)
+    agent = agents(ct.address, "n1")
+    agent.register()
+    (jid,) = client.submit([spec()])
+    start = agent.wait_command(s.StartJob, jid)
+    for step in (10, 20, 30):          # each attempt trains further before it crashes
+        agent.event(jid, "progress", step=step, loss=1.0, step_time_s=0.1,
+                    images_per_sec=1.0, predicted_remaining_s=5.0)
+        agent.exit(jid, 1, "segfault")
+        again = agent.wait_command(s.StartJob, jid)
+        assert again.attempt == start.attempt + 1, client.job(jid)
+        start = again
+        assert client.job(jid)["state"] == "running"
+    # no progress since the last crash: the count goes on, and past --max-retries it fails
+    agent.event(jid, "started", global_step=25)
+    agent.exit(jid, 1, "segfault")
+    info = client.job(jid)
+    assert info["state"] == "failed" and "2 times without progress" in info["reason"], info
+
+
+def test_register_reply_names_the_node_timeout(make, agents):
+    ct, client = make(node_timeout=7.5)
+    reply = agents(ct.address, "n1").register()
+    assert reply.fields["node_timeout"] == 7.5
+
+
 def test_agent_refusing_a_start_requeues_the_job(make, agents):
     ct, client = make(max_retries=5)
     agent = agents(ct.address, "n1")

@@ -68,6 +68,7 @@ def test_the_runner_does_import_tensorflow_so_the_check_above_can_fail():
     ("tfgshare.agent", ("tfgshare.coordinator", "tfgshare.client", "tfgshare.sim",
                         "tfgshare.policies")),
     ("tfgshare.coordinator", ("tfgshare.agent", "tfgshare.client", "tfgshare.sim")),
+    ("tfgshare.repro", ("tfgshare.coordinator", "tfgshare.agent.node")),
 ])
 def test_each_part_imports_only_what_its_docstring_allows(part, forbidden):
     assert under(loaded_after_importing(modules(part)), *forbidden) == []

@@ -84,14 +84,17 @@ class LocalCluster:
                         raise TimeoutError(f"coordinator did not answer within {timeout_s:g}s; "
                                            f"see {self.log(name)}") from None
 
-    def start_agent(self, node: str, virtual_gpus: str = "2x16GiB", threads: int = 1,
+    def start_agent(self, node: str, virtual_gpus: str | None = "2x16GiB", threads: int = 1,
                     extra: list[str] | None = None, prefix: list[str] | None = None) -> None:
-        """Start an agent for ``node`` offering virtual GPUs (``prefix``: e.g. ip netns exec)."""
+        """Start an agent for ``node`` offering virtual GPUs (``prefix``: e.g. ip netns exec).
+
+        ``virtual_gpus=None`` lets the agent use the node's real GPUs (NVML).
+        """
         work = self.root / "agents" / node
+        gpus = ["--virtual-gpus", virtual_gpus, "--force-virtual"] if virtual_gpus else []
         self._spawn(f"agent-{node}", [*(prefix or []), sys.executable, "-m", "tfgshare.cli",
                                       "agent", "--coordinator", self.address, "--node", node,
-                                      "--virtual-gpus", virtual_gpus, "--force-virtual",
-                                      "--work-dir", str(work), "--threads", str(threads),
+                                      *gpus, "--work-dir", str(work), "--threads", str(threads),
                                       *(extra or [])])
 
     def client(self, timeout_s: float = 5.0) -> Client:

@@ -146,7 +146,7 @@ FIELD_FLAGS = {"model_name": "model_name", "dataset_name": "dataset_name",
                "train_image_size": "image_size", "num_classes": "num_classes",
                "num_gpus": "num_gpus", "memory_fraction": "memory_fraction"}
 # runner flags the agent sets for every attempt
-AGENT_FLAGS = frozenset({"train_dir", "events_file", "job_id", "sample_only",
+AGENT_FLAGS = frozenset({"train_dir", "events_file", "job_id", "sample_only", "epoch",
                          "intra_op_threads", "inter_op_threads"})
 
 

@@ -44,6 +44,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tfgshare.client import commands as client_cli  # noqa: E402
+from tfgshare import keys  # noqa: E402
 from tfgshare import schema as s  # noqa: E402
 from tfgshare.client.api import Client  # noqa: E402
 
@@ -63,8 +64,11 @@ def sample_event(job: str) -> dict:
 class SimAgents:
     """Many fake node agents on one poller: they ack commands and play the runners."""
 
-    def __init__(self, address: str, nodes: int, gpus_per_node: int) -> None:
+    def __init__(self, address: str, nodes: int, gpus_per_node: int,
+                 keys_dir: Path | None = None) -> None:
+        """``keys_dir``: a keys folder with an agent key per node (``nodeNNNN``): CurveZMQ."""
         self.ctx = zmq.Context()
+        self.sent = 0                                    # messages sent to the coordinator
         self.poller = zmq.Poller()
         self.socks: dict[str, zmq.Socket] = {}
         self.by_sock: dict[zmq.Socket, str] = {}
@@ -76,6 +80,10 @@ class SimAgents:
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.SNDHWM, 0)
             sock.setsockopt(zmq.RCVHWM, 0)
+            if keys_dir is not None:
+                issued = keys_dir / "issued" / name
+                keys.secure_client(sock, (issued / f"{name}.key_secret",
+                                          issued / "coordinator.key"))
             sock.connect(address)
             self.socks[name] = sock
             self.by_sock[sock] = name
@@ -84,7 +92,7 @@ class SimAgents:
     def register(self) -> None:
         for name, sock in self.socks.items():
             gpus = [s.GpuInfo(i, "virtual", 16384, True) for i in range(self.gpus)]
-            sock.send(s.encode(s.Register(node=name, gpus=gpus)))
+            self._send(sock, s.Register(node=name, gpus=gpus))
         waiting = set(self.socks)
         deadline = time.monotonic() + 60
         while waiting and time.monotonic() < deadline:
@@ -115,36 +123,40 @@ class SimAgents:
     def _on(self, node: str, sock: zmq.Socket, msg: s.Message) -> None:
         if isinstance(msg, (s.Ok, s.Error)):
             return
-        sock.send(s.encode(s.reply_ok(msg)))
+        self._send(sock, s.reply_ok(msg))
         if isinstance(msg, s.StartJob):
             if msg.sample_only:
-                sock.send(s.encode(s.JobEvent(node=node, job=msg.job, attempt=msg.attempt,
-                                              event=sample_event(msg.job))))
-                sock.send(s.encode(s.JobExit(node=node, job=msg.job, attempt=msg.attempt,
-                                             exit_code=75)))
+                self._send(sock, s.JobEvent(node=node, job=msg.job, attempt=msg.attempt,
+                                            event=sample_event(msg.job)))
+                self._send(sock, s.JobExit(node=node, job=msg.job, attempt=msg.attempt,
+                                           exit_code=75))
             else:
                 self.running[msg.job] = (node, msg.attempt)
         elif isinstance(msg, (s.SuspendJob, s.CancelJob)):
             self.running.pop(msg.job, None)
             code = 75 if isinstance(msg, s.SuspendJob) else -9
-            sock.send(s.encode(s.JobExit(node=node, job=msg.job, attempt=msg.attempt,
-                                         exit_code=code)))
+            self._send(sock, s.JobExit(node=node, job=msg.job, attempt=msg.attempt,
+                                       exit_code=code))
 
     def finish_one(self, rng: random.Random) -> bool:
         if not self.running:
             return False
         job = rng.choice(list(self.running))
         node, attempt = self.running.pop(job)
-        self.socks[node].send(s.encode(s.JobExit(node=node, job=job, attempt=attempt,
-                                                 exit_code=0)))
+        self._send(self.socks[node], s.JobExit(node=node, job=job, attempt=attempt,
+                                               exit_code=0))
         return True
 
     def heartbeat(self, node: str) -> None:
         jobs = [s.JobTelemetry(j, 10, {0: 2000.0}) for j, (n, _) in self.running.items()
                 if n == node][:16]
-        self.socks[node].send(s.encode(s.Heartbeat(
+        self._send(self.socks[node], s.Heartbeat(
             node=node, gpus=[s.GpuTelemetry(i, 0.5, 4000.0) for i in range(self.gpus)],
-            jobs=jobs)))
+            jobs=jobs))
+
+    def _send(self, sock: zmq.Socket, msg: s.Message) -> None:
+        sock.send(s.encode(msg))
+        self.sent += 1
 
     def close(self) -> None:
         for sock in self.socks.values():

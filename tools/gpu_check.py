@@ -7,16 +7,24 @@ Run on a GPU machine (``tools/gpu_check.sh``); prints one YAML document:
   per-process memory from NVML against the fraction (plus a CUDA-context reserve);
 - ``continuity``: suspend on the GPU, resume on the CPU, suspend, resume on the
   GPU: steps strictly consecutive across the three attempts;
-- ``profiles``: each paper model's sampled step time and memory, alone on the
-  GPU, in the form of ``tfgshare/data/model_profiles.yaml`` (for calibration).
+- ``profile``: ``tfgshare profile`` of the paper's four models at two batch sizes with
+  ``--colocate`` for two pairs (the simulator profile YAML it writes, and its
+  co-location fit);
+- ``reproduce``: ``tfgshare reproduce four-models --scale small`` under fifo and fgs on
+  the node's real GPUs (the metrics table with ratios against fifo).
 
-``--allow-cpu`` runs the same steps on a virtual GPU with small models, to test
-this script on a machine without a GPU. Exit status 1 if a check fails.
+It ends with one block (between ``--- paste`` lines) ready to paste into
+docs/reproduction.md. ``--allow-cpu`` runs the same steps on a virtual GPU with small
+models and settings, to test this script on a machine without a GPU. Exit status 1 if
+a check fails.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -136,34 +144,91 @@ def check_continuity(sup, source, gpu, args, work: Path) -> dict:
             "devices": devices, "exit_codes": codes, "consecutive": ok, "ok": ok}
 
 
-def profile(sup, source, gpu, args, work: Path) -> dict:
-    """Each model sampled alone on the GPU: step time, memory, utilisation, start-up."""
-    out = {}
-    for model in args.models:
-        job = f"profile-{model}"
-        launched = time.time()
-        sup.start(job, 1, flags(model, args.batch_size, 100000) + ["--sample_only"],
-                  work / job, [(gpu.index, args.profile_fraction)], virtual=gpu.virtual,
-                  sample_only=True)
-        w = watch(sup, source, [job], args.phase_timeout)
-        sample = next((e for e in w.events[job] if e["event"] == "sample"), None)
-        started = next((e for e in w.events[job] if e["event"] == "started"), None)
-        if sample is None:
-            out[model] = {"error": f"no sample record (exit {w.exits[job].exit_code}: "
-                                   f"{w.exits[job].reason})"}
-            continue
-        util = sum(w.util) / len(w.util) if w.util else 0.0
-        out[model] = {
-            "startup_s": round(started["time"] - launched, 1) if started else None,
-            "batches": {args.batch_size: {
-                "step_time_s": round(sample["step_time_mean_s"], 4),
-                "memory_mb": round(max(sample["peak_memory_mb"], w.peak_mb.get(job, 0.0))),
-                "gpu_util": round(min(1.0, max(util, 0.01)), 2)}},
-            "runner_peak_memory_mb": round(sample["peak_memory_mb"]),
-            "memory_source": sample.get("memory_source"),
-            "nvml_peak_mb": round(w.peak_mb.get(job, 0.0)),
-        }
-    return out
+def tfgshare(args: list[str], timeout_s: float) -> subprocess.CompletedProcess:
+    """Run a ``tfgshare`` command of this checkout; its output captured."""
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-m", "tfgshare.cli", *args], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=timeout_s)
+
+
+def run_profile(args, work: Path) -> dict:
+    """``tfgshare profile`` of the models at two batch sizes, two co-located pairs."""
+    out = work / "profile.yaml"
+    cmd = ["profile", *args.models, "--batch-sizes", args.profile_batch_sizes, "--colocate",
+           "--pairs", "2", "--out", str(out)] + (["--cpu"] if args.allow_cpu else [])
+    t0 = time.monotonic()
+    done = tfgshare(cmd, args.phase_timeout * 4)
+    result = {"command": "tfgshare " + " ".join(cmd), "wall_s": round(time.monotonic() - t0),
+              "ok": done.returncode == 0 and out.exists()}
+    if not result["ok"]:
+        result["error"] = (done.stdout + done.stderr)[-2000:]
+        return result
+    doc = yaml.safe_load(out.read_text())
+    result["lines"] = [line for line in done.stdout.splitlines() if line.strip()]
+    result["yaml"] = out.read_text()
+    result["ok"] = "colocation" in doc and all(
+        len(m["batches"]) == len(args.profile_batch_sizes.split(","))
+        for m in doc["models"].values())
+    return result
+
+
+def run_reproduce(args, work: Path) -> dict:
+    """``tfgshare reproduce four-models --scale small`` under fifo and fgs."""
+    cmd = ["reproduce", "four-models", "--scale", "small", "--policy", "fifo,fgs",
+           "--out", str(work / "four-models")]
+    if args.allow_cpu:      # a few lenet jobs stand in for the batch
+        config = work / "batch.yaml"
+        config.parent.mkdir(parents=True, exist_ok=True)
+        config.write_text(yaml.safe_dump({"scales": {"small": {
+            "cluster": {"nodes": 1, "virtual_gpus": "1x16GiB"}, "timeout_s": 300,
+            "burst": 2, "interval_s": 2,
+            "jobs": [{"model": "lenet", "batch_size": 2, "steps": n}
+                     for n in (40, 20, 30)][:args.reproduce_jobs]}}}))
+        cmd += ["--config", str(config)]
+    else:
+        cmd += ["--real-gpus"] + (["--jobs", str(args.reproduce_jobs)]
+                                  if args.reproduce_jobs else [])
+    t0 = time.monotonic()
+    done = tfgshare(cmd, args.phase_timeout * 6)
+    result = {"command": "tfgshare " + " ".join(cmd), "wall_s": round(time.monotonic() - t0),
+              "ok": done.returncode == 0}
+    table = work / "four-models" / "report.txt"
+    if table.exists():
+        result["table"] = table.read_text()
+        jobs = json.loads((work / "four-models" / "jobs.json").read_text())
+        result["finished"] = {p: f"{v['report']['finished']}/{v['report']['jobs']}"
+                              for p, v in jobs["policies"].items()}
+    if not result["ok"]:
+        result["error"] = (done.stdout + done.stderr)[-2000:]
+    return result
+
+
+def paste_block(report: dict) -> str:
+    """The results as one markdown block for docs/reproduction.md."""
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    gpus = ", ".join(f"{g['name']} ({g['memory_mb']} MiB)" for g in report["discovery"]["gpus"])
+    lines = [f"GPU check of {when} on {gpus} (`tools/gpu_check.sh`):", ""]
+    for name in ("discovery", "sharing", "continuity", "profile", "reproduce"):
+        r = report.get(name, {})
+        lines.append(f"- {name}: {'ok' if r.get('ok') else 'FAILED'}")
+    sh = report.get("sharing", {})
+    if "peak_mb" in sh:
+        lines.append(f"- sharing: two {sh['model']} at fraction {sh['fraction']}: peaks "
+                     f"{sh['peak_mb']} MiB (limit {sh['limit_mb']}), together: {sh['together']}")
+    co = report.get("continuity", {})
+    if "resumed_at" in co:
+        lines.append(f"- continuity: resumed at steps {co['resumed_at']} on {co['devices']}, "
+                     f"consecutive: {co['consecutive']}")
+    prof = report.get("profile", {})
+    if prof.get("lines"):
+        lines += ["", f"`{prof['command']}` ({prof['wall_s']} s):", "", "```"]
+        lines += prof["lines"] + ["```"]
+    rep = report.get("reproduce", {})
+    if rep.get("table"):
+        lines += ["", f"`{rep['command']}` ({rep['wall_s']} s):", "", "```",
+                  rep["table"].rstrip(), "```"]
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -172,7 +237,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--allow-cpu", action="store_true",
                    help="no GPU: run the same steps on a virtual GPU with small models")
     p.add_argument("--models", nargs="+", help="models to profile (default: the paper's four)")
-    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--batch-size", type=int, default=32, help="batch of the sharing check")
+    p.add_argument("--profile-batch-sizes", default=None,
+                   help="two batch sizes for tfgshare profile (default 16,32; 1,2 on the CPU)")
+    p.add_argument("--reproduce-jobs", type=int, default=None,
+                   help="only the first N jobs of the four-model batch (default all; 3 on CPU)")
     p.add_argument("--share-model", default="resnet_v1_50")
     p.add_argument("--share-steps", type=int, default=150)
     p.add_argument("--continuity-model", default="resnet_v1_50")
@@ -188,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.allow_cpu:
         source = gpus_mod.VirtualGpus(gpus_mod.parse_virtual_gpus("1x16GiB"))
         args.models = args.models or ["lenet", "cifarnet"]
+        args.profile_batch_sizes = args.profile_batch_sizes or "1,2"
+        args.reproduce_jobs = args.reproduce_jobs or 3
         for name in ("share_model", "continuity_model"):
             setattr(args, name, "lenet")
         args.continuity_image_size = None
@@ -202,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
             print("gpu_check: NVML sees no GPU", file=sys.stderr)
             return 2
         args.models = args.models or list(PAPER_MODELS)
+        args.profile_batch_sizes = args.profile_batch_sizes or "16,32"
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="tfgshare-gpucheck-"))
     sup = Supervisor(work / "runs", threads=4, suspend_timeout_s=60)
     gpu = source.gpus[0]
@@ -215,16 +287,23 @@ def main(argv: list[str] | None = None) -> int:
                 report[name] = check(sup, source, gpu, args, work / name)
             except TimeoutError as exc:
                 report[name] = {"ok": False, "error": str(exc)}
-        print("# profiles ...", file=sys.stderr, flush=True)
-        report["profiles"] = {"reference_gpu": gpu.name,
-                              "models": profile(sup, source, gpu, args, work / "profiles")}
     finally:
         for job in list(sup.runners):
             sup.kill(job)
         source.close()
-    print(yaml.safe_dump(report, sort_keys=False))
+    for name, run in (("profile", run_profile), ("reproduce", run_reproduce)):
+        print(f"# {name} ...", file=sys.stderr, flush=True)
+        try:
+            report[name] = run(args, work / name)
+        except subprocess.TimeoutExpired as exc:
+            report[name] = {"ok": False, "error": f"timed out: {exc}"}
+    print(yaml.safe_dump({k: v for k, v in report.items()}, sort_keys=False))
+    print("--- paste into docs/reproduction.md")
+    print(paste_block(report))
+    print("--- end")
     print(f"# work dir: {work}", file=sys.stderr)
-    ok = all(report[k].get("ok") for k in ("discovery", "sharing", "continuity"))
+    ok = all(report[k].get("ok") for k in ("discovery", "sharing", "continuity", "profile",
+                                           "reproduce"))
     return 0 if ok else 1
 
 

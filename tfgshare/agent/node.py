@@ -9,10 +9,15 @@ Checkpoints live in a shared directory: the coordinator names each job's
 ``train_dir`` under its checkpoint root, the same path on every node, so a job
 resumed elsewhere restores from it. If the coordinator forgets the agent (a
 restart), the agent registers again and reports the runners it still has, so
-they are adopted; the exits it could not deliver are resent. If the coordinator
-goes silent for as long as it takes to declare a node lost, the agent kills its
-runners first (their jobs may be resumed elsewhere from the same checkpoint
-directory), then reconnects.
+they are adopted; the exits it could not deliver are resent.
+
+Fencing: if the coordinator goes silent for ``FENCE_SHARE`` (one half) of the
+node timeout it announced at registration, the agent kills its runners, well
+before the coordinator declares the node lost and starts their jobs elsewhere,
+then reconnects. The margin (the other half of the node timeout) covers a
+runner's kill and a slow clock; should a runner outlive it anyway (a stalled
+node), its checkpoints are fenced too: each attempt writes under its own epoch
+and cannot replace a newer attempt's (see ``tfgshare.runner.checkpoint``).
 
 Paths from the wire are confined: a job's train dir must resolve (symlinks
 followed) to a folder under the checkpoint root the coordinator named at
@@ -45,6 +50,8 @@ log = logging.getLogger("tfgshare.agent")
 # runner events that change the coordinator's view; resent if not acknowledged
 _KEY_EVENTS = frozenset({"started", "sample", "checkpoint", "suspended", "finished", "error",
                          "out_of_memory"})
+# share of the coordinator's node timeout after which a silent coordinator's runners are killed
+FENCE_SHARE = 0.5
 
 
 @dataclass
@@ -62,8 +69,8 @@ class AgentConfig:
     runner_cmd: list[str] | None = None  # None: python -m tfgshare.runner
     warm_runner: bool = True             # keep a spare runner with TensorFlow imported
     #                                      (real runners only: not with runner_cmd)
-    lost_after_s: float | None = None    # silence before fencing and reconnecting;
-    #                                      None: 4 heartbeats, at least 5 s
+    lost_after_s: float | None = None    # silence before fencing and reconnecting; None:
+    #                                      FENCE_SHARE x the coordinator's node timeout
     data_roots: list[Path] | None = None  # where dataset dirs may be; None: the shared
     #                                       data folder and the checkpoint root
     key: str | None = None               # CurveZMQ secret key file (None: $TFGSHARE_KEY)
@@ -89,6 +96,7 @@ class Agent:
         self.registered = False
         self.register_id: str | None = None
         self.heartbeat_s = cfg.heartbeat_s or 2.0
+        self.node_timeout: float | None = None         # the coordinator's, from registration
         self.checkpoint_root: str | None = None
         self.unacked: dict[str, schema.Message] = {}   # id -> job_exit / key job_event
         self.quiet: set[str] = set()                   # runners killed on request: no exit report
@@ -133,10 +141,17 @@ class Agent:
         now = time.monotonic()
         if self.registered and now - self._last_heartbeat >= self.heartbeat_s:
             self._heartbeat()
-        lost_after = self.cfg.lost_after_s or max(5.0, 4 * self.heartbeat_s)
-        if self.registered and now - self._last_heard > lost_after:
+        if self.registered and now - self._last_heard > self.lost_after_s():
             self._fence(now - self._last_heard)
             self._connect()
+
+    def lost_after_s(self) -> float:
+        """Seconds of coordinator silence after which this agent kills its runners."""
+        if self.cfg.lost_after_s:
+            return self.cfg.lost_after_s
+        if self.node_timeout:
+            return FENCE_SHARE * self.node_timeout
+        return max(5.0, 2 * self.heartbeat_s)   # an older coordinator that names no timeout
 
     def _fence(self, silent_s: float) -> None:
         """Kill every runner: by now the coordinator may have resumed their jobs elsewhere."""
@@ -264,6 +279,9 @@ class Agent:
         if self.cfg.heartbeat_s is None and isinstance(fields.get("heartbeat_s"), (int, float)):
             self.heartbeat_s = max(0.05, float(fields["heartbeat_s"]))
         self.checkpoint_root = fields.get("checkpoint_root")
+        timeout = fields.get("node_timeout")
+        if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0:
+            self.node_timeout = float(timeout)
         if self.checkpoint_root and not os.access(
                 _existing_parent(self.checkpoint_root), os.W_OK):
             log.warning("checkpoint root %s is not writable from this node: mount the "

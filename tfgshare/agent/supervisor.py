@@ -132,7 +132,7 @@ class Supervisor:
         cmd = [*self.runner_cmd, *args,
                "--train_dir", str(train_dir), "--events_file", str(events),
                "--memory_fraction", f"{fraction:g}", "--num_gpus", str(len(fragments)),
-               "--job_id", job, *self.runner_flags]
+               "--job_id", job, "--epoch", str(attempt), *self.runner_flags]
         if sample_only:
             cmd.append("--sample_only")
         job_env = {"CUDA_VISIBLE_DEVICES": "" if virtual else ",".join(map(str, indices))}

@@ -43,6 +43,7 @@ class AgentProtocol:
                  len(msg.jobs))
         # reply first, then adoption outcomes
         self._out.append(([peer], s.reply_ok(msg, heartbeat_s=self.heartbeat_s,
+                                             node_timeout=self.config.node_timeout,
                                              checkpoint_root=str(self.checkpoint_root))))
         reported = {}
         for rj in msg.jobs:
@@ -286,10 +287,9 @@ class AgentProtocol:
             detail = msg.reason or job.reason
             self._finish(job, JobState.FAILED, now, f"{kind}: {detail}" if detail else kind)
         else:
-            job.retries += 1
-            if job.retries > self.config.max_retries:
+            if self._count_failure(job):
                 self._finish(job, JobState.FAILED, now,
-                             f"crashed ({why}) {job.retries} times; giving up")
+                             f"crashed ({why}) {job.retries} times without progress; giving up")
             else:
                 self._requeue(job, now, f"crashed ({why}); retry {job.retries} of "
                                         f"{self.config.max_retries} from its checkpoint")
@@ -332,8 +332,7 @@ class AgentProtocol:
             return
         now = self.clock()
         if kind == "start_job":
-            job.retries += 1
-            if job.retries > self.config.max_retries:
+            if self._count_failure(job):
                 self._finish(job, JobState.FAILED, now, f"agent refused to start it: {msg.reason}")
             else:
                 self._requeue(job, now, f"agent refused to start it: {msg.reason}")

@@ -58,7 +58,8 @@ class LiveJob(JobAccount):
     cancel_requested: bool = False
     migrate_to: tuple[Fragment, ...] | None = None   # target of a migration in flight
     attained_service_s: float = 0.0   # GPU-seconds
-    retries: int = 0
+    retries: int = 0                  # failures in a row without progress
+    retry_steps: int = 0              # the furthest step seen at a counted failure
     reason: str = ""                  # why it failed or was last requeued
     memory_need_mb: float = 0.0       # per GPU, measured when it last ran out of memory
     out_of_memory: int = 0            # times it ran out of memory (re-sized each time)

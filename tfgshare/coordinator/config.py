@@ -28,7 +28,8 @@ class CoordinatorConfig:
     heartbeat_s: float | None = None        # told to agents; default node_timeout / 4
     token: str | None = None
     keys_dir: Path | None = None            # CurveZMQ keys; default: <dir of state>/keys
-    max_retries: int = 2                    # crashes before a job is marked failed
+    max_retries: int = 2                    # failures in a row without progress before a
+    #                                         job is marked failed
     max_batch: int = 2000                   # frames handled per loop turn
     round_gap: float = 0.005                # least seconds between event-driven rounds
 
@@ -58,6 +59,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--keys-dir", default=None,
                    help="CurveZMQ keys made by `tfgshare keys` (default: <dir of --state>/keys); "
                         "authentication is on whenever they exist or --bind is not loopback")
+    p.add_argument("--max-retries", type=int, default=2, metavar="N",
+                   help="restarts after failures in a row without progress before a job is "
+                        "marked failed (a failure after the job advanced counts as the first; "
+                        "default 2)")
     return p
 
 
@@ -79,8 +84,11 @@ def config_from_args(argv: list[str]) -> CoordinatorConfig:
             p.error(f"--{name.replace('_', '-')} must be > 0")
     if a.reserve_mb < 0:
         p.error("--reserve-mb must be >= 0")
+    if a.max_retries < 0:
+        p.error("--max-retries must be >= 0")
     return CoordinatorConfig(
         state=Path(a.state), bind=a.bind, policy=a.policy, policy_params=params,
         checkpoint_root=Path(a.checkpoint_root) if a.checkpoint_root else None,
         metrics_port=a.metrics_port, reserve_mb=a.reserve_mb, node_timeout=a.node_timeout,
-        tick=a.tick, token=a.token, keys_dir=Path(a.keys_dir) if a.keys_dir else None)
+        tick=a.tick, token=a.token, keys_dir=Path(a.keys_dir) if a.keys_dir else None,
+        max_retries=a.max_retries)

@@ -22,6 +22,18 @@ class Transitions:
         job.training, job.step_time_s = False, None
         self._dirty = True
 
+    def _count_failure(self, job: LiveJob) -> bool:
+        """Count a failed attempt; True when that was one too many (the job should fail).
+
+        Only failures without progress count: a job that trained past the furthest
+        step of its last counted failure starts counting again from one.
+        """
+        if job.steps_done > job.retry_steps:
+            job.retries = 0
+        job.retries += 1
+        job.retry_steps = max(job.retry_steps, job.steps_done)
+        return job.retries > self.config.max_retries
+
     def _to_waiting(self, job: LiveJob, state: JobState, now: float, why: str) -> None:
         self._release(job, now)
         left = job.predict(1)    # it must start again

@@ -7,19 +7,35 @@ a checkpoint that cannot be read, was written for another model, or does not
 match the graph variable for variable raises CheckpointError; nothing is
 silently re-initialised. A checkpoint that cannot be read is a
 CorruptCheckpointError, so the runner can fall back to an older one.
+
+Checkpoints are fenced by epoch. In a cluster every attempt of a job has an
+epoch (the coordinator's attempt number, which only grows, across coordinator
+restarts too) and writes its files only under ``<train_dir>/attempt-<epoch>/``.
+The job's current checkpoints are named by one pointer, ``<train_dir>/checkpoint``
+(TensorFlow's checkpoint state file, paths relative to ``train_dir``), whose first
+line records the epoch that wrote it. The pointer is replaced atomically (a temp
+file and ``os.replace``) under a lock on ``checkpoint.lock``, and only by an
+epoch at least as new as the one it records: a runner of an older attempt that
+wakes up after the job moved on gets FencedError and changes nothing. A new
+attempt claims the pointer before it restores. A run outside a cluster has epoch
+0 and writes straight into ``train_dir``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+import re
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import tensorflow as tf
 
-from tfgshare.runner.protocol import CheckpointError
+from tfgshare.runner.protocol import CheckpointError, FencedError
 
 CHECKPOINT_NAME = "model.ckpt"
 SPEC_VARIABLE = "tfgshare/job_spec"
@@ -28,6 +44,9 @@ SAVE_COUNTER_KEY = "save_counter/.ATTRIBUTES/VARIABLE_VALUE"  # holds the step n
 OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
 # spec keys that must match between a checkpoint and the run restoring it
 MUST_MATCH = ("model_name", "num_classes", "image_size", "optimizer")
+POINTER = "checkpoint"         # the job's current checkpoints (TF checkpoint state format)
+LOCK = "checkpoint.lock"       # held while the pointer is read, checked and replaced
+_EPOCH_LINE = re.compile(r"^# tfgshare epoch (\d+)\s*$", re.M)
 
 
 @dataclass
@@ -62,13 +81,20 @@ def candidates(train_dir: str | Path) -> list[str]:
     train_dir = Path(train_dir)
     if not train_dir.is_dir():
         return []
-    state_file = train_dir / "checkpoint"
+    state_file = train_dir / POINTER
     if not state_file.exists():
-        if list(train_dir.glob(f"{CHECKPOINT_NAME}-*.index")):
+        if list(train_dir.glob(f"{CHECKPOINT_NAME}-*.index")) or \
+                list(train_dir.glob(f"attempt-*/{CHECKPOINT_NAME}-*.index")):
             raise CheckpointError(
                 f"{train_dir} holds checkpoint files but no 'checkpoint' state file; "
                 "refusing to start over")
         return []
+    try:
+        text = state_file.read_text()
+    except OSError as exc:
+        raise CheckpointError(f"cannot read checkpoint state {state_file}: {exc}") from None
+    if _EPOCH_LINE.search(text) and "model_checkpoint_path" not in text:
+        return []            # claimed by an attempt that has not saved yet
     try:
         state = tf.train.get_checkpoint_state(str(train_dir))
     except Exception as exc:  # a garbled state file
@@ -122,14 +148,16 @@ class JobCheckpoint:
     """
 
     def __init__(self, train_dir: str | Path, max_to_keep: int, variables: list,
-                 ops: dict):
+                 ops: dict, epoch: int = 0):
         self.train_dir = Path(train_dir)
         self.max_to_keep = max_to_keep
         self.variables = variables
         self.ops = ops   # name -> graph element: prefix, save_counter, save, restore
+        self.epoch = epoch
 
     @classmethod
-    def build(cls, train_dir: str | Path, variables: list, max_to_keep: int) -> "JobCheckpoint":
+    def build(cls, train_dir: str | Path, variables: list, max_to_keep: int,
+              epoch: int = 0) -> "JobCheckpoint":
         """Build the save and restore ops of ``variables`` in the default graph."""
         names = [v.op.name for v in variables]
         keys = [_value_key(name) for name in names]
@@ -152,7 +180,7 @@ class JobCheckpoint:
             assigns.append(getattr(assign, "op", assign))
         restore = tf.group(*assigns, name="tfgshare_checkpoint/restore")
         ops = {"prefix": prefix, "save_counter": counter, "save": save, "restore": restore}
-        return cls(train_dir, max_to_keep, variables, ops)
+        return cls(train_dir, max_to_keep, variables, ops, epoch)
 
     def op_names(self) -> dict[str, str]:
         """The names of the ops, to find them again in an imported copy of the graph."""
@@ -160,24 +188,36 @@ class JobCheckpoint:
 
     @classmethod
     def from_graph(cls, graph, names: dict[str, str], train_dir: str | Path, variables: list,
-                   max_to_keep: int) -> "JobCheckpoint":
+                   max_to_keep: int, epoch: int = 0) -> "JobCheckpoint":
         """The checkpoint ops of an imported graph, found by ``op_names``."""
         ops = {key: graph.as_graph_element(name) for key, name in names.items()}
-        return cls(train_dir, max_to_keep, variables, ops)
+        return cls(train_dir, max_to_keep, variables, ops, epoch)
 
     def save(self, session, step: int) -> Saved:
-        """Write a checkpoint numbered ``step``; drop the oldest beyond max_to_keep."""
+        """Write a checkpoint numbered ``step`` under this epoch and make it the current one;
+        drop the oldest beyond max_to_keep.
+
+        Raises FencedError (and leaves the pointer alone) when a newer epoch holds it.
+        """
         start = time.perf_counter()
-        path = str(self.train_dir / f"{CHECKPOINT_NAME}-{step}")
-        kept = [p for p in checkpoint_paths(self.train_dir) if p != path] + [path]
-        session.run(self.ops["save"], {self.ops["prefix"]: path,
-                                       self.ops["save_counter"]: step})
-        for old in kept[:-self.max_to_keep]:
-            for file in self.train_dir.glob(Path(old).name + ".*"):
-                file.unlink(missing_ok=True)
-        write_state(self.train_dir, kept[-self.max_to_keep:])
+        directory = attempt_dir(self.train_dir, self.epoch)
+        directory.mkdir(parents=True, exist_ok=True)
+        path = str(directory / f"{CHECKPOINT_NAME}-{step}")
+        if pointer_epoch(self.train_dir) > self.epoch:   # no need to write it at all
+            raise _fenced(self.train_dir, self.epoch)
+        try:
+            session.run(self.ops["save"], {self.ops["prefix"]: path,
+                                           self.ops["save_counter"]: step})
+        except Exception:
+            _remove_checkpoint(path)     # a partial write (a full disk) leaves nothing behind
+            raise
+        try:
+            publish(self.train_dir, path, self.epoch, self.max_to_keep)
+        except FencedError:
+            _remove_checkpoint(path)
+            raise
         seconds = time.perf_counter() - start
-        size = sum(os.path.getsize(p) for p in self.train_dir.glob(Path(path).name + ".*"))
+        size = sum(os.path.getsize(p) for p in directory.glob(Path(path).name + ".*"))
         return Saved(path, step, seconds, size / 2**20)
 
     def restore(self, session, path: str) -> float:
@@ -223,20 +263,116 @@ class CorruptCheckpointError(CheckpointError):
     """A checkpoint whose files cannot be read (partial, truncated or damaged)."""
 
 
-def write_state(train_dir: str | Path, paths: list[str]) -> None:
-    """Make ``paths`` (oldest first) the kept checkpoints, the last one the latest."""
+def attempt_dir(train_dir: str | Path, epoch: int) -> Path:
+    """Where attempt ``epoch`` writes its checkpoints (``train_dir`` itself for epoch 0)."""
+    return Path(train_dir) / f"attempt-{epoch}" if epoch else Path(train_dir)
+
+
+def pointer_epoch(train_dir: str | Path) -> int:
+    """The epoch recorded in ``train_dir``'s pointer (0: none, or no pointer)."""
+    try:
+        found = _EPOCH_LINE.search((Path(train_dir) / POINTER).read_text())
+    except OSError:
+        return 0
+    return int(found.group(1)) if found else 0
+
+
+@contextlib.contextmanager
+def _pointer_lock(train_dir: Path):
+    """Hold the pointer's lock (an exclusive flock on ``checkpoint.lock``)."""
+    with open(train_dir / LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _fenced(train_dir: Path, epoch: int) -> FencedError:
+    return FencedError(f"attempt {epoch} is fenced off {train_dir}: attempt "
+                       f"{pointer_epoch(train_dir)} of this job has taken over its checkpoints")
+
+
+def publish(train_dir: str | Path, path: str, epoch: int, max_to_keep: int) -> list[str]:
+    """Make ``path`` the job's current checkpoint under ``epoch``, keeping the newest
+    ``max_to_keep``; delete the files of the ones dropped. The kept paths, oldest first.
+
+    Raises FencedError, changing nothing, when the pointer records a newer epoch.
+    """
+    train_dir = Path(train_dir)
+    with _pointer_lock(train_dir):
+        if pointer_epoch(train_dir) > epoch:
+            raise _fenced(train_dir, epoch)
+        current = checkpoint_paths(train_dir) if (train_dir / POINTER).exists() else []
+        kept = [p for p in current if p != path] + [path]
+        write_state(train_dir, kept[-max_to_keep:], epoch)
+        for old in kept[:-max_to_keep]:
+            _remove_checkpoint(old)
+    return kept[-max_to_keep:]
+
+
+def set_current(train_dir: str | Path, paths: list[str], epoch: int) -> None:
+    """Make ``paths`` (oldest first, may be empty) the kept checkpoints under ``epoch``.
+
+    Raises FencedError, changing nothing, when the pointer records a newer epoch.
+    """
+    train_dir = Path(train_dir)
+    with _pointer_lock(train_dir):
+        if pointer_epoch(train_dir) > epoch:
+            raise _fenced(train_dir, epoch)
+        write_state(train_dir, paths, epoch)
+
+
+def claim(train_dir: str | Path, epoch: int) -> None:
+    """Record ``epoch`` in the pointer (same checkpoints), so no older attempt can save.
+
+    Raises FencedError when a newer epoch already holds it. Epoch 0 claims nothing.
+    """
+    if not epoch:
+        return
+    train_dir = Path(train_dir)
+    train_dir.mkdir(parents=True, exist_ok=True)
+    with _pointer_lock(train_dir):
+        current = pointer_epoch(train_dir)
+        if current > epoch:
+            raise _fenced(train_dir, epoch)
+        if current < epoch or not (train_dir / POINTER).exists():
+            write_state(train_dir, checkpoint_paths(train_dir), epoch)
+
+
+def write_state(train_dir: str | Path, paths: list[str], epoch: int = 0) -> None:
+    """Replace the pointer atomically: ``paths`` (oldest first) kept, the last one the
+    latest, ``epoch`` recorded. Unfenced: callers hold the lock (see ``publish``)."""
     from google.protobuf import text_format
     from tensorflow.python.training import checkpoint_state_pb2
 
     train_dir = Path(train_dir)
     now = time.time()
+    names = [os.path.relpath(p, train_dir) for p in paths]
     state = checkpoint_state_pb2.CheckpointState(
-        model_checkpoint_path=Path(paths[-1]).name,
-        all_model_checkpoint_paths=[Path(p).name for p in paths],
+        model_checkpoint_path=names[-1] if names else "",
+        all_model_checkpoint_paths=names,
         all_model_checkpoint_timestamps=[now] * len(paths), last_preserved_timestamp=now)
-    tmp = train_dir / "checkpoint.tmp"
-    tmp.write_text(text_format.MessageToString(state))
-    tmp.replace(train_dir / "checkpoint")
+    tmp = train_dir / f"{POINTER}.{os.getpid()}.tmp"
+    with open(tmp, "w") as out:
+        if epoch:
+            out.write(f"# tfgshare epoch {epoch}\n")
+        out.write(text_format.MessageToString(state))
+        out.flush()
+        os.fsync(out.fileno())
+    tmp.replace(train_dir / POINTER)
+
+
+def _remove_checkpoint(path: str) -> None:
+    """Delete a checkpoint's files, and its attempt folder once empty."""
+    path = Path(path)
+    for file in path.parent.glob(path.name + ".*"):
+        file.unlink(missing_ok=True)
+    for temp in path.parent.glob(path.name + "_temp*"):
+        shutil.rmtree(temp, ignore_errors=True)
+    if path.parent.name.startswith("attempt-"):
+        with contextlib.suppress(OSError):
+            path.parent.rmdir()
 
 
 def _object_graph(names: list[str]):

@@ -63,6 +63,7 @@ class TrainConfig:
     log_every_n_steps: int = 10
     events_file: str | None = None
     job_id: str | None = None
+    epoch: int = 0                        # the attempt number (fences checkpoints; 0: none)
 
     def check(self) -> None:
         """Raise BadInputError naming the first flag that cannot work."""
@@ -75,7 +76,7 @@ class TrainConfig:
         positive = ("batch_size", "max_number_of_steps", "num_gpus", "max_to_keep",
                     "log_every_n_steps")
         non_negative = ("warmup_steps", "num_sample_steps", "save_interval_steps",
-                        "intra_op_threads", "inter_op_threads", "seed")
+                        "intra_op_threads", "inter_op_threads", "seed", "epoch")
         for name in positive:
             if getattr(self, name) < 1:
                 raise BadInputError(f"--{name} must be >= 1, got {getattr(self, name)}")
@@ -138,6 +139,8 @@ def build_parser(prog: str = "tfgshare train") -> argparse.ArgumentParser:
         "events_file": "append one JSON event per line here",
         "num_classes": "classes of the synthetic dataset",
         "image_size": "square input size (default: the net's default)",
+        "epoch": "this attempt's number from the coordinator: checkpoints go under "
+                 "train_dir/attempt-EPOCH and never replace a newer attempt's (0: no fencing)",
     }
     for f in dataclasses.fields(TrainConfig):
         help_ = helps.get(f.name)

@@ -67,7 +67,7 @@ class TrainingGraph:
             found[key] = by_name.get(name.split(":")[0]) if key in ("global_step", "position") \
                 else graph.as_graph_element(name)
         checkpoint = JobCheckpoint.from_graph(graph, handles["checkpoint"], config.train_dir,
-                                              variables, config.max_to_keep)
+                                              variables, config.max_to_keep, config.epoch)
         return cls(graph=graph, variables=variables, checkpoint=checkpoint, **found,
                    **handles["values"])
 
@@ -240,7 +240,8 @@ def build_training_graph(config: TrainConfig, dataset=None) -> TrainingGraph:
             with tf.control_dependencies([apply_op, advance, *update_ops]):
                 train_tensor = tf.identity(total_loss, name="train_op")
         variables = tf.compat.v1.global_variables()
-        checkpoint = JobCheckpoint.build(config.train_dir, variables, config.max_to_keep)
+        checkpoint = JobCheckpoint.build(config.train_dir, variables, config.max_to_keep,
+                                         config.epoch)
         init_op = tf.compat.v1.global_variables_initializer()
     return TrainingGraph(graph, train_tensor, global_step, learning_rate, graph.step_key,
                          position, start_example, input_init, variables, init_op, checkpoint,

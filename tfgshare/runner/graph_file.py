@@ -28,7 +28,7 @@ INFO_COLLECTION = "tfgshare_graph_info"
 _NOT_IN_GRAPH = ("train_dir", "events_file", "job_id", "max_number_of_steps", "memory_fraction",
                  "intra_op_threads", "inter_op_threads", "warmup_steps", "num_sample_steps",
                  "max_sample_share", "sample_only", "save_interval_steps",
-                 "save_interval_secs", "max_to_keep", "log_every_n_steps")
+                 "save_interval_secs", "max_to_keep", "log_every_n_steps", "epoch")
 _REPO = Path(__file__).resolve().parents[2]
 _SOURCES = ("tfgshare/runner/graph.py", "tfgshare/runner/rng.py",
             "tfgshare/runner/checkpoint.py", "tfgshare/runner/graph_file.py", "slim_models")

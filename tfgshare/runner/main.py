@@ -146,6 +146,7 @@ def _build_and_train(config: TrainConfig, sink: EventSink,
     from tfgshare.runner import graph as runner_graph
 
     start_s = _process_age_s()
+    ckpt.claim(config.train_dir, config.epoch)   # no older attempt may save from now on
     candidates = ckpt.candidates(config.train_dir)
     tick = time.perf_counter()
     built, source = _training_graph(config, sink)
@@ -205,7 +206,7 @@ def _restore_newest_good(config: TrainConfig, built, session, candidates: list[s
             continue
         if bad:
             kept = [p for p in reversed(candidates) if p not in bad]
-            ckpt.write_state(config.train_dir, kept)
+            ckpt.set_current(config.train_dir, kept, config.epoch)
             _warn(sink, f"resuming from {path}, not the newest ({bad[0]}), which is unreadable")
         return path
     if bad:
@@ -277,9 +278,23 @@ def train_loop(config: TrainConfig, built, session, sink: EventSink,
     last_save_time = time.monotonic()
     run_start = tick = time.perf_counter()
 
-    def save() -> None:
+    def save(final: bool = False) -> None:
+        """Checkpoint now. A failed periodic save (a full disk) is a warning: training goes
+        on and the next save tries again; a failed final one ends the run (exit 1)."""
         nonlocal last_saved_step, last_saved_path, last_save_time
-        saved = saver.save(session, step)
+        import tensorflow as tf
+
+        try:
+            saved = saver.save(session, step)
+        except (tf.errors.OpError, OSError) as exc:
+            text = str(getattr(exc, "message", exc)).strip().splitlines()
+            message = f"checkpoint at step {step} failed: {type(exc).__name__}: " \
+                      f"{text[0] if text else ''}"
+            if final:
+                raise rp.RunnerError(message) from None
+            last_save_time = time.monotonic()
+            _warn(sink, f"{message}; training on, the next save tries again")
+            return
         last_saved_step, last_saved_path, last_save_time = step, saved.path, time.monotonic()
         sink.emit("checkpoint", step=step, path=saved.path, seconds=saved.seconds,
                   size_mb=saved.size_mb)
@@ -318,7 +333,7 @@ def train_loop(config: TrainConfig, built, session, sink: EventSink,
             tick = time.perf_counter()   # the save is not part of the next step's time
     stopped_at = time.monotonic()
     if last_saved_step != step:
-        save()
+        save(final=True)
     if step >= total:
         sink.emit("finished", step=step, loss=loss)
         return TrainResult("finished", rp.EXIT_OK, step, loss, latest, last_saved_path,
@@ -404,6 +419,8 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(sink, f"bad input: {exc}", exc.exit_code)
     except rp.CheckpointError as exc:
         return _fail(sink, f"checkpoint error: {exc}", exc.exit_code)
+    except rp.RunnerError as exc:
+        return _fail(sink, str(exc), exc.exit_code)
     except Exception as exc:
         if type(exc).__name__ != "ResourceExhaustedError":   # TensorFlow's out of memory
             raise

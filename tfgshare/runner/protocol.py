@@ -9,6 +9,12 @@ asks it to finish the current step, save a checkpoint and exit with
 ``EXIT_SUSPENDED``. Started again on the same ``--train_dir`` it restores and
 continues at the next step, on any device.
 
+In a cluster the agent adds ``--epoch ATTEMPT``: checkpoints then go under
+``<train_dir>/attempt-ATTEMPT/`` and never replace a newer attempt's (see
+``tfgshare.runner.checkpoint``); a run superseded by a newer attempt exits with
+``EXIT_FENCED``. A failed periodic save (a full disk) is a ``warning`` event and
+training goes on; a failed final save exits with 1.
+
 A warm runner, ``python -m tfgshare.runner --warm``, imports TensorFlow first and
 then takes its job as one line on stdin (``warm_job_line``); see ``runner.warm``.
 
@@ -37,6 +43,7 @@ EXIT_OUT_OF_MEMORY = 4    # ran out of its memory: TensorFlow's ResourceExhauste
                           # GPU, or (virtual GPUs) killed by its agent for passing its
                           # fragment in resident memory; an ``out_of_memory`` event with the
                           # measured peak comes first. The job may resume from its checkpoint.
+EXIT_FENCED = 76          # a newer attempt of the job owns --train_dir: this one stopped
 EXIT_SUSPENDED = 75       # checkpointed on request (signal or --sample_only) and exited
 
 SAMPLE_FILE = "sample.json"  # in --train_dir: the latest sample event, plus "step"
@@ -61,6 +68,12 @@ class CheckpointError(RunnerError):
     """A checkpoint in --train_dir that is corrupt or was written for another job."""
 
     exit_code = EXIT_CHECKPOINT_ERROR
+
+
+class FencedError(CheckpointError):
+    """A newer attempt (higher ``--epoch``) of the job has taken over its checkpoints."""
+
+    exit_code = EXIT_FENCED
 
 
 WARM_FLAG = "--warm"

@@ -55,11 +55,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--end", default=None, help="only jobs submitted before this")
     p.add_argument("--time-compression", type=float, default=1.0,
                    help="arrivals come this many times faster (default 1)")
-    p.add_argument("--profiles", default=None, help="model profile YAML (default: shipped)")
+    p.add_argument("--profile", "--profiles", dest="profiles", default=None,
+                   help="model profile YAML, e.g. one `tfgshare profile` wrote (default: the "
+                        "shipped one); a measured profile's co-location fit and checkpoint "
+                        "bandwidth are used too")
     p.add_argument("--tick", type=float, default=60.0,
                    help="seconds between policy calls while jobs wait (default 60)")
-    p.add_argument("--storage-mb-s", type=float, default=SimConfig.storage_mb_s,
-                   help="checkpoint bandwidth in MB/s")
+    p.add_argument("--storage-mb-s", type=float, default=None,
+                   help=f"checkpoint bandwidth in MB/s (default: the profile's measured one, "
+                        f"else {SimConfig.storage_mb_s:g})")
     p.add_argument("--cross-node-slowdown", type=float, default=SimConfig.cross_node_slowdown,
                    help="locality model: step-time penalty (fraction) when a job's GPUs span "
                         f"nodes; 0 = off, as in the Tiresias simulator's count placement "
@@ -136,7 +140,10 @@ def _run(args) -> int:
         raise ValueError(f"--tick must be positive, got {args.tick}")
     cluster = load_cluster(spec)
     profiles = load_profiles(args.profiles)
-    knobs = dict(seed=args.seed, tick_s=args.tick, storage_mb_s=args.storage_mb_s,
+    knobs = dict(profiles.sim_overrides())   # a measured profile's co-location and bandwidth
+    if args.storage_mb_s is not None:
+        knobs["storage_mb_s"] = args.storage_mb_s
+    knobs.update(seed=args.seed, tick_s=args.tick,
                  check=args.check, cross_node_slowdown=args.cross_node_slowdown,
                  startup_s=0.0 if args.zero_move_costs else args.startup_s,
                  checkpoint_s=0.0 if args.zero_move_costs else args.checkpoint_s)

@@ -23,6 +23,7 @@ class ModelProfile:
     gpu_util: float        # single-tenant GPU utilisation in (0, 1]
     checkpoint_mb: float   # size of a tf.train.Checkpoint (weights + optimizer slots)
     startup_s: float       # process start + graph build before the first step
+    image_size: int | None = None   # input size profiled (None: the net's default)
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,19 @@ class Profiles:
 
     reference_gpu: str
     by_key: dict[tuple[str, int], ModelProfile]
+    colocation: dict | None = None     # fitted {overhead, exponent, ...} of a measured profile
+    storage_mb_s: float | None = None  # measured checkpoint bandwidth of a measured profile
+
+    def sim_overrides(self) -> dict:
+        """SimConfig fields this profile measured (co-location model, checkpoint bandwidth)."""
+        from .colocation import Colocation
+        out: dict = {}
+        if self.colocation:
+            out["colocation"] = Colocation(float(self.colocation["overhead"]),
+                                           float(self.colocation["exponent"]))
+        if self.storage_mb_s:
+            out["storage_mb_s"] = float(self.storage_mb_s)
+        return out
 
     def get(self, model: str, batch_size: int) -> ModelProfile:
         """The profile of ``model`` at ``batch_size``; a clear error if absent."""
@@ -88,11 +102,17 @@ def load_profiles(path: str | Path | None = None) -> Profiles:
         where = f"{path}: models.{model}"
         if not isinstance(spec, dict) or not isinstance(spec.get("batches"), dict):
             raise ValueError(f"{where}: needs 'params', 'startup_s' and a 'batches' mapping")
-        params = _positive(spec.get("params"), f"{where}.params")
         slots = spec.get("optimizer_slots", 1)
         if not isinstance(slots, int) or slots < 0:
             raise ValueError(f"{where}.optimizer_slots: {slots!r} must be an integer >= 0")
-        checkpoint_mb = params * BYTES_PER_PARAM * (1 + slots) / 2**20
+        if spec.get("checkpoint_mb") is not None:   # measured
+            checkpoint_mb = _positive(spec["checkpoint_mb"], f"{where}.checkpoint_mb")
+        else:
+            params = _positive(spec.get("params"), f"{where}.params")
+            checkpoint_mb = params * BYTES_PER_PARAM * (1 + slots) / 2**20
+        image_size = spec.get("image_size")
+        if image_size is not None and (not isinstance(image_size, int) or image_size < 1):
+            raise ValueError(f"{where}.image_size: {image_size!r} must be a positive integer")
         startup = _positive(spec.get("startup_s"), f"{where}.startup_s")
         for batch, row in spec["batches"].items():
             bw = f"{where}.batches.{batch}"
@@ -105,5 +125,15 @@ def load_profiles(path: str | Path | None = None) -> Profiles:
                 step_time_s=_positive(row.get("step_time_s"), f"{bw}.step_time_s"),
                 memory_mb=_positive(row.get("memory_mb"), f"{bw}.memory_mb"),
                 gpu_util=_positive(row.get("gpu_util"), f"{bw}.gpu_util", upper=1.0),
-                checkpoint_mb=checkpoint_mb, startup_s=startup)
-    return Profiles(str(data.get("reference_gpu", "")), by_key)
+                checkpoint_mb=checkpoint_mb, startup_s=startup, image_size=image_size)
+    coloc = data.get("colocation")
+    if coloc is not None:
+        if not isinstance(coloc, dict) or "overhead" not in coloc or "exponent" not in coloc:
+            raise ValueError(f"{path}: colocation needs 'overhead' and 'exponent'")
+        for k in ("overhead", "exponent"):
+            if not isinstance(coloc[k], (int, float)) or coloc[k] < 0:
+                raise ValueError(f"{path}: colocation.{k}: {coloc[k]!r} must be a number >= 0")
+    storage = data.get("storage_mb_s")
+    if storage is not None:
+        storage = _positive(storage, f"{path}: storage_mb_s")
+    return Profiles(str(data.get("reference_gpu", "")), by_key, coloc, storage)

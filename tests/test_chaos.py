@@ -1,0 +1,28 @@
+"""A short seeded chaos run: every kind of fault once, and every job still finishes whole."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+
+import chaos  # noqa: E402
+
+pytestmark = pytest.mark.timeout(900)
+
+
+def test_seeded_faults_leave_every_job_finished_from_its_checkpoints(tmp_path):
+    args = chaos.parser().parse_args(
+        ["--seed", "3", "--jobs", "3", "--steps", "120", "--save-every", "20", "--faults", "5",
+         "--node-timeout", "5", "--gap-s", "5", "--timeout", "800"])
+    result = chaos.run_batch(tmp_path, args, faults=True)
+    print(chaos.report(result, None, args.steps))
+    assert chaos.check(result, args.steps) == []
+    kinds = {f.kind for f in result["faults"]}
+    assert kinds == set(chaos.KINDS) if result["disk"] else set(chaos.KINDS) - {"fill_disk"}
+    for job in result["jobs"]:
+        assert job.state == "finished" and job.steps_done == 120
+        assert job.resumed_right and job.redone <= job.bound

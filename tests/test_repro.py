@@ -1,0 +1,183 @@
+"""tfgshare profile / replay / reproduce four-models, for real on the CPU (small settings)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tfgshare.localcluster import LocalCluster
+from tfgshare.sim.profiles import load_profiles
+
+REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.timeout(900)   # 1-2 minutes each on an idle 2-core machine
+
+# the mapping draws among the paper's models the profile names; lenet stands in for them
+TINY_PROFILE = """
+reference_gpu: "test: CPU virtual GPU"
+models:
+  alexnet_v2:
+    image_size: 195
+    checkpoint_mb: 300
+    startup_s: 12
+    batches:
+      1: {step_time_s: 0.3, memory_mb: 900, gpu_util: 1.0}
+  lenet:
+    checkpoint_mb: 40
+    startup_s: 10
+    batches:
+      2: {step_time_s: 0.02, memory_mb: 800, gpu_util: 1.0}
+"""
+
+
+def tfgshare(*args: str, timeout: float = 840) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tfgshare.cli", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_profile_on_the_cpu_writes_a_profile_the_simulator_loads(tmp_path):
+    from philly.jobs import TraceJob
+    from tfgshare.policies.registry import get_policy
+    from tfgshare.sim.cluster import load_cluster
+    from tfgshare.sim.config import SimConfig
+    from tfgshare.sim.engine import simulate
+
+    out = tmp_path / "cpu.yaml"
+    done = tfgshare("profile", "lenet", "cifarnet", "--batch-sizes", "1", "--cpu",
+                    "--colocate", "--out", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "co-location fit: overhead" in done.stdout and "fit error mean" in done.stdout
+    doc = yaml.safe_load(out.read_text())
+    assert doc["device"].startswith("CPU virtual GPU") and doc["tensorflow"] != "unknown"
+    assert doc["date"] and doc["colocation"]["pairs"][0]["models"] == ["lenet/1", "cifarnet/1"]
+    row = doc["models"]["lenet"]
+    assert row["startup_s"] > row["graph_build_s"] >= 0 and row["save_s"] > 0
+    prof = load_profiles(out)
+    lenet = prof.get("lenet", 1)
+    assert 0 < lenet.step_time_s < 30 and 0 < lenet.gpu_util <= 1
+    assert 10 < lenet.checkpoint_mb < 100     # lenet's 3.3 M parameters and their slots
+    # the simulator runs on it, with its fitted co-location model
+    config = SimConfig(tick_s=1.0, **prof.sim_overrides())
+    assert config.colocation.overhead == doc["colocation"]["overhead"]
+    jobs = [TraceJob(f"j{i}", 2.0 * i, 1, 60.0, model=m, batch_size=1, total_steps=200)
+            for i, m in enumerate(["lenet", "cifarnet"] * 3)]
+    result = simulate(load_cluster("1x2"), jobs, prof, get_policy("fgs"), config)
+    assert result.report.finished == 6
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = LocalCluster(tmp_path / "cluster", policy="fifo")
+    try:
+        c.start_coordinator()
+        c.start_agent("n1", "2x16GiB")
+        c.wait_nodes({"n1"})
+        yield c
+    finally:
+        c.stop_all(timeout_s=10)
+
+
+def test_replay_of_a_small_slice_finishes_every_job_and_reports_live_beside_sim(cluster,
+                                                                                  tmp_path):
+    from tfgshare.repro import replay
+
+    profile = tmp_path / "tiny.yaml"
+    profile.write_text(TINY_PROFILE)
+    out = tmp_path / "replay"
+    code = replay.main(["--coordinator", cluster.address, "--speedup", "20000", "--jobs", "4",
+                        "--as-model", "lenet:2",
+                        "--start", "2017-10-09", "--profile", str(profile), "--out", str(out),
+                        "--timeout", "240"])
+    assert code == 0
+    doc = json.loads((out / "report.json").read_text())
+    assert doc["jobs"] == 4 and doc["policy"] == "fifo" and doc["cluster"] == "1x2:16384"
+    assert doc["live"]["report"]["finished"] == 4 == doc["sim"]["report"]["finished"]
+    assert all(j["state"] == "finished" for j in doc["live"]["jobs"])
+    assert doc["jct_mean_sim_vs_live"] is not None
+    # steps follow the compressed durations: 66 s / 20000 is under a step; 159,721 s / 20000 / 0.02 s
+    assert [j["total_steps"] for j in doc["mapping"]][:3] == [1, 1, 399]
+    with open(out / "report.csv") as f:
+        assert [line.split(",")[0] for line in f.read().splitlines()[1:]] == \
+            ["fifo live", "fifo sim"]
+
+
+def test_reproduce_four_models_records_match_the_coordinators_store(tmp_path):
+    config = tmp_path / "batch.yaml"
+    config.write_text(yaml.safe_dump({"scales": {"small": {
+        "cluster": {"nodes": 1, "virtual_gpus": "1x16GiB"}, "timeout_s": 200,
+        "burst": 1, "interval_s": 2,
+        "jobs": [{"model": "lenet", "batch_size": 2, "steps": 30},
+                 {"model": "lenet", "batch_size": 2, "steps": 20}]}}}))
+    out = tmp_path / "four"
+    done = tfgshare("reproduce", "four-models", "--policy", "fifo,fgs", "--scale", "small",
+                    "--config", str(config), "--out", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    for name in ("report.txt", "report.csv", "jobs.json", "jct.png", "gantt.png"):
+        assert (out / name).stat().st_size > 0, name
+    table = (out / "report.txt").read_text().splitlines()
+    assert table[0].split()[:2] == ["policy", "jobs"] and "JCT /" in table[0]
+    assert [line.split()[0] for line in table[2:]] == ["fifo", "fgs"]
+    doc = json.loads((out / "jobs.json").read_text())
+    assert doc["baseline"] == "fifo"
+    for policy in ("fifo", "fgs"):
+        jobs = doc["policies"][policy]["jobs"]
+        assert [j["name"] for j in jobs] == ["01-lenet", "02-lenet"]
+        db = sqlite3.connect(out / "clusters" / policy / "state.db")
+        stored = {i: json.loads(d) for i, d in db.execute("SELECT id, data FROM jobs")}
+        db.close()
+        assert set(stored) == {j["id"] for j in jobs}
+        for j in jobs:
+            s = stored[j["id"]]
+            assert j["state"] == s["state"] == "finished"
+            assert j["finish_time"] == pytest.approx(s["finish_time"])
+            assert j["submit_time"] == pytest.approx(s["submit_time"])
+            assert j["steps_done"] == s["steps_done"] == s["spec"]["max_number_of_steps"]
+        assert doc["policies"][policy]["report"]["finished"] == 2
+
+
+@pytest.mark.timeout(1500)   # about 4 minutes idle: a dozen TensorFlow start-ups
+def test_gpu_check_passes_its_allow_cpu_mode(tmp_path):
+    done = subprocess.run(
+        ["bash", "tools/gpu_check.sh", "--allow-cpu", "--models", "lenet", "cifarnet",
+         "--profile-batch-sizes", "1", "--share-steps", "30", "--continuity-steps", "40",
+         "--reproduce-jobs", "2", "--work-dir", str(tmp_path)],
+        cwd=REPO, capture_output=True, text=True, timeout=1450,
+        env={**__import__("os").environ, "PYTHON": sys.executable})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    block = done.stdout.split("--- paste into docs/reproduction.md\n")[1].split("--- end")[0]
+    for name in ("discovery", "sharing", "continuity", "profile", "reproduce"):
+        assert f"- {name}: ok" in block
+    assert "pair lenet/1 + cifarnet/1: slowdown" in block and "JCT /" in block
+
+
+def test_colocation_fit_recovers_the_model_that_made_the_slowdowns():
+    from tfgshare.repro.profile import fit_colocation
+    from tfgshare.sim.colocation import Colocation
+
+    truth = Colocation(overhead=0.15, exponent=1.3)
+    utils = {"a/1": 0.9, "b/1": 0.5, "c/1": 0.3}
+    pairs = [{"models": [x, y], "slowdown": [truth.slowdown(2, utils[x] + utils[y])] * 2}
+             for x, y in (("a/1", "b/1"), ("a/1", "c/1"), ("b/1", "c/1"))]
+    fit = fit_colocation(pairs, utils)
+    assert fit["overhead"] == pytest.approx(0.15, abs=0.011)
+    assert fit["exponent"] == pytest.approx(1.3, abs=0.051)
+    assert fit["fit_error_max"] < 0.01 and fit["points"] == 6
+
+
+def test_a_measured_profile_sets_the_simulators_colocation_and_checkpoint_bandwidth(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text(TINY_PROFILE + "storage_mb_s: 42.5\ncolocation: {overhead: 0.3, "
+                    "exponent: 0.7, fit_error_mean: 0.1}\n")
+    prof = load_profiles(path)
+    over = prof.sim_overrides()
+    assert over["storage_mb_s"] == 42.5
+    assert (over["colocation"].overhead, over["colocation"].exponent) == (0.3, 0.7)
+    assert prof.get("alexnet_v2", 1).checkpoint_mb == 300
+    path.write_text(TINY_PROFILE + "colocation: {overhead: -1, exponent: 1}\n")
+    with pytest.raises(ValueError, match="colocation.overhead"):
+        load_profiles(path)

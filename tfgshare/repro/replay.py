@@ -1,0 +1,265 @@
+"""``tfgshare replay``: a trace slice, time-compressed, on a live cluster and in the simulator.
+
+The jobs of the slice get a model and batch size from ``philly.mapping`` (the
+simulator's seeded rule, on the job's original GPU-time) and a step count so that
+``steps * step_time`` on the profiled device is the job's original duration divided by
+the speed-up ``K`` (at least one step); arrivals are compressed by ``K`` too. GPU
+counts are capped at ``--max-gpus-per-job`` (default 1: on virtual GPUs a job's
+towers share the one CPU, so a wider job would not run at the profile's speed) and at
+the live cluster's size. Each job is submitted to the running coordinator at its
+compressed arrival time and followed to the end; then the same jobs run through the
+simulator with the same profile, the coordinator's policy and a cluster of the live
+cluster's shape, and both reports are printed side by side with their difference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import json
+import math
+import sys
+import tempfile
+from pathlib import Path
+
+from tfgshare.metrics import Report, format_table, table_rows
+
+RUNNER_TICK_S = 0.5     # LocalCluster's coordinator tick: the simulator calls the policy as often
+
+
+def compressed_jobs(trace: str, profiles, speedup: float, *, num_jobs: int | None = None,
+                    start=None, end=None, vcs: list[str] | None = None, seed: int = 0,
+                    max_gpus: int = 1, as_model: tuple[str, int] | None = None) -> list:
+    """The slice's jobs, mapped and compressed by ``speedup`` (see the module doc).
+
+    ``as_model`` (model, batch size) runs every job as that profiled model instead of its
+    mapped one, with the step count its duration needs (a quick stand-in, e.g. lenet).
+    """
+    from philly.filters import compress_time
+    from philly.mapping import assign_models
+    from philly.trace import load_trace
+
+    if not (speedup > 0 and math.isfinite(speedup)):
+        raise ValueError(f"--speedup must be a positive number, got {speedup}")
+    if max_gpus < 1:
+        raise ValueError(f"--max-gpus-per-job must be >= 1, got {max_gpus}")
+    jobs = load_trace(trace, vcs=vcs, start=start, end=end, max_jobs=num_jobs)
+    if not jobs:
+        raise ValueError(f"trace {trace!r} has no jobs left after the filters")
+    mapped = assign_models(jobs, profiles.step_times(), seed)
+    if as_model is not None:
+        profiles.get(*as_model)           # a clear error when it is not profiled
+        mapped = [dataclasses.replace(j, model=as_model[0], batch_size=as_model[1])
+                  for j in mapped]
+    out = []
+    for job in compress_time(mapped, speedup, durations=True):
+        step = profiles.get(job.model, job.batch_size).step_time_s
+        out.append(dataclasses.replace(job, num_gpus=min(job.num_gpus, max_gpus),
+                                       total_steps=max(1, round(job.duration / step))))
+    return out
+
+
+def job_specs(jobs: list, profiles) -> list[tuple[float, "object"]]:
+    """``(arrival time, JobSpec)`` for each job, arrivals counted from the first."""
+    from tfgshare.schema import JobSpec
+
+    first = min(j.submit_time for j in jobs)
+    return [(j.submit_time - first,
+             JobSpec(model_name=j.model, name=f"replay-{j.id}", batch_size=j.batch_size,
+                     max_number_of_steps=j.total_steps, num_gpus=j.num_gpus,
+                     image_size=profiles.get(j.model, j.batch_size).image_size))
+            for j in jobs]
+
+
+def cluster_shape(nodes: list[dict]) -> str:
+    """An ``NxG:MEM`` simulator spec of the live cluster's up nodes (equal nodes assumed)."""
+    up = [n for n in nodes if n["state"] == "up" and n["gpus"]]
+    if not up:
+        raise ValueError("the coordinator has no node up with GPUs")
+    per_node = max(len(n["gpus"]) for n in up)
+    memory = min(int(g["memory_mb"]) for n in up for g in n["gpus"])
+    return f"{len(up)}x{per_node}:{memory}"
+
+
+def simulate_same(jobs: list, profiles, policy_name: str, spec: str, seed: int = 0):
+    """The same jobs through the simulator (the profile's measured costs, the live tick and
+    the runner's default sampling warm-up and share)."""
+    from tfgshare.policies.registry import get_policy
+    from tfgshare.sim.cluster import load_cluster
+    from tfgshare.sim.config import SimConfig
+    from tfgshare.sim.engine import simulate
+
+    from tfgshare.runner.config import TrainConfig
+
+    # the live runner's sampling phase: its default warm-up and share of the job
+    config = SimConfig(seed=seed, tick_s=RUNNER_TICK_S, warmup_steps=TrainConfig.warmup_steps,
+                       sample_share=TrainConfig.max_sample_share, **profiles.sim_overrides())
+    return simulate(load_cluster(spec), jobs, profiles, get_policy(policy_name), config)
+
+
+def side_by_side(live: Report, sim: Report) -> str:
+    """Live and simulated figures per line, with the relative difference."""
+    rows = [("jobs finished", live.finished, sim.finished),
+            ("JCT mean s", live.jct_mean, sim.jct_mean),
+            ("JCT median s", live.jct_median, sim.jct_median),
+            ("JCT p95 s", live.jct_p95, sim.jct_p95),
+            ("wait mean s", live.wait_mean, sim.wait_mean),
+            ("makespan s", live.makespan, sim.makespan),
+            ("allocated util %", 100 * live.util_allocated, 100 * sim.util_allocated),
+            ("effective util %", 100 * live.util_effective, 100 * sim.util_effective),
+            ("suspends", live.suspends, sim.suspends),
+            ("migrations", live.migrations, sim.migrations)]
+    for extra in ("util_device", "util_device_busy"):      # the operator's figures, if defined
+        if hasattr(live, extra) and hasattr(sim, extra):
+            rows.append((f"{extra.replace('_', ' ')} %", 100 * getattr(live, extra),
+                         100 * getattr(sim, extra)))
+    lines = [f"{'':18} {'live':>10} {'simulated':>10} {'sim vs live':>12}"]
+    for name, a, b in rows:
+        diff = (b - a) / a if a and not (math.isnan(a) or math.isnan(b)) else math.nan
+        lines.append(f"{name:18} {a:10.1f} {b:10.1f} "
+                     + (f"{100 * diff:+11.1f}%" if not math.isnan(diff) else f"{'-':>12}"))
+    return "\n".join(lines)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="tfgshare replay",
+        description="Replay a trace slice, compressed K times, on a running coordinator, and "
+                    "the same slice in the simulator; print both side by side.")
+    p.add_argument("--trace", default="philly", help="'philly' or a trace file")
+    p.add_argument("--coordinator", default=None, help="coordinator address "
+                   "(default $TFGSHARE_COORDINATOR or tcp://127.0.0.1:5555)")
+    p.add_argument("--speedup", type=float, required=True,
+                   help="K: arrivals and durations are divided by K")
+    p.add_argument("--jobs", type=int, default=None, help="the N earliest jobs of the slice")
+    p.add_argument("--start", default=None, help="jobs submitted from here (s or ISO date)")
+    p.add_argument("--end", default=None, help="jobs submitted before this")
+    p.add_argument("--vc", default=None, help="only jobs of these VCs (comma-separated)")
+    p.add_argument("--profile", default=None,
+                   help="profile of the live devices (default: the CPU profile shipped in "
+                        "tfgshare/data/profiles/cpu-virtual-gpu.yaml)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the model mapping")
+    p.add_argument("--as-model", default=None, metavar="MODEL:BATCH",
+                   help="run every job as this profiled model and batch size (a fast "
+                        "stand-in such as lenet:4; durations are kept)")
+    p.add_argument("--max-gpus-per-job", type=int, default=1,
+                   help="cap on a job's GPU count (default 1, see the module doc)")
+    p.add_argument("--timeout", type=float, default=3600.0,
+                   help="give up following after this many seconds (default 3600)")
+    p.add_argument("--out", default=None, help="output folder (default: a new temp folder)")
+    return p
+
+
+def default_live_profile() -> Path:
+    """The CPU profile of this project's virtual GPUs, shipped with tfgshare."""
+    from importlib import resources
+    return Path(str(resources.files("tfgshare") / "data" / "profiles" / "cpu-virtual-gpu.yaml"))
+
+
+def _time(value):
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        return value
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the replay command; 0 when every job finished, 1 otherwise, 2 on bad input."""
+    from tfgshare.client.api import Client, ClientError
+    from tfgshare.sim.profiles import load_profiles
+
+    args = _parser().parse_args(argv)
+    try:
+        if args.jobs is not None and args.jobs < 1:
+            raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
+        profiles = load_profiles(args.profile or default_live_profile())
+        vcs = [v.strip() for v in args.vc.split(",")] if args.vc else None
+        as_model = None
+        if args.as_model:
+            name, _, batch = args.as_model.partition(":")
+            if not batch.isdigit():
+                raise ValueError(f"--as-model takes MODEL:BATCH, got {args.as_model!r}")
+            as_model = (name, int(batch))
+        jobs = compressed_jobs(args.trace, profiles, args.speedup, num_jobs=args.jobs,
+                               start=_time(args.start), end=_time(args.end), vcs=vcs,
+                               seed=args.seed, max_gpus=args.max_gpus_per_job,
+                               as_model=as_model)
+    except (ValueError, KeyError, FileNotFoundError) as err:
+        msg = err.args[0] if isinstance(err, KeyError) and err.args else err
+        print(f"tfgshare replay: error: {msg}", file=sys.stderr)
+        return 2
+    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="tfgshare-replay-"))
+    try:
+        with Client(args.coordinator, timeout_s=10.0) as client:
+            spec = cluster_shape(client.nodes())
+            policy = client.status()["policy"]
+            ngpus = int(spec.split("x")[0]) * int(spec.split("x")[1].split(":")[0])
+            jobs = [dataclasses.replace(j, num_gpus=min(j.num_gpus, ngpus)) for j in jobs]
+            print(f"replaying {len(jobs)} jobs at speed-up {args.speedup:g} on {client.address} "
+                  f"({spec}, policy {policy}); trace time "
+                  f"{sum(j.duration for j in jobs) * args.speedup / 3600:.1f} GPU-h",
+                  file=sys.stderr)
+            from .live import live_report, run_schedule
+            run = run_schedule(client, job_specs(jobs, profiles), args.timeout)
+            metrics = client.metrics()
+    except (ClientError, ValueError) as err:
+        print(f"tfgshare replay: error: {err}", file=sys.stderr)
+        return 2
+    live = live_report(metrics)
+    sim = simulate_same(jobs, profiles, policy, spec, args.seed)
+    return write_report(out, args, jobs, run, metrics, live, sim, policy, spec)
+
+
+def per_job(live_jobs: list[dict], sim_records: list) -> list[dict]:
+    """Each trace job's live and simulated JCT (None where it did not finish)."""
+    sim = {r.id: r.jct for r in sim_records}
+    out = []
+    for j in live_jobs:
+        trace_id = j["name"].removeprefix("replay-")
+        live = j["finish_time"] - j["submit_time"] if j.get("finish_time") else None
+        out.append({"job": trace_id, "model": j["model"], "state": j["state"],
+                    "live_jct_s": live, "sim_jct_s": sim.get(trace_id)})
+    return out
+
+
+def write_report(out: Path, args, jobs: list, run, metrics: dict, live: Report, sim,
+                 policy: str, spec: str) -> int:
+    """Print and write report.csv / report.json (the simulate report's form, live + sim)."""
+    out.mkdir(parents=True, exist_ok=True)
+    reports = {f"{policy} live": live, f"{policy} sim": sim.report}
+    print(format_table(reports, baseline=f"{policy} live"))
+    print()
+    print(side_by_side(live, sim.report))
+    rows = table_rows(reports, baseline=f"{policy} live")
+    with open(out / "report.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
+        writer.writeheader()
+        writer.writerows(rows)
+    diff = (sim.report.jct_mean - live.jct_mean) / live.jct_mean \
+        if live.jct_mean and not math.isnan(live.jct_mean) else None
+    pairs = per_job(run.jobs, sim.records)
+    both = [p for p in pairs if p["live_jct_s"] is not None and p["sim_jct_s"] is not None]
+    if both and len(both) < len(jobs):   # a run cut short: compare the jobs that finished
+        a = sum(p["live_jct_s"] for p in both) / len(both)
+        b = sum(p["sim_jct_s"] for p in both) / len(both)
+        print(f"over the {len(both)} jobs finished live: mean JCT live {a:.0f} s, simulated "
+              f"{b:.0f} s ({100 * (b - a) / a:+.1f} %)")
+    doc = {
+        "trace": args.trace, "speedup": args.speedup, "cluster": spec, "policy": policy,
+        "jobs": len(jobs), "seed": args.seed, "live_wall_s": run.wall_s,
+        "timed_out": run.timed_out, "jct_mean_sim_vs_live": diff,
+        "live": {"report": live.as_dict(), "jobs": metrics["jobs"]},
+        "sim": {"report": sim.report.as_dict(),
+                "jobs": [dataclasses.asdict(r) for r in sim.records]},
+        "mapping": [dataclasses.asdict(j) for j in jobs],
+        "per_job": pairs,
+    }
+    (out / "report.json").write_text(json.dumps(doc, indent=2, default=str))
+    states = [j["state"] for j in run.jobs]
+    print(f"live: {states.count('finished')}/{len(jobs)} finished in {run.wall_s:.0f} s; "
+          f"mean JCT simulated vs live: "
+          + ("-" if diff is None else f"{100 * diff:+.1f} %") + f"; wrote {out}")
+    return 0 if states.count("finished") == len(jobs) and not run.timed_out else 1
