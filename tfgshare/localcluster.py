@@ -5,7 +5,9 @@ Every process starts in its own session (process group) with its output in
 so an agent checkpoints its runners) and then with SIGKILL. Each dies with the
 process that started it (so a killed demo or test run leaves none behind), and
 runners die with their agent. The coordinator's state and the shared checkpoint directory live
-under ``root``.
+under ``root``. Bound anywhere but loopback, it runs with CurveZMQ keys as an
+operator would set them up (``keys/`` beside the state: an admin user for its
+clients and one agent key per node).
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tfgshare.client.api import Client
+from tfgshare import keys
 from tfgshare.agent.supervisor import die_with_parent
+from tfgshare.client.api import Client
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -41,6 +44,7 @@ class LocalCluster:
     node_timeout: float = 10.0
     tick: float = 0.5
     coordinator_flags: list[str] = field(default_factory=list)
+    keyed: bool | None = None        # CurveZMQ keys; None: whenever host is not loopback
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -48,6 +52,23 @@ class LocalCluster:
         (self.root / "logs").mkdir(parents=True, exist_ok=True)
         if not self.port:
             self.port = free_port(self.host)
+        if self.keyed is None:
+            self.keyed = not keys.is_loopback(self.address)
+        if self.keyed:   # as an operator would: the coordinator's pair and an admin user
+            keys.init(self.keys_dir)
+            self._key("local", "admin")
+
+    @property
+    def keys_dir(self) -> Path:
+        """Where the coordinator finds its keys (its default: beside the state)."""
+        return keys.keys_dir_for(self.state)
+
+    def _key(self, name: str, role: str) -> Path:
+        """The secret key file issued to ``name`` (made and registered once)."""
+        secret = self.keys_dir / "issued" / name / f"{name}.key_secret"
+        if not secret.exists():
+            keys.add(self.keys_dir, name, role)
+        return secret
 
     @property
     def address(self) -> str:
@@ -92,6 +113,8 @@ class LocalCluster:
         """
         work = self.root / "agents" / node
         gpus = ["--virtual-gpus", virtual_gpus, "--force-virtual"] if virtual_gpus else []
+        if self.keyed:
+            extra = ["--key", str(self._key(node, "agent")), *(extra or [])]
         self._spawn(f"agent-{node}", [*(prefix or []), sys.executable, "-m", "tfgshare.cli",
                                       "agent", "--coordinator", self.address, "--node", node,
                                       *gpus, "--work-dir", str(work), "--threads", str(threads),
@@ -99,7 +122,8 @@ class LocalCluster:
 
     def client(self, timeout_s: float = 5.0) -> Client:
         """A client of this cluster's coordinator."""
-        return Client(self.address, timeout_s=timeout_s)
+        key = str(self._key("local", "admin")) if self.keyed else None
+        return Client(self.address, timeout_s=timeout_s, key=key)
 
     def wait_nodes(self, names: set[str], timeout_s: float = 60.0) -> None:
         """Wait until every node in ``names`` is up."""
