@@ -5,7 +5,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from philly.jobs import TraceJob
-from tfgshare.policies.base import JobState, JobView
+from tfgshare.policies.base import JobState, JobView, Start
 from tfgshare.policies.jobset import JobSet
 from tfgshare.policies.registry import POLICY_NAMES, get_policy
 from tfgshare.sim.cluster import load_cluster
@@ -177,3 +177,25 @@ def test_with_no_tick_the_simulator_decides_when_fgs_promotes(profiles):
     # no arrival and no run ends between the samplings and ~2,000 s: only the promotion
     woken = [t for t in times if 100 < t < 1900]
     assert woken and 900 < woken[0] < 1000, times
+
+
+def test_fgs_memo_keeps_changes_seen_in_a_round_with_nothing_waiting():
+    # the coordinator decides every round, also when no job waits: a GPU taken
+    # then must still count when a job waits later (a fresh memo agrees)
+    from tfgshare.policies.builders import make_cluster, make_job
+    pol = get_policy("fgs")
+    c = make_cluster(1, 2)
+    jobs = JobSet([make_job("x", on={"n0:0": 0.4}, memory_mb=5000, gpu_util=0.3),
+                   make_job("y", submit=5, state=JobState.SAMPLED, memory_mb=5000)])
+    memo = pol.new_memo()
+    assert [a.job for a in pol.decide(10, c, jobs.frozen(), memo)] == ["y"]   # builds its map
+    jobs.trim()
+    y_gpu = "n0:1"      # where the cluster ran it in the end
+    jobs.put(make_job("y", submit=5, on={y_gpu: 0.4}, memory_mb=5000, gpu_util=0.3))
+    assert pol.decide(20, c, jobs.frozen(), memo) == []      # nothing waits: no plan
+    jobs.trim()
+    jobs.put(make_job("w", submit=30, state=JobState.SAMPLED, memory_mb=10000))
+    reused = pol.decide(40, c, jobs.frozen(), memo)
+    assert reused == pol.decide(40, c, list(jobs))
+    assert not any(isinstance(a, Start) and a.job == "w" and
+                   any(f.gpu == y_gpu for f in a.fragments) for a in reused)

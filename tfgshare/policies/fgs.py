@@ -61,6 +61,7 @@ class FgsMemo(Memo):
 
     def reset(self) -> None:
         self.free: tuple | None = None      # (key, GPU tuple, FreeMap as the holders hold it)
+        self.unplanned: set[str] = set()    # GPUs changed since ``free`` was last brought up to date
         self.config: tuple | None = None    # the settings and GPU size the queues are for
         self.now = -math.inf                # the latest decision time seen
         self._clear()
@@ -295,18 +296,22 @@ class Fgs:
             return True
         return left is not None and waited > self.max_wait_ratio * left
 
-    def _free_map(self, cluster: ClusterSnapshot, memo: "FgsMemo", dirty: set[str]) -> FreeMap:
+    def _free_map(self, cluster: ClusterSnapshot, memo: "FgsMemo") -> FreeMap:
         """A FreeMap of the cluster as the memo's holders hold it, to plan this round on.
 
         Kept in the memo and updated from the GPUs whose tenants changed (their
         sums are exact, see ``jobset.Holdings``), so a round costs O(changed
         holders) instead of a rebuild over every GPU in use; a fresh memo builds
-        the same map.
+        the same map. The changed GPUs are the memo's ``unplanned``: every GPU
+        whose tenants changed since the map was last updated, also in rounds
+        that returned before planning (nothing waited, or the round failed).
         """
         key = (cluster.down_nodes, cluster.reserve_mb, self.max_cotenants,
                self.slowdown_cap, self.interference_overhead)
         use = memo.holdings.use
         cache = memo.free
+        dirty = memo.unplanned
+        memo.unplanned = set()   # taken now: updated below, or the map is rebuilt from ``use``
         if cache is not None and cache[1] is cluster.gpus and cache[0] == key:
             base = cache[2]
             for gid in dirty:
@@ -342,7 +347,8 @@ class Fgs:
                memo: "FgsMemo | None" = None) -> list[Action]:
         """Promoted jobs, then sampling, then shortest remaining first; make room as needed."""
         memo = self.new_memo() if memo is None else memo
-        dirty = memo.sync(jobs)
+        # kept until the FreeMap takes them: a round that plans nothing must not lose them
+        memo.unplanned |= memo.sync(jobs)
         rep = one_size(cluster)
         config = ((self.max_wait_ratio, self.max_wait_s, self.promote_floor_s), rep,
                   self.headroom, cluster.reserve_mb,
@@ -352,7 +358,7 @@ class Fgs:
         memo.promote_until(now)
         if not (memo.to_sample or memo.ordinary):
             return []
-        r = _Round(self, now, cluster, jobs, self._free_map(cluster, memo, dirty), memo)
+        r = _Round(self, now, cluster, jobs, self._free_map(cluster, memo), memo)
         info = memo.info
         # only the longest waiting promoted jobs jump the queue and make room;
         # the others keep their shortest-first place until their turn comes
