@@ -308,8 +308,11 @@ def train_loop(config: TrainConfig, built, session, sink: EventSink,
         if timer.add(seconds):
             sample = _sample_event(timer, built, total - step, now - run_start, window)
             sink.emit("sample", **sample)
-            _write_json(train_dir / SAMPLE_FILE, {**sample, "step": step,
-                                                  "job_id": config.job_id})
+            try:
+                _write_json(train_dir / SAMPLE_FILE, {**sample, "step": step,
+                                                      "job_id": config.job_id})
+            except OSError as exc:   # a full disk: the event above still carries the sample
+                _warn(sink, f"cannot write {SAMPLE_FILE}: {exc}; a resume samples again")
             sampled_only = config.sample_only
             if not sampled_only and step < total and latest is None:
                 # the scheduler may move the job now (a resumed job keeps its checkpoint)
@@ -406,8 +409,12 @@ def cpu_share(wall_s: float, cpu_s: float) -> float:
 
 def _write_json(path: Path, obj: dict) -> None:
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(obj, indent=1) + "\n")
-    tmp.replace(path)
+    try:
+        tmp.write_text(json.dumps(obj, indent=1) + "\n")
+        tmp.replace(path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 class StopRequest(threading.Event):
