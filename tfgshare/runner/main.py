@@ -180,7 +180,10 @@ def _training_graph(config: TrainConfig, sink: EventSink):
     if why != "no graph file":
         _warn(sink, f"graph file not used, rebuilding: {why}")
     built = runner_graph.build_training_graph(config)
-    graph_file.export(built, key, config.train_dir)
+    try:
+        graph_file.export(built, key, config.train_dir)
+    except OSError as exc:   # a full disk: the file only spares a resume the rebuild
+        _warn(sink, f"cannot write the graph file: {exc}; a resume rebuilds the graph")
     return built, "built"
 
 
