@@ -409,17 +409,19 @@ def run_batch(root: Path, args: argparse.Namespace, faults: bool) -> dict:
         finally:
             chaos.cluster.stop_all(timeout_s=10)
     return {"seconds": round(seconds, 1), "disk": disk, "planned": chaos.kinds,
-            "faults": chaos.faults, "jobs": jobs, "fenced": chaos.fenced()}
+            "faults": chaos.faults, "jobs": jobs, "fenced": chaos.fenced(),
+            "logs": getattr(chaos, "logs", {})}
 
 
 def check(result: dict, steps: int) -> list[str]:
-    """What went wrong: jobs not finished with ``steps``, or restarts that did not resume
-    from the newest checkpoint."""
+    """What went wrong: jobs not finished with ``steps`` (with the tail of their log), or
+    restarts that did not resume from the newest checkpoint."""
     problems = []
     for job in result["jobs"]:
         if job.state != "finished" or job.steps_done != steps:
+            tail = result.get("logs", {}).get(job.id, [])[-8:]
             problems.append(f"{job.id} ended {job.state} at step {job.steps_done}, not "
-                            f"finished at {steps}")
+                            f"finished at {steps}; its log ends:\n  " + "\n  ".join(tail))
         if not job.resumed_right or job.redone > job.bound:
             problems.append(f"{job.id} redid {job.redone} steps, more than the {job.bound} "
                             "since its checkpoints")

@@ -77,8 +77,12 @@ def export(built: TrainingGraph, key: dict, train_dir: str | Path) -> Path:
     meta.collection_def[INFO_COLLECTION].bytes_list.value[:] = [info.encode()]
     path = Path(train_dir) / GRAPH_FILE
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(meta.SerializeToString())
-    tmp.replace(path)
+    try:
+        tmp.write_bytes(meta.SerializeToString())
+        tmp.replace(path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
     return path
 
 

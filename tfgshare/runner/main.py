@@ -180,7 +180,10 @@ def _training_graph(config: TrainConfig, sink: EventSink):
     if why != "no graph file":
         _warn(sink, f"graph file not used, rebuilding: {why}")
     built = runner_graph.build_training_graph(config)
-    graph_file.export(built, key, config.train_dir)
+    try:
+        graph_file.export(built, key, config.train_dir)
+    except OSError as exc:   # a full disk: the file only spares a resume the rebuild
+        _warn(sink, f"cannot write the graph file: {exc}; a resume rebuilds the graph")
     return built, "built"
 
 
@@ -280,20 +283,15 @@ def train_loop(config: TrainConfig, built, session, sink: EventSink,
 
     def save(final: bool = False) -> None:
         """Checkpoint now. A failed periodic save (a full disk) is a warning: training goes
-        on and the next save tries again; a failed final one ends the run (exit 1)."""
+        on and the next save tries again. A failed final one is tried again for
+        ``FINAL_SAVE_PATIENCE_S`` (a full disk is often transient) before the run ends (exit 1)."""
         nonlocal last_saved_step, last_saved_path, last_save_time
         import tensorflow as tf
 
-        try:
-            saved = saver.save(session, step)
-        except (tf.errors.OpError, OSError) as exc:
-            text = str(getattr(exc, "message", exc)).strip().splitlines()
-            message = f"checkpoint at step {step} failed: {type(exc).__name__}: " \
-                      f"{text[0] if text else ''}"
-            if final:
-                raise rp.RunnerError(message) from None
+        saved = save_patiently(lambda: saver.save(session, step), step, final,
+                               (tf.errors.OpError, OSError), lambda m: _warn(sink, m))
+        if saved is None:
             last_save_time = time.monotonic()
-            _warn(sink, f"{message}; training on, the next save tries again")
             return
         last_saved_step, last_saved_path, last_save_time = step, saved.path, time.monotonic()
         sink.emit("checkpoint", step=step, path=saved.path, seconds=saved.seconds,
@@ -313,8 +311,11 @@ def train_loop(config: TrainConfig, built, session, sink: EventSink,
         if timer.add(seconds):
             sample = _sample_event(timer, built, total - step, now - run_start, window)
             sink.emit("sample", **sample)
-            _write_json(train_dir / SAMPLE_FILE, {**sample, "step": step,
-                                                  "job_id": config.job_id})
+            try:
+                _write_json(train_dir / SAMPLE_FILE, {**sample, "step": step,
+                                                      "job_id": config.job_id})
+            except OSError as exc:   # a full disk: the event above still carries the sample
+                _warn(sink, f"cannot write {SAMPLE_FILE}: {exc}; a resume samples again")
             sampled_only = config.sample_only
             if not sampled_only and step < total and latest is None:
                 # the scheduler may move the job now (a resumed job keeps its checkpoint)
@@ -344,6 +345,36 @@ def train_loop(config: TrainConfig, built, session, sink: EventSink,
     sink.emit("suspended", step=step)
     return TrainResult("suspended", rp.EXIT_SUSPENDED, step, loss, latest, last_saved_path,
                        sample, built.devices)
+
+
+FINAL_SAVE_PATIENCE_S = 120.0   # how long a failed final save is tried again
+FINAL_SAVE_PAUSE_S = 2.0        # between those tries
+
+
+def save_patiently(save_once: Callable, step: int, final: bool, errors: tuple,
+                   warn: Callable[[str], None], patience_s: float = FINAL_SAVE_PATIENCE_S,
+                   pause_s: float = FINAL_SAVE_PAUSE_S):
+    """Run ``save_once``; its result, or None after a failed periodic save (warned).
+
+    A failed final save (its steps exist nowhere else) is tried again every ``pause_s``
+    for ``patience_s``, so a disk that fills for a while does not cost the job its
+    steps; then it raises ``RunnerError`` (exit 1).
+    """
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            return save_once()
+        except errors as exc:
+            text = str(getattr(exc, "message", exc)).strip().splitlines()
+            message = f"checkpoint at step {step} failed: {type(exc).__name__}: " \
+                      f"{text[0] if text else ''}"
+            if not final:
+                warn(f"{message}; training on, the next save tries again")
+                return None
+            if time.monotonic() + pause_s > deadline:
+                raise rp.RunnerError(f"{message} (tried for {patience_s:.0f} s)") from None
+            warn(f"{message}; trying again in {pause_s:.0f} s")
+            time.sleep(pause_s)
 
 
 def _periodic_save_due(config: TrainConfig, step: int, last_save_time: float) -> bool:
@@ -381,8 +412,12 @@ def cpu_share(wall_s: float, cpu_s: float) -> float:
 
 def _write_json(path: Path, obj: dict) -> None:
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(obj, indent=1) + "\n")
-    tmp.replace(path)
+    try:
+        tmp.write_text(json.dumps(obj, indent=1) + "\n")
+        tmp.replace(path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 class StopRequest(threading.Event):
