@@ -158,3 +158,12 @@ def test_status_command_shows_the_owner(keyed, capsys):
     assert "OWNER" in out and "alice" in out
     assert tfgshare(["cancel", *key, jid]) == 1
     assert f"not your job: {jid} belongs to alice" in capsys.readouterr().err
+
+
+def test_a_key_registered_while_the_coordinator_runs_is_known_at_once(tmp_path):
+    keys.init(tmp_path)
+    registry = keys.Registry(tmp_path)
+    out = keys.add(tmp_path, "late", "agent")
+    public, _ = zmq.auth.load_certificate(str(out / "late.key"))
+    assert registry.get(public.decode()) == keys.Identity("late", "agent")
+    assert registry.get("no such key") is None

@@ -148,8 +148,12 @@ class Registry:
         self.by_key = by_key
 
     def get(self, user_id: str | None) -> Identity | None:
-        """Who holds this key, or None for an unknown one."""
-        return self.by_key.get(user_id or "")
+        """Who holds this key, or None for an unknown one (a key added just now is known)."""
+        who = self.by_key.get(user_id or "")
+        if who is None:          # one stat: honour a key registered since the last read
+            self.refresh()
+            who = self.by_key.get(user_id or "")
+        return who
 
 
 # ---- using keys ----------------------------------------------------------------
