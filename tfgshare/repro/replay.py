@@ -157,18 +157,10 @@ def default_live_profile() -> Path:
     return Path(str(resources.files("tfgshare") / "data" / "profiles" / "cpu-virtual-gpu.yaml"))
 
 
-def _time(value):
-    if value is None:
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        return value
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the replay command; 0 when every job finished, 1 otherwise, 2 on bad input."""
     from tfgshare.client.api import Client, ClientError
+    from tfgshare.sim.cli import time_arg
     from tfgshare.sim.profiles import load_profiles
 
     args = _parser().parse_args(argv)
@@ -184,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise ValueError(f"--as-model takes MODEL:BATCH, got {args.as_model!r}")
             as_model = (name, int(batch))
         jobs = compressed_jobs(args.trace, profiles, args.speedup, num_jobs=args.jobs,
-                               start=_time(args.start), end=_time(args.end), vcs=vcs,
+                               start=time_arg(args.start), end=time_arg(args.end), vcs=vcs,
                                seed=args.seed, max_gpus=args.max_gpus_per_job,
                                as_model=as_model)
     except (ValueError, KeyError, FileNotFoundError) as err:

@@ -88,7 +88,8 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _time_arg(value: str | None) -> float | str | None:
+def time_arg(value: str | None) -> float | str | None:
+    """A --start/--end flag: seconds as a float, else the text (a date), None when absent."""
     if value is None:
         return None
     try:
@@ -150,8 +151,8 @@ def _run(args) -> int:
     knobs.update(_sim_params(args.sim_param))
     config = SimConfig(**knobs)
     work = load_workload(args.trace, profiles, cluster.num_gpus, seed=args.seed,
-                         num_jobs=args.jobs, vcs=vcs, start=_time_arg(args.start),
-                         end=_time_arg(args.end), time_compression=args.time_compression,
+                         num_jobs=args.jobs, vcs=vcs, start=time_arg(args.start),
+                         end=time_arg(args.end), time_compression=args.time_compression,
                          steps_from=args.steps_from)
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="tfgshare-sim-"))
     out.mkdir(parents=True, exist_ok=True)
