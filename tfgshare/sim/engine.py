@@ -609,11 +609,11 @@ class Simulator:
                          max(1, math.ceil(cfg.sample_share * job.total_steps)))
             job.target = min(float(job.total_steps), job.steps + length)
             job.tail_s = (self._checkpoint_s(prof)
-                          if job.target < job.total_steps else 0.0)
+                          if job.target < job.total_steps or self.config.final_save else 0.0)
             job.state = JobState.SAMPLING
         else:
             job.target = float(job.total_steps)
-            job.tail_s = 0.0
+            job.tail_s = self._checkpoint_s(prof) if self.config.final_save else 0.0
             job.state = JobState.RUNNING
         job.begin_hold(now)
         if resuming:
