@@ -108,6 +108,8 @@ def test_replay_of_a_small_slice_finishes_every_job_and_reports_live_beside_sim(
     assert all(0 < s < 240 for s in doc["live_startups_s"]["lenet"])
     assert doc["sim_live_startups"]["report"]["finished"] == 4
     assert doc["jct_mean_sim_live_startups_vs_live"] is not None
+    spent = doc["live_time_spent"]
+    assert len(spent) == 4 and all(r["starting_s"] > 0 and r["checkpoints_s"] > 0 for r in spent)
     # steps follow the compressed durations: 66 s / 20000 is under a step; 159,721 s / 20000 / 0.02 s
     assert [j["total_steps"] for j in doc["mapping"]][:3] == [1, 1, 399]
     with open(out / "report.csv") as f:
@@ -193,7 +195,7 @@ def test_a_measured_profile_sets_the_simulators_colocation_and_checkpoint_bandwi
 
 
 def test_start_costs_read_from_a_jobs_coordinator_log():
-    from tfgshare.repro.replay import start_costs
+    from tfgshare.repro.replay import checkpoint_seconds, start_costs
 
     log = ["12:00:01.000 submitted",
            "12:00:02.500 sample on n1:0 f=0.500 (attempt 1)",
@@ -205,6 +207,9 @@ def test_start_costs_read_from_a_jobs_coordinator_log():
            "12:00:35.000 n1 #2 start_phases start_s=3 graph_s=1 first_step_s=0.4"]
     # decision to started, plus the first step beyond a plain 0.5 s step
     assert start_costs(log, 0.5) == [(pytest.approx(9.0), False), (pytest.approx(4.0), True)]
+    log += ["12:00:19.000 n1 #1 checkpoint step=5 path=/x/ckpt-5 seconds=1.25 size_mb=40",
+            "12:00:40.000 n1 #2 checkpoint step=9 path=/x/ckpt-9 seconds=0.5 size_mb=40"]
+    assert checkpoint_seconds(log) == pytest.approx(1.75)
 
 
 def test_final_save_makes_a_finishing_job_hold_its_gpu_for_its_last_checkpoint(tmp_path):

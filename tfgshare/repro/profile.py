@@ -21,8 +21,9 @@ Per model and batch size, one fresh run gives:
 - ``save_s`` and ``checkpoint_mb``: the suspend that ends the run (its save ops already
   built by the post-sample checkpoint, as a real suspend pays);
 
-and a second run on the same train dir gives ``restore_s`` = its start-up minus the
-fresh run's (reading the checkpoint). Few steps are run (``WARMUP``, ``SAMPLED``,
+and a second run on the same train dir gives ``resume_startup_s`` (its start-up: the
+exported graph imported, the checkpoint read) and ``restore_s`` (its runner's own
+restore phase). Few steps are run (``WARMUP``, ``SAMPLED``,
 ``STEADY``: a slow model such as vgg_16 on a CPU takes seconds per step, and its
 1.5 GB checkpoint is written twice and read once), enough for a mean step time within
 a few per cent on these deterministic loops. With ``--colocate`` each pair of
@@ -321,7 +322,10 @@ def profile_one(device: Device, model: str, batch: int, image_size: int | None, 
         "memory_source": sample["memory_source"],
         "gpu_util": None if util is None else min(1.0, max(util, 0.01)),
         "startup_s": startup, "graph_build_s": phases.get("graph_s"),
-        "restore_s": max(0.0, (restarted["time"] - again.spawned) - startup),
+        # the runner's own restore phase (a restart also imports the exported graph
+        # instead of building it, so its start-up less the fresh one can be negative)
+        "restore_s": float((again.first("start_phases") or {}).get("restore_s") or 0.0),
+        "resume_startup_s": restarted["time"] - again.spawned,
         "save_s": ckpts[-1]["seconds"], "first_save_s": ckpts[0]["seconds"],
         "checkpoint_mb": ckpts[-1]["size_mb"],
     }
@@ -397,17 +401,19 @@ def build_profile(device: Device, rows: list[dict], pairs: list[dict], fit: dict
         m = models.setdefault(r["model"], {
             "image_size": r["image_size"], "optimizer_slots": 2,
             "checkpoint_mb": round(r["checkpoint_mb"], 2), "startup_s": [],
-            "graph_build_s": [], "save_s": [], "restore_s": [], "batches": {}})
+            "graph_build_s": [], "save_s": [], "restore_s": [], "resume_startup_s": [],
+            "batches": {}})
         m["startup_s"].append(r["startup_s"])
         m["graph_build_s"].append(r["graph_build_s"] or 0.0)
         m["save_s"].append(r["save_s"])
         m["restore_s"].append(r["restore_s"])
+        m["resume_startup_s"].append(r["resume_startup_s"])
         m["batches"][r["batch_size"]] = {
             "step_time_s": round(r["step_time_s"], 4), "images_per_s": round(r["images_per_s"], 2),
             "memory_mb": round(r["memory_mb"], 1),
             "gpu_util": round(r["gpu_util"] if r["gpu_util"] is not None else 1.0, 3)}
     for m in models.values():
-        for k in ("startup_s", "graph_build_s", "save_s", "restore_s"):
+        for k in ("startup_s", "graph_build_s", "save_s", "restore_s", "resume_startup_s"):
             m[k] = round(sum(m[k]) / len(m[k]), 2)
         # a start with no warm spare ready also pays the import
         m["cold_startup_s"] = round(m["startup_s"] + import_s, 2)
@@ -529,7 +535,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"{row['images_per_s']:7.1f} img/s  {row['memory_mb']:7.0f} MB  "
                       f"util {row['gpu_util'] or 0:.2f}  start {row['startup_s']:.1f} s "
                       f"(graph {row['graph_build_s'] or 0:.1f})  "
-                      f"save {row['save_s']:.2f} s  restore {row['restore_s']:.1f} s  "
+                      f"save {row['save_s']:.2f} s  restore {row['restore_s']:.1f} s "
+                      f"(resume start {row['resume_startup_s']:.1f} s)  "
                       f"ckpt {row['checkpoint_mb']:.0f} MB", flush=True)
             if args.colocate and len(models) > 1:
                 alone = {(r["model"], r["batch_size"]): r["step_time_s"] for r in rows}

@@ -147,19 +147,52 @@ def start_costs(lines: list[str], step_time_s: float) -> list[tuple[float, bool]
     return out
 
 
-def live_startups(client, ids: list[str], jobs: list, profiles) -> dict[str, list[float]]:
-    """Each model's measured fresh start-ups (``start_costs``) over the live run's jobs."""
+_CHECKPOINT = re.compile(_STAMP + r"\S+ #\d+ checkpoint .*\bseconds=([0-9.eE+-]+)")
+
+
+def checkpoint_seconds(lines: list[str]) -> float:
+    """Seconds a job's runners spent writing checkpoints, from its coordinator log."""
+    return sum(float(m.group(5)) for m in map(_CHECKPOINT.match, lines) if m)
+
+
+def live_startups(client, ids: list[str], jobs: list, profiles
+                  ) -> tuple[dict[str, list[float]], list[dict]]:
+    """Each model's measured fresh start-ups (``start_costs``) over the live run's jobs,
+    and where each finished job's time went (waiting, starting, checkpoints, training)."""
     by_name = {f"replay-{j.id}": j for j in jobs}
     out: dict[str, list[float]] = {}
+    spent = []
     for record in client.jobs():
         if record["id"] not in ids or record["name"] not in by_name:
             continue
         j = by_name[record["name"]]
         step = profiles.get(j.model, j.batch_size).step_time_s
-        for cost, restored in start_costs(client.logs(record["id"]), step):
+        lines = client.logs(record["id"])
+        costs = start_costs(lines, step)
+        for cost, restored in costs:
             if not restored:
                 out.setdefault(j.model, []).append(cost)
-    return out
+        if record.get("finish_time"):
+            jct = record["finish_time"] - record["submit_time"]
+            starting = sum(c for c, _ in costs)
+            saving = checkpoint_seconds(lines)
+            spent.append({"job": j.id, "model": j.model, "jct_s": jct,
+                          "waiting_s": record["waited_s"], "starting_s": starting,
+                          "checkpoints_s": saving,
+                          "training_s": jct - record["waited_s"] - starting - saving})
+    return out, spent
+
+
+def time_spent_line(spent: list[dict]) -> str:
+    """Mean JCT of the finished jobs split into waiting, starting, checkpoints, training."""
+    if not spent:
+        return "no job finished live"
+    n = len(spent)
+    parts = {k: sum(r[k] for r in spent) / n
+             for k in ("jct_s", "waiting_s", "starting_s", "checkpoints_s", "training_s")}
+    return (f"live JCT of the {n} finished jobs, mean {parts['jct_s']:.1f} s = waiting "
+            f"{parts['waiting_s']:.1f} + starting {parts['starting_s']:.1f} + checkpoints "
+            f"{parts['checkpoints_s']:.1f} + training and exit {parts['training_s']:.1f}")
 
 
 def with_startups(profiles, startups: dict[str, list[float]]):
@@ -279,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
             from .live import live_report, run_schedule
             run = run_schedule(client, job_specs(jobs, profiles), args.timeout)
             metrics = client.metrics()
-            startups = live_startups(client, run.ids, jobs, profiles)
+            startups, spent = live_startups(client, run.ids, jobs, profiles)
     except (ClientError, ValueError) as err:
         print(f"tfgshare replay: error: {err}", file=sys.stderr)
         return 2
@@ -290,8 +323,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"start-up of {model}: live median {statistics.median(costs):.1f} s over "
               f"{len(costs)} fresh starts (min {min(costs):.1f}, max {max(costs):.1f}); "
               f"profile {profiles.get(*next(k for k in profiles.by_key if k[0] == model)).startup_s:.1f} s")
+    print(time_spent_line(spent))
     return write_report(out, args, jobs, run, metrics, live, sim, policy, spec,
-                        calibrated, startups)
+                        calibrated, startups, spent)
 
 
 def per_job(live_jobs: list[dict], sim_records: list) -> list[dict]:
@@ -308,7 +342,8 @@ def per_job(live_jobs: list[dict], sim_records: list) -> list[dict]:
 
 def write_report(out: Path, args, jobs: list, run, metrics: dict, live: Report, sim,
                  policy: str, spec: str, calibrated=None,
-                 startups: dict[str, list[float]] | None = None) -> int:
+                 startups: dict[str, list[float]] | None = None,
+                 spent: list[dict] | None = None) -> int:
     """Print and write report.csv / report.json (the simulate report's form, live + sim,
     and the simulator again with the start-ups measured live when given)."""
     out.mkdir(parents=True, exist_ok=True)
@@ -341,6 +376,7 @@ def write_report(out: Path, args, jobs: list, run, metrics: dict, live: Report, 
         "timed_out": run.timed_out, "jct_mean_sim_vs_live": diff,
         "jct_mean_sim_live_startups_vs_live": diff_cal,
         "live_startups_s": startups or {},
+        "live_time_spent": spent or [],
         "live": {"report": live.as_dict(), "jobs": metrics["jobs"]},
         "sim": {"report": sim.report.as_dict(),
                 "jobs": [dataclasses.asdict(r) for r in sim.records]},
