@@ -212,7 +212,7 @@ def test_start_costs_read_from_a_jobs_coordinator_log():
     assert checkpoint_seconds(log) == pytest.approx(1.75)
 
 
-def test_final_save_makes_a_finishing_job_hold_its_gpu_for_its_last_checkpoint(tmp_path):
+def test_runner_checkpoints_make_a_job_hold_its_gpu_while_it_saves(tmp_path):
     from philly.jobs import TraceJob
     from tfgshare.policies.registry import get_policy
     from tfgshare.sim.cluster import load_cluster
@@ -222,13 +222,16 @@ def test_final_save_makes_a_finishing_job_hold_its_gpu_for_its_last_checkpoint(t
     path = tmp_path / "p.yaml"
     path.write_text(TINY_PROFILE + "storage_mb_s: 20\n")   # lenet: 40 MB -> 2 s per save
     prof = load_profiles(path)
+    # a: 100 steps, its sample (10 steps) ends before it: a save then and one at the end;
+    # b: one step, only the last save
     jobs = [TraceJob("a", 0.0, 1, 2.0, model="lenet", batch_size=2, total_steps=100),
-            TraceJob("b", 0.0, 1, 2.0, model="lenet", batch_size=2, total_steps=100)]
+            TraceJob("b", 0.1, 1, 0.02, model="lenet", batch_size=2, total_steps=1)]
     jct = {}
-    for final in (False, True):
-        config = SimConfig(tick_s=0.5, final_save=final, step_noise=0.0, **prof.sim_overrides())
+    for saves in (False, True):
+        config = SimConfig(tick_s=0.5, runner_checkpoints=saves, step_noise=0.0,
+                           **prof.sim_overrides())
         result = simulate(load_cluster("1x1"), jobs, prof, get_policy("fifo"), config)
-        jct[final] = {r.id: r.jct for r in result.records}
-    # fifo on one GPU: a finishes 2 s later, and b, queued behind it, starts 2 s later too
-    assert jct[True]["a"] == pytest.approx(jct[False]["a"] + 2.0, abs=0.6)
-    assert jct[True]["b"] == pytest.approx(jct[False]["b"] + 4.0, abs=1.2)
+        jct[saves] = {r.id: r.jct for r in result.records}
+    # fifo on one GPU: a ends 4 s later; b, queued behind it, 4 s + its own 2 s later
+    assert jct[True]["a"] == pytest.approx(jct[False]["a"] + 4.0, abs=0.6)
+    assert jct[True]["b"] == pytest.approx(jct[False]["b"] + 6.0, abs=1.1)

@@ -72,7 +72,7 @@ def run_policy(policy: str, batch: dict, root: Path, quiet: bool = False) -> dic
     """One fresh local cluster under ``policy`` running the batch; its report and records."""
     from tfgshare.localcluster import LocalCluster
 
-    from .live import live_report, run_schedule
+    from .live import live_report, run_schedule, wait_warm
 
     c = batch["cluster"]
     with LocalCluster(root, policy=policy) as cluster:
@@ -81,6 +81,9 @@ def run_policy(policy: str, batch: dict, root: Path, quiet: bool = False) -> dic
         for name in sorted(names):
             cluster.start_agent(name, virtual_gpus=c.get("virtual_gpus"))
         cluster.wait_nodes(names)
+        # the batch starts on a warmed-up cluster (each agent's spare runner ready), as a
+        # cluster that has been running does; not ready in time: it starts anyway
+        wait_warm(cluster.root, names)
         with cluster.client(timeout_s=10.0) as client:
             run = run_schedule(client, schedule(batch), float(batch.get("timeout_s", 900)),
                                quiet=quiet)

@@ -96,7 +96,7 @@ def simulate_same(jobs: list, profiles, policy_name: str, spec: str, seed: int =
 
     # the live runner's sampling phase: its default warm-up and share of the job
     config = SimConfig(seed=seed, tick_s=RUNNER_TICK_S, warmup_steps=TrainConfig.warmup_steps,
-                       sample_share=TrainConfig.max_sample_share, final_save=True,
+                       sample_share=TrainConfig.max_sample_share, runner_checkpoints=True,
                        **profiles.sim_overrides())
     return simulate(load_cluster(spec), jobs, profiles, get_policy(policy_name), config)
 
