@@ -3,7 +3,7 @@
     tools/replay_local.py POLICY OUT [tfgshare replay flags...]
 
 starts a ``LocalCluster`` under ``POLICY`` (coordinator and one agent ``n1`` with
-``--virtual-gpus``, default 2x16GiB), waits until the agent's spare runner has
+``--virtual-gpus``, default 2x16GiB), waits until the agent's spare runners have
 TensorFlow imported, runs ``tfgshare replay --coordinator ADDR --out OUT FLAGS`` against
 it, stops the cluster and prints the load average before and after (the figures depend
 on it). Its exit code is the replay's.
@@ -19,6 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from tfgshare.agent.node import MAX_SPARES  # noqa: E402
 from tfgshare.localcluster import LocalCluster  # noqa: E402
 from tfgshare.repro import replay  # noqa: E402
 from tfgshare.repro.live import wait_warm  # noqa: E402
@@ -40,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
         cluster.start_coordinator()
         cluster.start_agent("n1", args.virtual_gpus)
         cluster.wait_nodes({"n1"})
-        print(f"spare runner ready: {wait_warm(cluster.root, {'n1'})}", flush=True)
+        spares = min(MAX_SPARES, int(args.virtual_gpus.split("x")[0]))
+        print(f"spare runners ready: {wait_warm(cluster.root, {'n1'}, spares)}", flush=True)
         code = replay.main(["--coordinator", cluster.address, "--out", str(args.out), *rest])
     finally:
         cluster.stop_all(timeout_s=20)

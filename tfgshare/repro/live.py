@@ -85,13 +85,14 @@ def live_report(metrics: dict) -> Report:
                      for k, v in summary.items() if k in known})
 
 
-def wait_warm(root: Path, nodes: set[str], timeout_s: float = 180.0) -> bool:
-    """Wait until each node's agent under ``LocalCluster`` root ``root`` has a spare runner
-    with TensorFlow imported (its log says so); False if one is not ready in time."""
+def wait_warm(root: Path, nodes: set[str], spares: int = 1, timeout_s: float = 180.0) -> bool:
+    """Wait until each node's agent under ``LocalCluster`` root ``root`` has ``spares`` spare
+    runners with TensorFlow imported (their log says so); False if not in time."""
     end = time.monotonic() + timeout_s
     logs = [Path(root) / "agents" / n / "spare-runner.log" for n in sorted(nodes)]
     while time.monotonic() < end:
-        if all(f.exists() and rp.WARM_READY in f.read_text(errors="replace") for f in logs):
+        if all(f.exists() and f.read_text(errors="replace").count(rp.WARM_READY) >= spares
+               for f in logs):
             return True
         time.sleep(0.2)
     return False
