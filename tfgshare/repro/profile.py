@@ -4,7 +4,8 @@ Every measurement is a real runner process (``python -m tfgshare.runner``) whose
 events are read back (``runner.protocol``); this process never imports TensorFlow.
 Jobs are started as the node agent starts them: handed to a warm runner (``--warm``,
 TensorFlow already imported) once it is ready, so the start-up measured is the one a
-live cluster with a spare runner pays; a bare ``import tensorflow`` is timed once and
+live cluster with a spare runner pays (the next one imports meanwhile on the cores the
+measured runner does not use, as the agent's spare does); a bare ``import tensorflow`` is timed once and
 ``cold_startup_s`` = that plus the warm start-up (a start with no spare ready).
 
 Per model and batch size, one fresh run gives:
@@ -72,6 +73,9 @@ class Device:
     # CPU cores a virtual GPU's runners are pinned to, as the agent pins them (both jobs
     # of a co-located pair share them, as two tenants of one virtual GPU do)
     cores: tuple[int, ...] | None = None
+    # the next warm runner, importing TensorFlow ahead on the other cores (as the agent's
+    # spare does while its jobs run): (process, its log)
+    spare: tuple[subprocess.Popen, Path] | None = field(default=None, repr=False)
 
     def env(self) -> dict[str, str]:
         """Environment for a runner on this device."""
@@ -170,34 +174,59 @@ class Run:
         return "\n".join(out.read_text(errors="replace").splitlines()[-12:]) if out.exists() else ""
 
 
+def _warm_runner(device: Device, work: Path) -> tuple[subprocess.Popen, Path]:
+    """A runner process importing TensorFlow to wait for a job (``--warm``), on the cores
+    the measured runners do not use (any core when there is no other)."""
+    others = None
+    if device.cores and hasattr(os, "sched_getaffinity"):
+        others = tuple(sorted(set(os.sched_getaffinity(0)) - set(device.cores))) or None
+    log_path = work / f"spare-{time.time_ns()}.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "tfgshare.runner", rp.WARM_FLAG],
+                                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
+                                env=device.env(), preexec_fn=die_with_parent(os.getpid(), others))
+    return proc, log_path
+
+
+def end_spare(device: Device) -> None:
+    """Stop the warm runner waiting ahead, if any (an empty stdin ends it)."""
+    spare, device.spare = device.spare, None
+    if spare is not None:
+        spare[0].stdin.close()
+        try:
+            spare[0].wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            spare[0].kill()
+            spare[0].wait()
+
+
 def _spawn(name: str, device: Device, model: str, batch: int, image_size: int | None,
            steps: int, train_dir: Path, extra: list[str], timeout_s: float = 900.0) -> Run:
     """Start one job as the agent does: handed to a warm runner once it has imported
-    TensorFlow (``spawned`` is the hand-over), pinned to the virtual GPU's cores."""
+    TensorFlow (``spawned`` is the hand-over), pinned to the virtual GPU's cores; the
+    next warm runner then starts importing on the other cores."""
     events = train_dir.parent / f"{train_dir.name}.{int(time.time() * 1e3)}.events"
     argv = ["--model_name", model, "--batch_size", str(batch), "--max_number_of_steps",
             str(steps), "--train_dir", str(train_dir), "--events_file", str(events),
             "--save_interval_secs", "0", "--max_sample_share", "1.0", *device.flags(), *extra]
     if image_size:
         argv += ["--image_size", str(image_size)]
-    log_path = Path(str(events) + ".log")
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "tfgshare.runner", rp.WARM_FLAG],
-                                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
-                                env=device.env(), preexec_fn=die_with_parent(os.getpid()))
+    proc, spare_log = device.spare or _warm_runner(device, train_dir.parent)
+    device.spare = None
     end = time.monotonic() + timeout_s
-    while rp.WARM_READY not in log_path.read_text(errors="replace"):
+    while rp.WARM_READY not in spare_log.read_text(errors="replace"):
         if proc.poll() is not None or time.monotonic() > end:
             proc.kill()
             proc.wait()
             raise RuntimeError(f"warm runner for {name} did not get ready:\n"
-                               + log_path.read_text(errors="replace")[-2000:])
+                               + spare_log.read_text(errors="replace")[-2000:])
         time.sleep(0.05)
     if device.cores:
         pin_threads(proc.pid, device.cores)
     spawned = time.time()
-    proc.stdin.write(rp.warm_job_line(argv, {}, str(log_path)).encode())
+    proc.stdin.write(rp.warm_job_line(argv, {}, str(events) + ".log").encode())
     proc.stdin.close()
+    device.spare = _warm_runner(device, train_dir.parent)
     return Run(name, proc, events, spawned)
 
 
@@ -565,6 +594,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tfgshare profile: measurement failed: {err}", file=sys.stderr)
         return 1
     finally:
+        end_spare(device)
         if nvml is not None:
             nvml.close()
     if not rows:
