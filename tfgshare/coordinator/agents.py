@@ -35,6 +35,8 @@ class AgentProtocol:
         if node is None:
             node = self.cluster.nodes[msg.node] = Node(msg.node, gpus)
         node.gpus, node.identity, node.last_seen, node.lost = gpus, peer, now, False
+        node.address = msg.address
+        node.ports = (msg.ports.first, msg.ports.last) if msg.ports else None
         self.peers[peer] = node.name
         self.cluster.nodes_changed()
         self.store.save_node(node.name, {"gpus": [s.plain(g) for g in msg.gpus]})
@@ -70,6 +72,8 @@ class AgentProtocol:
             if job.id not in reported:
                 job.unknown = False
                 self._requeue(job, now, f"node {node.name} re-registered without it")
+        # its gang members died with its old agent (or are not adopted: killed above)
+        self._members_gone(node.name, now, "its agent registered again")
         self._dirty = True
         return REPLIED
 
@@ -255,6 +259,8 @@ class AgentProtocol:
         return None
 
     def _on_job_exit(self, peer: bytes, msg: s.JobExit) -> dict[str, Any]:
+        if self._member_exit(peer, msg):   # a gang member other than the chief (gangs.py)
+            return {}
         job = self._current(peer, msg)
         if job is None:
             late = self._late(msg)
