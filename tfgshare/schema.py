@@ -13,6 +13,10 @@ or ``error`` (``reason``).
 
 Who sends what:
 
+A job across nodes gets one ``start_job`` per node, each with its ``gang``
+part (``GangMember``); agents offer their gang ``address`` and ``ports`` at
+``register``.
+
 - agent -> coordinator: ``register``, ``heartbeat``, ``job_event``, ``job_exit``
   (all but ``register`` are refused from a peer that has not registered);
 - coordinator -> agent: ``start_job``, ``suspend_job``, ``cancel_job``,

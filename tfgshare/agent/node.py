@@ -19,6 +19,13 @@ runner's kill and a slow clock; should a runner outlive it anyway (a stalled
 node), its checkpoints are fenced too: each attempt writes under its own epoch
 and cannot replace a newer attempt's (see ``tfgshare.runner.checkpoint``).
 
+A job whose GPUs span nodes arrives as one ``StartJob`` per node with its
+``gang`` part (worker index, parameter server and worker addresses); the agent
+adds those runner flags (``runner.replicas``) and otherwise runs, suspends and
+reports it as any job. ``--gang-address`` is where the other nodes reach this
+node's members, ``--gang-ports`` the ports they may listen on (told to the
+coordinator at registration, which picks one per member).
+
 Paths from the wire are confined: a job's train dir must resolve (symlinks
 followed) to a folder under the checkpoint root the coordinator named at
 registration, and its dataset dir to a folder under one of the data roots

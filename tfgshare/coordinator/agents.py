@@ -142,6 +142,8 @@ class AgentProtocol:
         return job
 
     def _on_job_event(self, peer: bytes, msg: s.JobEvent) -> dict[str, Any]:
+        if self._member_event(peer, msg):   # a gang member other than the chief (gangs.py)
+            return {}
         job = self._current(peer, msg)
         if job is None:
             late = self._late(msg)

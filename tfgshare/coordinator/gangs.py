@@ -146,14 +146,33 @@ class GangControl:
             self.gang_ports.give_back(address, port)
         gang.ports = []
 
-    def _member_exit(self, peer: bytes, msg: s.JobExit) -> bool:
-        """Handle the exit of a gang member other than the chief; False if it is not one."""
+    def _member(self, peer: bytes, msg: s.JobEvent | s.JobExit) -> LiveJob | None:
+        """The job, when ``msg`` is from a current gang member other than the chief."""
         job = self.cluster.active.get(msg.job)
         gang = self.gangs.get(msg.job) if job is not None else None
         if gang is None or gang.attempt != msg.attempt or msg.node == job.node \
                 or msg.node not in {m.node for m in gang.members[1:]}:
-            return False
+            return None
         self._agent_node(peer, msg.node)
+        return job
+
+    def _member_event(self, peer: bytes, msg: s.JobEvent) -> bool:
+        """Take an event of a gang member other than the chief (the chief's speak for the
+        gang; a member's problems go to the job's log); False if it is not from one."""
+        job = self._member(peer, msg)
+        if job is None:
+            return False
+        name = msg.event.get("event")
+        if name in ("error", "warning", "out_of_memory"):
+            self._log(job, self.clock(), f"gang member on {msg.node}: {name} "
+                                         f"{str(msg.event.get('message', ''))[:500]}")
+        return True
+
+    def _member_exit(self, peer: bytes, msg: s.JobExit) -> bool:
+        """Handle the exit of a gang member other than the chief; False if it is not one."""
+        job = self._member(peer, msg)
+        if job is None:
+            return False
         now = self.clock()
         code = msg.exit_code
         why = f"gang member on {msg.node} exited {code}" + (f" ({msg.reason})" if msg.reason
