@@ -16,7 +16,7 @@ import signal
 import msgspec
 import pytest
 
-from tests.test_cluster_e2e import (attempts, job_in, lenet, make_cluster, no_refusals,  # noqa: F401
+from tests.test_cluster_e2e import (attempts, job_in, lenet, make_cluster, no_refusals,  # noqa: F401,E501
                                     wait_until)
 
 pytestmark = pytest.mark.timeout(900)   # TensorFlow start-ups on a loaded 2-core machine
@@ -40,10 +40,6 @@ def training(c, j: str, at_least: int):
     return info if info and info["steps_done"] >= at_least else None
 
 
-def chief_runs(cluster, j: str, chief: str) -> list[list[dict]]:
-    return [evs for _, node, evs in attempts(cluster, j) if node == chief]
-
-
 def test_a_two_gpu_job_spans_two_nodes_and_resumes_from_its_checkpoint(make_cluster):
     cluster = two_nodes(make_cluster)
     steps = 80
@@ -60,7 +56,7 @@ def test_a_two_gpu_job_spans_two_nodes_and_resumes_from_its_checkpoint(make_clus
         no_refusals(c)
     chief = info["node"]
     member = ({"a", "b"} - {chief}).pop()
-    runs = chief_runs(cluster, j, chief)
+    runs = [evs for _, node, evs in attempts(cluster, j) if node == chief]
     suspended = [e["step"] for evs in runs for e in evs if e["event"] == "suspended"]
     resumed = next(e for e in runs[-1] if e["event"] == "started")
     assert resumed["restored"] and resumed["global_step"] == suspended[-1] > 0
@@ -88,9 +84,10 @@ def test_a_lost_member_brings_the_gang_back_to_its_last_checkpoint(make_cluster)
         final = c.job(j)
         assert final["steps_done"] == steps
         assert "gang member on" in "\n".join(c.logs(j))
-    runs = chief_runs(cluster, j, chief) if chief == final["node"] else \
-        [evs for _, _, evs in attempts(cluster, j)]
-    saved = [e["step"] for evs in runs[:-1] for e in evs if e["event"] == "checkpoint"]
-    restarted = [e for evs in attempts(cluster, j)[-2:] for e in evs if e["event"] == "started"
-                 and e["restored"]]
-    assert restarted and restarted[-1]["global_step"] in saved
+    killed = info["attempt"]
+    runs = attempts(cluster, j)
+    saved = [e["step"] for n, _, evs in runs if n <= killed for e in evs
+             if e["event"] == "checkpoint"]          # only the chief saves
+    after = [e for n, _, evs in runs if n == killed + 1 for e in evs
+             if e["event"] == "started" and e["restored"]]
+    assert len(after) == 1 and after[0]["global_step"] == saved[-1] > 0

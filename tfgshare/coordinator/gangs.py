@@ -181,7 +181,13 @@ class GangControl:
                 or job.cancel_requested or not job.state.holds_gpu:
             self._log(job, now, why)      # stopping with the gang: the chief's exit decides
             return True
-        self._member_lost(job, now, why)
+        if code == rp.EXIT_OUT_OF_MEMORY:   # re-sized from its peak, as a lone runner is
+            self._out_of_memory(job, now, why)
+            self._start_reserved(now)
+        elif code == rp.EXIT_BAD_INPUT:
+            self._finish(job, JobState.FAILED, now, f"bad input: {why}")
+        else:
+            self._member_lost(job, now, why)
         return True
 
     def _member_lost(self, job: LiveJob, now: float, why: str) -> None:
