@@ -7,6 +7,7 @@ from typing import Any
 from tfgshare import schema as s
 from tfgshare.coordinator.cluster import LiveJob, Node, split_gpu_id
 from tfgshare.coordinator.errors import REPLIED, RequestError, number, short
+from tfgshare.coordinator.gangs import spans_nodes
 from tfgshare.coordinator.logs import log
 from tfgshare.policies.base import JobState, SampleRecord
 from tfgshare.runner import protocol as rp
@@ -52,7 +53,9 @@ class AgentProtocol:
             job = self.cluster.active.get(rj.job)
             if (job is not None and job.node == node.name and job.state.holds_gpu
                     and (rj.attempt is None or rj.attempt == job.attempt)
-                    and all(split_gpu_id(f.gpu)[1] in gpus for f in job.fragments)):
+                    and all(split_gpu_id(f.gpu)[1] in gpus for f in job.fragments)
+                    # a gang's chief only with its members known (not after a restart)
+                    and (not spans_nodes(job.fragments) or job.id in self.gangs)):
                 reported[job.id] = rj
                 job.unknown = False
                 job.steps_done = max(job.steps_done, rj.step)
