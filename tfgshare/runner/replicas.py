@@ -23,6 +23,9 @@ gone, so a member still in its step ``STOP_GRACE_S`` after the request stops
 anyway: the chief saves the last applied global step, the others just exit
 (``EXIT_SUSPENDED``). A worker that loses its chief or parameter server without
 being asked to stop exits 1, or 0 when the chief's checkpoint shows the job done.
+
+TensorFlow's servers listen on every interface at their port (gRPC, no
+authentication); a port already taken fails the start with a clear error.
 """
 
 from __future__ import annotations
