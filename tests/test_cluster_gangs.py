@@ -16,8 +16,8 @@ import signal
 import msgspec
 import pytest
 
-from tests.test_cluster_e2e import (attempts, job_in, lenet, make_cluster, no_refusals,  # noqa: F401,E501
-                                    wait_until)
+from test_cluster_e2e import make_cluster  # noqa: F401 (the fixture)
+from test_cluster_e2e import attempts, job_in, lenet, no_refusals, wait_until
 
 pytestmark = pytest.mark.timeout(900)   # TensorFlow start-ups on a loaded 2-core machine
 

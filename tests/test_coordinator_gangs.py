@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from tfgshare import schema as s
-from tests.test_coordinator import agents, make, spec  # noqa: F401 (fixtures)
+from test_coordinator import agents, make, spec  # noqa: F401 (fixtures)
 
 
 def start_gang(ct, client, agents):
