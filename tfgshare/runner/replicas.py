@@ -22,7 +22,8 @@ stops; the chief then saves. A step can wait forever for a member that is alread
 gone, so a member still in its step ``STOP_GRACE_S`` after the request stops
 anyway: the chief saves the last applied global step, the others just exit
 (``EXIT_SUSPENDED``). A worker that loses its chief or parameter server without
-being asked to stop exits 1, or 0 when the chief's checkpoint shows the job done.
+being asked to stop exits 1, or 0 when the chief's checkpoint shows the job done
+(``EXIT_SUSPENDED`` in a sampling run, which the chief ends).
 
 TensorFlow's servers listen on every interface at their port (gRPC, no
 authentication); a port already taken fails the start with a clear error.
@@ -210,7 +211,7 @@ def _gang_lost(config: TrainConfig, sink: EventSink, built, exc, stop_event):
         sink.emit("finished", step=saved_step, loss=None)
         return TrainResult("finished", rp.EXIT_OK, saved_step, None, None, last, None,
                            built.devices)
-    if stop_event.is_set():
+    if stop_event.is_set() or config.sample_only:   # the chief stopped first: not a loss
         sink.emit("suspended", step=saved_step)
         return TrainResult("suspended", rp.EXIT_SUSPENDED, saved_step, None, None, last, None,
                            built.devices)
