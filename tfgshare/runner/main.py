@@ -456,10 +456,11 @@ def _install_stop_signals(stop_event: threading.Event) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Train one job from command-line flags; returns a runner_protocol exit code."""
     config = parse_args(list(sys.argv[1:] if argv is None else argv))
-    if config.in_gang:
-        from tfgshare.runner import replicas
-        # a gang's servers and sessions can block an orderly interpreter exit
-        replicas.exit_now(_main(config))
+    if config.in_gang:   # a gang's servers and sessions can block an orderly exit
+        code = _main(config)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     return _main(config)
 
 
