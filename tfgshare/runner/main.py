@@ -288,12 +288,16 @@ def train_loop(config: TrainConfig, built, session, sink: EventSink,
         """Checkpoint now. A failed periodic save (a full disk) is a warning: training goes
         on and the next save tries again. A failed final one is tried again for
         ``FINAL_SAVE_PATIENCE_S`` (a full disk is often transient) before the run ends (exit 1)."""
-        nonlocal last_saved_step, last_saved_path, last_save_time
+        nonlocal step, last_saved_step, last_saved_path, last_save_time
         import tensorflow as tf
 
         if not config.is_chief:   # a gang's chief owns its checkpoint
             last_saved_step = step
             return
+        if built.step_after is not None:
+            # a gang: the other workers' gradients may have moved the global step on since
+            # this worker's last step; the checkpoint is named and reported by what it holds
+            step = max(step, int(session.run(built.global_step)))
 
         saved = save_patiently(lambda: saver.save(session, step), step, final,
                                (tf.errors.OpError, OSError), lambda m: _warn(sink, m))
