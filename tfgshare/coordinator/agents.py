@@ -169,6 +169,16 @@ class AgentProtocol:
             self._note_progress(job, ev, now)
         elif name == "sample":
             self._record_sample(job, ev, now)
+        elif name == "start_phases":
+            # process start (import), graph, restore and first step: the restart half
+            # of its move cost (JobView.move_cost_s); waiting for a runner is not in it
+            parts = [number(ev, k, float) for k in ("start_s", "graph_s", "restore_s",
+                                                    "first_step_s")]
+            job.start_cost_s = sum(max(0.0, x) for x in parts if x is not None)
+        elif name == "checkpoint":
+            seconds = number(ev, "seconds", float)
+            if seconds is not None and seconds >= 0:
+                job.save_s = seconds   # the save half of its move cost (JobView.move_cost_s)
         elif name == "error":
             job.reason = str(ev.get("message", ""))
         elif name == "out_of_memory":

@@ -85,6 +85,7 @@ class ClientApi:
             "predicted_total_s": job.predicted_total_s,
             "prediction_error": job.prediction_error,
             "measured_step_s": job.measured_step_s, "restart_s": job.restart_s,
+            "save_s": job.save_s, "move_cost_s": job.view().move_cost_s,
             "submit_time": job.submit_time, "first_start": job.first_start,
             "finish_time": job.finish_time, "waited_s": waited, "run_time_s": run,
             "attempt": job.attempt, "suspends": job.suspends, "resumes": job.resumes,

@@ -19,6 +19,7 @@ from tfgshare.metrics import JobAccount
 from tfgshare.policies.base import (GPU, Action, ClusterSnapshot, Fragment, JobState, JobView,
                                     Migrate, SampleRecord, Start, Suspend)
 from tfgshare.policies.jobset import JobSet
+from tfgshare.policies.movecost import move_cost_s
 from tfgshare.policies.placement import GpuUse, fits
 from tfgshare.policies.prediction import predict_remaining_s
 from tfgshare.schema import GpuInfo, JobSpec, plain
@@ -53,6 +54,8 @@ class LiveJob(JobAccount):
     # measurements behind the prediction (tfgshare.policies.prediction.predict_remaining_s)
     measured_step_s: float | None = None  # latest measured step time (co-location included)
     restart_s: float | None = None    # what its last start cost before steps ran at speed
+    start_cost_s: float | None = None  # its last start by the runner's phases (start_phases)
+    save_s: float | None = None       # what its last checkpoint save took
     attempt_step0: int | None = None  # steps_done at this attempt's start, until its cost is known
     pinned: bool = False              # manually suspended: not scheduled until resumed
     cancel_requested: bool = False
@@ -134,7 +137,8 @@ class LiveJob(JobAccount):
                 attained_at=self.last_start if state.holds_gpu else None,
                 last_start=self.last_start, waited_s=self.waited_s,
                 last_wait_start=self.last_wait_start, suspends=self.suspends,
-                priority=spec.priority, min_memory_mb=self.memory_need_mb)
+                priority=spec.priority, min_memory_mb=self.memory_need_mb,
+                move_cost_s=move_cost_s(self.start_cost_s, self.save_s))
         return self._view
 
     # ---- persistence --------------------------------------------------------
