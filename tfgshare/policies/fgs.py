@@ -33,6 +33,7 @@ their measured move cost over ``move_share`` (``policies.movecost``), or
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Callable, ClassVar, Collection, Iterable, Sequence
@@ -797,17 +798,24 @@ class _Round:
             if got is None:
                 break
             chosen.append(got[0])
-        # used GPUs that a move of small tenants could clear, nearest to fitting first
-        cands = []
+        # used GPUs that a move of small tenants could clear, nearest to fitting first;
+        # which tenants may move is asked only of the GPUs tried (it costs more than the sort)
+        keyed = []
+        fractions: dict[int, float] = {}   # memory size -> the job's fraction
         for gid in fm.use:
             gpu = fm.gpus.get(gid)
             if gpu is None or gid in fm.closed or gid in chosen:
                 continue
-            if any(self._may_consolidate(h) for h in self.holders.get(gid, ())):
-                cands.append((need(gpu) - fm.free(gid), fm.order[gid], gid))
-        cands.sort()
+            f = fractions.get(gpu.memory_mb)
+            if f is None:
+                f = fractions[gpu.memory_mb] = need(gpu)
+            keyed.append((f - fm.free(gid), fm.order[gid], gid))
+        keyed.sort()
+        holders = self.holders
+        cands = (c for c in keyed
+                 if any(self._may_consolidate(h) for h in holders.get(c[2], ())))
         plan: list[tuple[JobView, list[tuple[str, float]]]] = []
-        for _, _, gid in cands[:CONSOLIDATE_TRIES + k]:
+        for _, _, gid in itertools.islice(cands, CONSOLIDATE_TRIES + k):
             if len(chosen) == k:
                 break
             step = self._clear_by_migration(gid, need(self.free.gpus[gid]), util, chosen)
