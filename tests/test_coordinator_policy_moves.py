@@ -169,6 +169,26 @@ def test_prediction_adds_the_measured_start_up(live):
     assert info["predicted_total_s"] == pytest.approx(1000 * 0.1 + 1.8, abs=0.01)
 
 
+def test_prediction_takes_the_restart_from_the_runners_measured_phases(live):
+    from coordinator_fakes import sample_event
+    ct, client, agent, clock = live
+    (j,) = client.submit([spec(steps=1000)])
+    agent.wait_command(s.StartJob, j)
+    started = ct.coord.cluster.jobs[j].last_start
+    # 20 s from the start to its sampled steps (it waited for a runner process), but
+    # the runner's own start took 2.7 s: the next start is predicted at 2.7 s
+    agent.event(j, "start_phases", start_s=0.3, graph_s=1.5, graph_source="built",
+                restore_s=0.0, restored_from=None, first_step_s=0.9)
+    ev = sample_event(step_time=0.1, peak_mb=2000)
+    ev.update(warmup_steps=2, window_start=started + 20.0)
+    agent.event(j, "sample", **ev)
+    time.sleep(0.3)
+    agent.exit(j, 75, "sampled")
+    info = client.job(j)
+    assert info["restart_s"] == pytest.approx(19.8, abs=0.01)
+    assert info["predicted_total_s"] == pytest.approx(1000 * 0.1 + 2.7, abs=0.01)
+
+
 def test_out_of_memory_resizes_the_fragment_from_the_peak_and_requeues(live):
     ct, client, agent, clock = live
     (j,) = client.submit([spec()])

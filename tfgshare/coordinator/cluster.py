@@ -83,11 +83,20 @@ class LiveJob(JobAccount):
     _counted: tuple[str, bool, bool] | None = field(default=None, repr=False)  # in the counts
 
     def predict(self, restarts: int) -> float | None:
-        """Run time left, from what was measured (None before its step time is known)."""
+        """Run time left, from what was measured (None before its step time is known).
+
+        A restart still to come costs what the runner measured of its last start
+        (``start_phases``: process start, graph, restore, first step), else the
+        time from its last start to its steps at speed (``restart_s``). The latter
+        also holds any wait for a runner process: on a burst of starts (the
+        first, sampling starts of a batch) that wait was 20-80 s here where the
+        job's later start took 3-8 s.
+        """
         if self.measured_step_s is None:
             return None
+        restart = self.start_cost_s if self.start_cost_s is not None else self.restart_s
         return predict_remaining_s(max(0, self.spec.max_number_of_steps - self.steps_done),
-                                   self.measured_step_s, restarts, self.restart_s or 0.0)
+                                   self.measured_step_s, restarts, restart or 0.0)
 
     @property
     def prediction_error(self) -> float | None:
