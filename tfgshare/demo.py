@@ -131,8 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--policy", default="fgs", help="scheduling policy (default fgs)")
     p.add_argument("--dir", type=Path, help="where state and logs go (default: a temp dir)")
     p.add_argument("--keep", action="store_true", help="keep the state and logs afterwards")
-    p.add_argument("--timeout", type=float, default=900.0,
-                   help="give up after this many seconds (default 900)")
+    p.add_argument("--timeout", type=float, default=1800.0,
+                   help="give up after this many seconds (default 1800)")
     p.add_argument("--plain", action="store_true", help="print changes instead of a live view")
     args = p.parse_args(argv)
     console = Console(soft_wrap=True)
