@@ -9,7 +9,6 @@ from tfgshare.coordinator.cluster import LiveJob, Node, split_gpu_id
 from tfgshare.coordinator.errors import REPLIED, RequestError, number, short
 from tfgshare.coordinator.logs import log
 from tfgshare.policies.base import JobState, SampleRecord
-from tfgshare.policies.prediction import solo_step_s
 from tfgshare.runner import protocol as rp
 
 
@@ -197,11 +196,9 @@ class AgentProtocol:
             raise RequestError("sample event needs numeric step_time_mean_s and "
                                "peak_memory_mb") from None
         co = self.cluster.co_tenants(job)
-        util = self._sampled_util(job, ev)
         job.sample = SampleRecord(step_time_s=step_time, peak_memory_mb=peak, co_tenants=co,
-                                  gpu_util=util)
-        # predicted from its step alone: its co-tenants slowed the sampled steps
-        job.measured_step_s = solo_step_s(step_time, [util, *self.cluster.co_tenant_utils(job)])
+                                  gpu_util=self._sampled_util(job, ev))
+        job.measured_step_s = step_time
         warmup = number(ev, "warmup_steps", int) or 0
         start = number(ev, "window_start", float)
         if start is not None and job.last_start is not None:

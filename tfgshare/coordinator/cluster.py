@@ -334,19 +334,6 @@ class Cluster:
         others.discard(job.id)
         return len(others)
 
-    def co_tenant_utils(self, job: LiveJob) -> list[float]:
-        """The sampled utilisation of the other jobs on this job's GPU (1 where unknown).
-
-        For a multi-GPU job, the GPU with the most demand.
-        """
-        worst: list[float] = []
-        for f in job.fragments:
-            utils = [self.jobs[o].sample.gpu_util if o in self.jobs and self.jobs[o].sample
-                     else 1.0 for o in self.tenants.get(f.gpu, ()) if o != job.id]
-            if sum(utils) > sum(worst):
-                worst = utils
-        return worst
-
     def refresh(self, job: LiveJob) -> None:
         """Update the policy's view and the counts after a job changed."""
         job.touch()

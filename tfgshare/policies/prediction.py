@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
-
 from .base import JobView
-from .interference import max_slowdown
 from .queueing import HOLDING, WAITING
 
 
@@ -31,18 +28,6 @@ def predict_remaining_s(steps_left: float, step_time_s: float, restarts: int = 0
     measurements (the simulator's carry its measurement noise).
     """
     return max(0.0, steps_left) * max(0.0, step_time_s) + restarts * max(0.0, restart_s)
-
-
-def solo_step_s(step_time_s: float, utils: Sequence[float]) -> float:
-    """The step time a job sampled beside co-tenants would have alone.
-
-    ``utils``: the single-tenant utilisation of every tenant of its GPU while it
-    sampled, its own included. The measured step is divided by the slowdown the
-    interference model gives for them (``interference.max_slowdown``); a job is
-    predicted from its step alone, as the policy places it under its slowdown
-    cap, and the prediction refreshed while it runs carries its real slowdown.
-    """
-    return step_time_s / max_slowdown(utils) if utils else step_time_s
 
 
 def remaining_s(job: JobView) -> float | None:

@@ -41,7 +41,7 @@ from tfgshare.policies.base import (ClusterSnapshot, Fragment, JobState, JobView
                                     Policy, SampleRecord, Start, Suspend)
 from tfgshare.policies.jobset import JobSet
 from tfgshare.policies.movecost import move_cost_s
-from tfgshare.policies.prediction import predict_remaining_s, solo_step_s
+from tfgshare.policies.prediction import predict_remaining_s
 
 from .cluster import SimCluster
 from .config import SimConfig
@@ -295,33 +295,20 @@ class Simulator:
         peak = job.prof.memory_mb * (1.0 + abs(self.rng.gauss(0.0, cfg.memory_noise)))
         self._measure_start(job)
         # the live coordinator's prediction, from these measurements, once the
-        # sampling run has exited (its checkpoint saved): the steps left at its step
-        # alone (its co-tenants' slowdown taken out by the policies' model), and the
+        # sampling run has exited (its checkpoint saved): the steps left, and the
         # start it still needs
-        solo = solo_step_s(measured, [job.prof.gpu_util, *self._co_tenant_utils(job)])
-        job.note_prediction(predict_remaining_s(job.total_steps - job.steps, solo, 1,
+        job.note_prediction(predict_remaining_s(job.total_steps - job.steps, measured, 1,
                                                 job.restart_s or 0.0), now)
         self._release(job)
         co = max(len(self.tenants.get(f.gpu, ())) for f in job.fragments) if job.fragments else 0
         job.sample = SampleRecord(measured, peak, job.prof.gpu_util, co)
-        job.measured_step_s = solo
+        job.measured_step_s = measured
         if job.target < job.total_steps:   # its sampling run ended with a checkpoint (tail_s)
             job.save_s = self._checkpoint_s(job.prof)   # as timed by the runner: exact
         job.has_checkpoint = True
         job.ready_at = now
         job.fragments = ()
         self._to_waiting(job, JobState.SAMPLED)
-
-    def _co_tenant_utils(self, job: SimJob) -> list[float]:
-        """The sampled utilisation of the other jobs on its GPU with the most demand
-        (1 for one not sampled yet), as the live coordinator reads them."""
-        worst: list[float] = []
-        for f in job.fragments:
-            utils = [j.sample.gpu_util if j.sample is not None else 1.0
-                     for j in self.tenants.get(f.gpu, ()) if j is not job]
-            if sum(utils) > sum(worst):
-                worst = utils
-        return worst
 
     def _to_waiting(self, job: SimJob, state: JobState) -> None:
         job.state = state
