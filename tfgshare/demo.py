@@ -38,8 +38,8 @@ NODE = "node1"
 # the two virtual GPUs (each one CPU core: a job that keeps its core busy leaves no
 # room beside it); a short job comes once both run and must wait behind them.
 LONG = [
-    ("lenet", None, 8, 2000),
-    ("cifarnet", None, 8, 1500),
+    ("lenet", None, 8, 1500),
+    ("cifarnet", None, 8, 1200),
 ]
 SHORT = ("lenet", None, 8, 150)
 SHORT_AFTER_S = 15.0   # submitted this long after both long jobs run
