@@ -102,8 +102,10 @@ class FakeAgent:
         return self.replies.pop(msg.id)
 
     def register(self, jobs=()) -> s.Message:
+        # as a real agent's defaults: its gang members reachable on loopback
         return self.request(s.Register(node=self.node, gpus=self.gpus, jobs=list(jobs),
-                                       token=self.token))
+                                       token=self.token, address="127.0.0.1",
+                                       ports=s.PortRange(47000, 47999)))
 
     def heartbeat(self, jobs=()) -> s.Message:
         return self.request(s.Heartbeat(
