@@ -15,8 +15,11 @@ reports none.
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
+import json
 import math
-from typing import Any, NamedTuple
+from typing import Any, Iterable, NamedTuple, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
@@ -164,10 +167,36 @@ def job_record(job: LiveJob, now: float) -> JobRecord:
                         finished=job.state is JobState.FINISHED)
 
 
-def job_rows(cluster: Cluster, now: float) -> list[dict[str, Any]]:
+_RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(JobRecord))
+
+
+def report_fields(rec: JobRecord) -> dict[str, Any]:
+    """A done job's record as JSON-ready data (kept in the database for the report)."""
+    return {name: getattr(rec, name) for name in _RECORD_FIELDS}
+
+
+def stored_report(data: str, report: str | None, now: float) -> JobRecord:
+    """A done job's report record from the database (rebuilt from its job record when
+    a version that did not keep it stored the job)."""
+    if report is not None:
+        return JobRecord(**json.loads(report))
+    return job_record(LiveJob.from_record(json.loads(data)), now)
+
+
+def prediction_error(rec: JobRecord) -> float | None:
+    """|predicted - actual| / actual run time of a finished job (None if not predicted)."""
+    if rec.finish_time is None or rec.predicted_total_s is None or not rec.actual_total_s:
+        return None
+    return abs(rec.predicted_total_s - rec.actual_total_s) / rec.actual_total_s
+
+
+REPORT_ROWS = 200    # jobs in the report's per-job table: the newest
+
+
+def job_rows(jobs: Iterable[LiveJob], now: float) -> list[dict[str, Any]]:
     """One row per job for the per-job table: wait, JCT, moves, predicted vs actual."""
     rows = []
-    for job in cluster.jobs.values():
+    for job in jobs:
         rec = job_record(job, now)
         rows.append({
             "job": job.id, "model": job.spec.model_name, "state": job.display_state,
@@ -189,19 +218,36 @@ def format_job_rows(rows: list[dict[str, Any]]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in lines)
 
 
-def run_report(cluster: Cluster, metrics: CoordinatorMetrics, policy: str,
-               now: float) -> dict[str, Any]:
-    """The run report: summary numbers, the policy table and the per-job table."""
-    records = [job_record(j, now) for j in cluster.jobs.values()]
+def run_report(cluster: Cluster, metrics: CoordinatorMetrics, policy: str, now: float,
+               done: Iterable[JobRecord] | None = None,
+               newest: Sequence[LiveJob] | None = None) -> dict[str, Any]:
+    """The run report: summary numbers, the policy table and the per-job table.
+
+    The summary covers the active jobs and ``done`` (the records of every done
+    job, read from the database; default: the done jobs in memory); the per-job
+    table the ``newest`` jobs (default: those in memory), oldest first.
+    """
+    active = [job_record(j, now) for j in cluster.active.values()]
+    if done is None:
+        done = (job_record(j, now) for j in cluster.jobs.values() if j.state.done)
+    if newest is None:
+        newest = list(cluster.jobs.values())[-REPORT_ROWS:]
     ngpus = max(1, sum(len(n.gpus) for n in cluster.nodes.values()))
-    end = now if any(not j.state.done for j in cluster.jobs.values()) else None
+    end = now if active else None
+    records = list(itertools.chain(active, done))
+    total = len(records)
     if records:
         report = compute_report(records, metrics.timeline, ngpus, end=end)
         table = format_table({policy: report})
         summary = report.as_dict()
     else:
         table, summary = "no jobs yet", {}
-    rows = job_rows(cluster, now)
-    text = table + "\n\n" + format_job_rows(rows) if rows else table
+    del records
+    rows = job_rows(newest, now)
+    text = table
+    if rows:
+        shown = (f"the newest {len(rows)} of {total} jobs (`tfgshare status` pages "
+                 "through all)" if len(rows) < total else f"all {len(rows)} jobs")
+        text += f"\n\n{shown}:\n" + format_job_rows(rows)
     return {"summary": summary, "report": text, "jobs": rows, "policy": policy,
             "gpus": ngpus}

@@ -33,6 +33,7 @@ node timeout passes (re-queued from their checkpoint as SUSPENDED).
 from __future__ import annotations
 
 import gc
+import json
 import logging
 import os
 import sys
@@ -53,7 +54,8 @@ from tfgshare.coordinator.clients import ClientApi
 from tfgshare.coordinator.cluster import Cluster, LiveJob, Node
 from tfgshare.coordinator.config import CoordinatorConfig, config_from_args
 from tfgshare.coordinator.errors import REPLIED, RequestError
-from tfgshare.coordinator.exporter import CoordinatorMetrics
+from tfgshare.coordinator.exporter import (CoordinatorMetrics, job_record, prediction_error,
+                                           report_fields, stored_report)
 from tfgshare.coordinator.logs import TurnHandler, flush_logs, log
 from tfgshare.coordinator.rounds import Rounds
 from tfgshare.coordinator.store import StateStore
@@ -115,7 +117,7 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, Rounds):
             gpus = {g["index"]: s.GpuInfo(**g) for g in rec["gpus"]}
             self.cluster.nodes[name] = Node(name, gpus, lost=True)
         unknown = 0
-        for rec in self.store.load_jobs():
+        for rec in self.store.load_jobs(active_only=True):
             try:
                 job = LiveJob.from_record(rec)
             except (ValueError, TypeError) as exc:   # e.g. runner flags refused since
@@ -127,14 +129,21 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, Rounds):
                 unknown += 1
             self.cluster.add(job)
             self._last_submit = max(self._last_submit, job.submit_time)
+        done = 0
+        for data, report in self.store.done_reports():   # counted, left in the database
+            rec = stored_report(data, report, self.clock())
+            self.cluster.count_stored(json.loads(data)["state"], prediction_error(rec))
+            self._last_submit = max(self._last_submit, rec.submit_time)
+            done += 1
         self.seq = self.store.max_seq()
         self._awaiting_readoption = unknown > 0
         for point in self.store.load_timeline():   # None: not recorded by an older version
             self.metrics.timeline.add(*(0.0 if v is None else v for v in point))
-        if self.cluster.jobs:
-            log.info("loaded %d jobs (%d active, %d running before the restart, now unknown) "
-                     "and %d nodes", len(self.cluster.jobs), len(self.cluster.active),
-                     unknown, len(self.cluster.nodes))
+        if self.cluster.active or done:
+            log.info("loaded %d jobs (%d active, %d running before the restart, now unknown; "
+                     "%d done, left in the database) and %d nodes",
+                     len(self.cluster.active) + done, len(self.cluster.active), unknown, done,
+                     len(self.cluster.nodes))
 
     # ---- the event loop --------------------------------------------------------
 
@@ -341,12 +350,19 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, Rounds):
 
     def _save(self, job: LiveJob) -> None:
         self.cluster.refresh(job)
-        self.store.save_job(job.id, job.to_record())
+        report = None
+        if job.state.done:   # the report reads it from here once it has left memory
+            report = report_fields(job_record(job, self.clock()))
+        self.store.save_job(job.id, job.to_record(), report)
 
     def _job(self, job_id: str) -> LiveJob:
+        """The job in memory, else as stored (a done job); RequestError if none."""
         job = self.cluster.jobs.get(job_id)
         if job is None:
-            raise RequestError(f"no job {job_id!r}")
+            rec = self.store.load_job(job_id) if isinstance(job_id, str) else None
+            if rec is None:
+                raise RequestError(f"no job {job_id!r}")
+            job = LiveJob.from_record(rec)
         return job
 
     def _send(self, node: Node, msg: s.Message, job: LiveJob | None = None) -> None:

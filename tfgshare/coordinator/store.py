@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, seq INTEGER NOT NULL, data TEXT NOT NULL);
@@ -30,7 +30,10 @@ CREATE TABLE IF NOT EXISTS timeline (time REAL, allocated REAL, effective REAL, 
                                      device REAL, busy REAL);
 """
 # columns added since the first format: an older database gets them (NULL in old rows)
-_ADDED_COLUMNS = {"timeline": ("device REAL", "busy REAL")}
+_ADDED_COLUMNS = {"timeline": ("device REAL", "busy REAL"),
+                  # a job's state, and once it is done its report record (JobRecord fields)
+                  "jobs": ("state TEXT", "report TEXT")}
+_DONE = ("finished", "failed", "cancelled")
 
 
 class StateStore:
@@ -50,6 +53,9 @@ class StateStore:
                 for col in columns:
                     if col.split()[0] not in have:
                         self.db.execute(f"ALTER TABLE {table} ADD COLUMN {col}")
+            # rows from before the state column: read it from the record
+            self.db.execute("UPDATE jobs SET state = json_extract(data, '$.state') "
+                            "WHERE state IS NULL")
         except sqlite3.DatabaseError as exc:
             raise ValueError(f"cannot use {self.path} as the state database: {exc}") from None
         self._in_tx = False
@@ -75,16 +81,46 @@ class StateStore:
 
     def insert_jobs(self, jobs: Iterable[tuple[str, int, dict[str, Any]]]) -> None:
         """Add new jobs given as (id, seq, record)."""
-        self._tx().executemany("INSERT INTO jobs (id, seq, data) VALUES (?, ?, ?)",
-                               ((i, s, json.dumps(r)) for i, s, r in jobs))
+        self._tx().executemany("INSERT INTO jobs (id, seq, data, state) VALUES (?, ?, ?, ?)",
+                               ((i, s, json.dumps(r), r["state"]) for i, s, r in jobs))
 
-    def save_job(self, job_id: str, record: dict[str, Any]) -> None:
-        """Overwrite one job's record."""
-        self._tx().execute("UPDATE jobs SET data = ? WHERE id = ?", (json.dumps(record), job_id))
+    def save_job(self, job_id: str, record: dict[str, Any],
+                 report: dict[str, Any] | None = None) -> None:
+        """Overwrite one job's record (and, once it is done, its report record)."""
+        self._tx().execute("UPDATE jobs SET data = ?, state = ?, report = ? WHERE id = ?",
+                           (json.dumps(record), record["state"],
+                            None if report is None else json.dumps(report), job_id))
 
-    def load_jobs(self) -> list[dict[str, Any]]:
-        """Every job's record, in submit order."""
-        return [json.loads(d) for (d,) in self.db.execute("SELECT data FROM jobs ORDER BY seq")]
+    def load_jobs(self, active_only: bool = False) -> list[dict[str, Any]]:
+        """Every job's record (or only those not done), in submit order."""
+        where = f" WHERE state NOT IN {_DONE}" if active_only else ""
+        return [json.loads(d) for (d,) in
+                self.db.execute(f"SELECT data FROM jobs{where} ORDER BY seq")]
+
+    def load_job(self, job_id: str) -> dict[str, Any] | None:
+        """One job's record, None if there is no such job."""
+        row = self.db.execute("SELECT data FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return None if row is None else json.loads(row[0])
+
+    def jobs_page(self, cursor: int, limit: int, newest: bool = False
+                  ) -> list[tuple[int, str, str]]:
+        """(seq, id, record JSON) of up to ``limit`` jobs after sequence ``cursor`` in
+        submit order, or of the ``limit`` newest jobs (newest first)."""
+        if newest:
+            return self.db.execute("SELECT seq, id, data FROM jobs ORDER BY seq DESC LIMIT ?",
+                                   (limit,)).fetchall()
+        return self.db.execute("SELECT seq, id, data FROM jobs WHERE seq > ? ORDER BY seq "
+                               "LIMIT ?", (cursor, limit)).fetchall()
+
+    def count_jobs(self) -> dict[str, int]:
+        """How many jobs there are in each stored state."""
+        return dict(self.db.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state"))
+
+    def done_reports(self) -> Iterator[tuple[str, str | None]]:
+        """(record JSON, report JSON or None if stored by an older version) of every done
+        job, in submit order, read as they are consumed."""
+        return iter(self.db.execute(f"SELECT data, report FROM jobs WHERE state IN {_DONE} "
+                                    "ORDER BY seq"))
 
     def max_seq(self) -> int:
         """The largest job sequence number so far (0 if none)."""
