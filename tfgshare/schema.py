@@ -252,7 +252,6 @@ class Register(Message, tag="register"):
     node: NonEmptyName
     gpus: list[GpuInfo]
     jobs: list[RunningJob] = field(default_factory=list)
-    token: Name | None = None
 
 
 class Heartbeat(Message, tag="heartbeat"):

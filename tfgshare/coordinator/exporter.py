@@ -16,12 +16,16 @@ reports none.
 from __future__ import annotations
 
 import dataclasses
+import hmac
 import itertools
 import json
 import math
-from typing import Any, Iterable, NamedTuple, Sequence
+import threading
+from typing import Any, Callable, Iterable, NamedTuple, Sequence
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer
 
 from tfgshare.coordinator.cluster import Cluster, LiveJob, split_gpu_id
 from tfgshare.metrics import (JobRecord, Timeline, compute_report, format_duration, format_table,
@@ -57,6 +61,27 @@ def _speed(job: LiveJob) -> float:
     return min(1.0, job.sample.step_time_s / job.step_time_s)
 
 
+class _QuietHandler(WSGIRequestHandler):
+    """No access log on stderr."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def _bearer(app: Callable, token: str) -> Callable:
+    """``app`` behind a bearer-token check (a constant-time comparison)."""
+    expected = f"Bearer {token}".encode()
+
+    def guarded(environ: dict, start_response: Callable):
+        given = environ.get("HTTP_AUTHORIZATION", "").encode()
+        if hmac.compare_digest(given, expected):
+            return app(environ, start_response)
+        start_response("401 Unauthorized", [("Content-Type", "text/plain"),
+                                             ("WWW-Authenticate", 'Bearer realm="tfgshare"')])
+        return [b"401: this metrics port needs Authorization: Bearer <metrics.token>\n"]
+    return guarded
+
+
 class CoordinatorMetrics:
     """Prometheus metrics and the utilisation timeline of one coordinator."""
 
@@ -90,12 +115,29 @@ class CoordinatorMetrics:
                                 buckets=(.0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1))
         self.timeline = Timeline()
         self.port: int | None = None
+        self._http: ThreadingWSGIServer | None = None
 
-    def serve(self, port: int, addr: str = "127.0.0.1") -> int:
-        """Serve /metrics on ``port`` (0 picks a free one); return the port."""
-        server, _thread = start_http_server(port, addr=addr, registry=self.registry)
+    def serve(self, port: int, addr: str = "127.0.0.1", token: str | None = None) -> int:
+        """Serve /metrics on ``port`` (0 picks a free one) in a thread; return the port.
+
+        With a ``token``, a scrape without ``Authorization: Bearer <token>`` gets 401.
+        """
+        app = make_wsgi_app(self.registry)
+        if token is not None:
+            app = _bearer(app, token)
+        server = make_server(addr, port, app, ThreadingWSGIServer, handler_class=_QuietHandler)
+        threading.Thread(target=server.serve_forever, daemon=True,
+                         name="metrics-http").start()
+        self._http = server
         self.port = server.server_address[1]
         return self.port
+
+    def close(self) -> None:
+        """Stop serving /metrics (if it was)."""
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+            self._http = None
 
     def usage(self, cluster: Cluster) -> Usage:
         """What the jobs hold and use now, by the definitions of ``tfgshare.metrics``."""

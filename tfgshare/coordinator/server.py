@@ -89,6 +89,15 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, Rounds):
                              f"`tfgshare keys --keys-dir {self.keys_dir} init` and add users "
                              "and agents (see README)")
         self._caller: keys_mod.Identity | None = None    # who sent the frame in hand
+        self.metrics_token: str | None = None   # bearer token scrapes need (off loopback)
+        if config.metrics_port is not None and not keys_mod.is_loopback(
+                f"tcp://{config.metrics_host}:0"):
+            self.metrics_token = keys_mod.metrics_token(self.keys_dir)
+            if self.metrics_token is None:
+                raise ValueError(
+                    f"serving metrics on {config.metrics_host} (not loopback) needs a bearer "
+                    f"token: run `tfgshare keys --keys-dir {self.keys_dir} init` (it writes "
+                    f"{self.keys_dir / keys_mod.METRICS_TOKEN})")
         self.store = StateStore(config.state)
         self.cluster = Cluster(config.reserve_mb)
         self.metrics = CoordinatorMetrics()
@@ -167,8 +176,11 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, Rounds):
             sock.bind(self.config.bind)
             self.endpoint = sock.getsockopt(zmq.LAST_ENDPOINT).decode()
             if self.config.metrics_port is not None:
-                port = self.metrics.serve(self.config.metrics_port)
-                log.info("metrics on http://127.0.0.1:%d/metrics", port)
+                host = self.config.metrics_host
+                port = self.metrics.serve(self.config.metrics_port, host, self.metrics_token)
+                log.info("metrics on http://%s:%d/metrics%s", host, port,
+                         " (bearer token: %s)" % (self.keys_dir / keys_mod.METRICS_TOKEN)
+                         if self.metrics_token else " (loopback: no token)")
             log.info("listening on %s (policy %s, state %s, checkpoints %s)", self.endpoint,
                      getattr(self.policy, "name", "?"), self.config.state, self.checkpoint_root)
             if self.registry is None:
@@ -182,6 +194,7 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, Rounds):
         finally:
             self.ready.set()
             sock.close(0)
+            self.metrics.close()
             if auth is not None:
                 auth.stop()
             ctx.term()
