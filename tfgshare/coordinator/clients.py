@@ -231,7 +231,7 @@ class ClientApi:
         self.metrics.update(self.cluster, now)
         self.store.append_logs(self._logs)
         self._logs.clear()
-        done = (stored_report(d, r, now) for d, r in self.store.done_reports())
+        done = (stored_report(d, r, now) for _, d, r in self.store.done_reports())
         newest = [self._stored(i, d) for _, i, d in self.store.jobs_page(0, REPORT_ROWS, True)]
         answer = run_report(self.cluster, self.metrics, getattr(self.policy, "name", "?"), now,
                             done=done, newest=newest[::-1])

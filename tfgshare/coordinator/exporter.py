@@ -1,7 +1,11 @@
 """The coordinator's metrics: Prometheus gauges, the usage timeline, the run report.
 
 The Prometheus registry is the coordinator's own (not the process-global one),
-served over HTTP when a port is given. The report is the one the simulator
+served over HTTP when a port is given: on loopback by default; off loopback only
+to scrapes that carry the bearer token ``tfgshare keys init`` wrote (401 without).
+Its labels are bounded (job states, refusal reasons), none is per job. The
+report covers every job, the done ones read from the database; its per-job table
+shows the newest ``REPORT_ROWS``. The report is the one the simulator
 prints (``tfgshare.metrics``), built from the live jobs' accounts and the
 timeline, whose figures follow ``tfgshare.metrics``' definitions: allocated
 counts each fragment with its context reserve (``held_share``); effective is

@@ -33,7 +33,6 @@ node timeout passes (re-queued from their checkpoint as SUSPENDED).
 from __future__ import annotations
 
 import gc
-import json
 import logging
 import os
 import sys
@@ -139,9 +138,13 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, Rounds):
             self.cluster.add(job)
             self._last_submit = max(self._last_submit, job.submit_time)
         done = 0
-        for data, report in self.store.done_reports():   # counted, left in the database
-            rec = stored_report(data, report, self.clock())
-            self.cluster.count_stored(json.loads(data)["state"], prediction_error(rec))
+        for state, data, report in self.store.done_reports():   # counted, left in the database
+            try:
+                rec = stored_report(data, report, self.clock())
+            except (ValueError, TypeError):   # an older row whose spec is not valid now
+                self.cluster.count_stored(state, None)
+                continue
+            self.cluster.count_stored(state, prediction_error(rec))
             self._last_submit = max(self._last_submit, rec.submit_time)
             done += 1
         self.seq = self.store.max_seq()

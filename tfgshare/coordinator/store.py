@@ -1,5 +1,9 @@
 """The coordinator's durable state: jobs, nodes and job logs in SQLite (WAL).
 
+Every job is here; the coordinator keeps in memory only the active ones and the
+latest done ones, and reads the others from here (status pages, logs, the
+report, a restart), so its memory does not grow with the jobs it has run.
+
 Writes go into one open transaction that the coordinator commits once per
 turn of its event loop, before it sends any reply or command of that turn: a
 submit, a transition or a log line is on disk before anyone hears of it, and a
@@ -116,11 +120,11 @@ class StateStore:
         """How many jobs there are in each stored state."""
         return dict(self.db.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state"))
 
-    def done_reports(self) -> Iterator[tuple[str, str | None]]:
-        """(record JSON, report JSON or None if stored by an older version) of every done
-        job, in submit order, read as they are consumed."""
-        return iter(self.db.execute(f"SELECT data, report FROM jobs WHERE state IN {_DONE} "
-                                    "ORDER BY seq"))
+    def done_reports(self) -> Iterator[tuple[str, str, str | None]]:
+        """(state, record JSON, report JSON or None if stored by an older version) of every
+        done job, in submit order, read as they are consumed."""
+        return iter(self.db.execute(f"SELECT state, data, report FROM jobs WHERE state IN "
+                                    f"{_DONE} ORDER BY seq"))
 
     def max_seq(self) -> int:
         """The largest job sequence number so far (0 if none)."""
