@@ -9,8 +9,7 @@ from typing import Any
 from tfgshare import schema as s
 from tfgshare.coordinator.cluster import LiveJob, split_gpu_id
 from tfgshare.coordinator.errors import RequestError
-from tfgshare.coordinator.exporter import (REPORT_ROWS, error_stats, format_error, run_report,
-                                           stored_report)
+from tfgshare.coordinator.exporter import REPORT_ROWS, error_stats, format_error, run_report
 from tfgshare.coordinator.logs import log
 from tfgshare.coordinator.rounds import round_stats
 from tfgshare.policies.base import Fragment, JobState
@@ -231,7 +230,7 @@ class ClientApi:
         self.metrics.update(self.cluster, now)
         self.store.append_logs(self._logs)
         self._logs.clear()
-        done = (stored_report(d, r, now) for _, d, r in self.store.done_reports())
+        done = self.store.done_summary()
         newest = [self._stored(i, d) for _, i, d in self.store.jobs_page(0, REPORT_ROWS, True)]
         answer = run_report(self.cluster, self.metrics, getattr(self.policy, "name", "?"), now,
                             done=done, newest=newest[::-1])

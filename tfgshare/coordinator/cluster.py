@@ -289,11 +289,6 @@ class Cluster:
         while len(self._done) > self.keep_done:
             self.jobs.pop(self._done.popitem(last=False)[0], None)
 
-    def count_stored(self, state: str, prediction_error: float | None) -> None:
-        """Count a done job that stays in the database only (at start-up)."""
-        self.counts[state] = self.counts.get(state, 0) + 1
-        if prediction_error is not None:
-            self.prediction_errors.append(prediction_error)
 
     def place(self, job: LiveJob, fragments: tuple[Fragment, ...]) -> None:
         """Record that ``job`` holds these fragments."""

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import hmac
-import itertools
 import json
 import math
 import threading
@@ -32,8 +31,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make
 from prometheus_client.exposition import ThreadingWSGIServer
 
 from tfgshare.coordinator.cluster import Cluster, LiveJob, split_gpu_id
-from tfgshare.metrics import (JobRecord, Timeline, compute_report, format_duration, format_table,
-                              held_share, kernel_share)
+from tfgshare.metrics import (SIZE_CLASSES, JobRecord, Report, Timeline, compute_report,
+                              format_duration, format_table, held_share, kernel_share,
+                              size_class)
 from tfgshare.policies.base import JobState
 
 STATES = [s.value for s in JobState] + ["unknown"]
@@ -236,6 +236,45 @@ def prediction_error(rec: JobRecord) -> float | None:
     return abs(rec.predicted_total_s - rec.actual_total_s) / rec.actual_total_s
 
 
+def summary_report(active: Sequence[JobRecord], done: dict[str, Any], timeline: Timeline,
+                   num_gpus: int, end: float | None) -> Report:
+    """``compute_report``'s figures for the active jobs' records and the done jobs'
+    aggregates the database computed (``StateStore.done_summary``), by the same
+    definitions, without reading every done job into memory."""
+    nan = math.nan
+    finished = done["finished"]
+    by_size: dict[str, list[float]] = {}
+    for gpus, (n, mean) in done["jct_by_gpus"].items():
+        acc = by_size.setdefault(size_class(gpus), [0, 0.0])
+        acc[0] += n
+        acc[1] += n * mean
+    order = [label for label, _, _ in SIZE_CLASSES]
+    submits = [r.submit_time for r in active]
+    if done["first_submit"] is not None:
+        submits.append(done["first_submit"])
+    first_submit = min(submits, default=0.0)
+    last_finish = done["last_finish"] if finished else first_submit
+    avg = timeline.time_average(last_finish if end is None else end)
+    return Report(
+        jobs=len(active) + done["jobs"], finished=finished,
+        jct_mean=done["jct_mean"] if finished else nan,
+        jct_median=done["jct_median"] if finished else nan,
+        jct_p95=done["jct_p95"] if finished else nan,
+        wait_mean=done["wait_mean"] if finished else nan,
+        util_allocated=avg["allocated"] / num_gpus, util_effective=avg["effective"] / num_gpus,
+        makespan=last_finish - first_submit if finished else 0.0,
+        suspends=int(done["suspends"]) + sum(r.suspends for r in active),
+        resumes=int(done["resumes"]) + sum(r.resumes for r in active),
+        migrations=int(done["migrations"]) + sum(r.migrations for r in active),
+        move_cost_s=float(done["move_cost_s"] + sum(r.move_cost_s for r in active)),
+        pred_error_mean=done["pred_mean"], pred_error_median=done["pred_median"],
+        pred_error_p90=done["pred_p90"],
+        queue_mean=avg["queued"], util_device=avg["device"] / num_gpus,
+        util_device_busy=avg["device"] / avg["busy"] if avg["busy"] > 0 else 0.0,
+        jct_by_size={k: by_size[k][1] / by_size[k][0] for k in order if k in by_size},
+        jobs_by_size={k: by_size[k][0] for k in order if k in by_size})
+
+
 REPORT_ROWS = 200    # jobs in the report's per-job table: the newest
 
 
@@ -265,30 +304,32 @@ def format_job_rows(rows: list[dict[str, Any]]) -> str:
 
 
 def run_report(cluster: Cluster, metrics: CoordinatorMetrics, policy: str, now: float,
-               done: Iterable[JobRecord] | None = None,
+               done: dict[str, Any] | None = None,
                newest: Sequence[LiveJob] | None = None) -> dict[str, Any]:
     """The run report: summary numbers, the policy table and the per-job table.
 
-    The summary covers the active jobs and ``done`` (the records of every done
-    job, read from the database; default: the done jobs in memory); the per-job
-    table the ``newest`` jobs (default: those in memory), oldest first.
+    The summary covers the active jobs and the done ones: ``done`` is their
+    aggregates from the database (``StateStore.done_summary``; default: the
+    done jobs in memory, through ``compute_report``); the per-job table shows the
+    ``newest`` jobs (default: those in memory), oldest first.
     """
     active = [job_record(j, now) for j in cluster.active.values()]
-    if done is None:
-        done = (job_record(j, now) for j in cluster.jobs.values() if j.state.done)
     if newest is None:
         newest = list(cluster.jobs.values())[-REPORT_ROWS:]
     ngpus = max(1, sum(len(n.gpus) for n in cluster.nodes.values()))
     end = now if active else None
-    records = list(itertools.chain(active, done))
-    total = len(records)
-    if records:
-        report = compute_report(records, metrics.timeline, ngpus, end=end)
+    if done is None:
+        records = active + [job_record(j, now) for j in cluster.jobs.values() if j.state.done]
+        total = len(records)
+        report = compute_report(records, metrics.timeline, ngpus, end=end) if records else None
+    else:
+        total = len(active) + done["jobs"]
+        report = summary_report(active, done, metrics.timeline, ngpus, end) if total else None
+    if report is not None:
         table = format_table({policy: report})
         summary = report.as_dict()
     else:
         table, summary = "no jobs yet", {}
-    del records
     rows = job_rows(newest, now)
     text = table
     if rows:

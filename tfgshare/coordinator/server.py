@@ -59,7 +59,7 @@ from tfgshare.coordinator.logs import TurnHandler, flush_logs, log
 from tfgshare.coordinator.rounds import Rounds
 from tfgshare.coordinator.store import StateStore
 from tfgshare.coordinator.transitions import Transitions
-from tfgshare.policies.base import Policy
+from tfgshare.policies.base import JobState, Policy
 
 
 class Coordinator(AgentProtocol, ClientApi, Transitions, Rounds):
@@ -137,16 +137,23 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, Rounds):
                 unknown += 1
             self.cluster.add(job)
             self._last_submit = max(self._last_submit, job.submit_time)
-        done = 0
-        for state, data, report in self.store.done_reports():   # counted, left in the database
-            try:
-                rec = stored_report(data, report, self.clock())
-            except (ValueError, TypeError):   # an older row whose spec is not valid now
-                self.cluster.count_stored(state, None)
-                continue
-            self.cluster.count_stored(state, prediction_error(rec))
-            self._last_submit = max(self._last_submit, rec.submit_time)
-            done += 1
+        # done jobs stay in the database: counted, their latest prediction errors kept
+        stored = self.store.count_jobs()
+        done = sum(stored.get(st.value, 0) for st in JobState if st.done)
+        if done and self.store.count_done() < done:   # figures an older version did not keep
+            for seq, _state, data, report in self.store.done_reports():
+                try:
+                    rec = stored_report(data, report, self.clock())
+                except (ValueError, TypeError):   # an older row whose spec is not valid now
+                    continue
+                self.store.save_done(seq, report_fields(rec), prediction_error(rec))
+        for st in JobState:
+            if st.done and stored.get(st.value):
+                self.cluster.counts[st.value] = (self.cluster.counts.get(st.value, 0)
+                                                 + stored[st.value])
+        self.cluster.prediction_errors.extend(
+            self.store.latest_prediction_errors(self.cluster.prediction_errors.maxlen))
+        self._last_submit = max(self._last_submit, self.store.last_submit())
         self.seq = self.store.max_seq()
         self._awaiting_readoption = unknown > 0
         for point in self.store.load_timeline():   # None: not recorded by an older version
@@ -367,8 +374,10 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, Rounds):
     def _save(self, job: LiveJob) -> None:
         self.cluster.refresh(job)
         report = None
-        if job.state.done:   # the report reads it from here once it has left memory
-            report = report_fields(job_record(job, self.clock()))
+        if job.state.done:   # the report reads it from the database
+            rec = job_record(job, self.clock())
+            report = report_fields(rec)
+            self.store.save_done(job.seq, report, prediction_error(rec))
         self.store.save_job(job.id, job.to_record(), report)
 
     def _job(self, job_id: str) -> LiveJob:

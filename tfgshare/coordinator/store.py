@@ -30,6 +30,13 @@ CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, seq INTEGER NOT NULL, data
 CREATE TABLE IF NOT EXISTS nodes (name TEXT PRIMARY KEY, data TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS log (job TEXT NOT NULL, time REAL NOT NULL, line TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS log_job ON log (job);
+CREATE TABLE IF NOT EXISTS done (seq INTEGER PRIMARY KEY, submit REAL, finish REAL, jct REAL,
+                                 waited REAL, num_gpus INTEGER, suspends INTEGER,
+                                 resumes INTEGER, migrations INTEGER, move_cost REAL,
+                                 pred_err REAL);
+CREATE INDEX IF NOT EXISTS done_jct ON done (jct);
+CREATE INDEX IF NOT EXISTS done_pred_err ON done (pred_err);
+CREATE INDEX IF NOT EXISTS jobs_seq ON jobs (seq);
 CREATE TABLE IF NOT EXISTS timeline (time REAL, allocated REAL, effective REAL, queued REAL,
                                      device REAL, busy REAL);
 """
@@ -95,6 +102,63 @@ class StateStore:
                            (json.dumps(record), record["state"],
                             None if report is None else json.dumps(report), job_id))
 
+    def save_done(self, seq: int, r: dict[str, Any], pred_err: float | None) -> None:
+        """A done job's report figures (a ``JobRecord``'s fields), for ``done_summary``."""
+        finish = r["finish_time"]
+        self._tx().execute(
+            "INSERT OR REPLACE INTO done VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (seq, r["submit_time"], finish, None if finish is None else finish - r["submit_time"],
+             r["waited_s"], r["num_gpus"], r["suspends"], r["resumes"], r["migrations"],
+             r["move_cost_s"], pred_err))
+
+    def latest_prediction_errors(self, n: int) -> list[float]:
+        """The prediction errors of the ``n`` latest finished jobs, oldest first."""
+        rows = self.db.execute("SELECT pred_err FROM done WHERE pred_err IS NOT NULL "
+                               "ORDER BY seq DESC LIMIT ?", (n,)).fetchall()
+        return [e for (e,) in reversed(rows)]
+
+    def last_submit(self) -> float:
+        """The latest submit time of a done job (0 if none)."""
+        return self.db.execute("SELECT COALESCE(MAX(submit), 0) FROM done").fetchone()[0]
+
+    def count_done(self) -> int:
+        """How many done jobs have their figures in the ``done`` table."""
+        return self.db.execute("SELECT COUNT(*) FROM done").fetchone()[0]
+
+    def done_summary(self) -> dict[str, Any]:
+        """What the report needs of every done job, computed by the database: counts, sums,
+        first submit and last finish, and the JCT and prediction-error statistics."""
+        row = self.db.execute(
+            "SELECT COUNT(*), COUNT(finish), MIN(submit), MAX(finish), AVG(jct), "
+            "AVG(CASE WHEN finish IS NOT NULL THEN waited END), TOTAL(suspends), "
+            "TOTAL(resumes), TOTAL(migrations), TOTAL(move_cost), COUNT(pred_err), "
+            "AVG(pred_err) FROM done").fetchone()
+        keys = ("jobs", "finished", "first_submit", "last_finish", "jct_mean", "wait_mean",
+                "suspends", "resumes", "migrations", "move_cost_s", "pred_jobs", "pred_mean")
+        out = dict(zip(keys, row))
+        out["jct_by_gpus"] = {g: (n, m) for g, n, m in self.db.execute(
+            "SELECT num_gpus, COUNT(*), AVG(jct) FROM done WHERE jct IS NOT NULL "
+            "GROUP BY num_gpus")}
+        out["jct_median"] = self._percentile("jct", out["finished"], 50)
+        out["jct_p95"] = self._percentile("jct", out["finished"], 95)
+        out["pred_median"] = self._percentile("pred_err", out["pred_jobs"], 50)
+        out["pred_p90"] = self._percentile("pred_err", out["pred_jobs"], 90)
+        return out
+
+    def _percentile(self, column: str, n: int, q: float) -> float | None:
+        """The ``q``-th percentile of a ``done`` column over its n non-NULL values, by linear
+        interpolation between the closest ranks (as numpy's default)."""
+        if not n:
+            return None
+        pos = (n - 1) * q / 100
+        lo = int(pos)
+        values = [v for (v,) in self.db.execute(
+            f"SELECT {column} FROM done WHERE {column} IS NOT NULL ORDER BY {column} "
+            "LIMIT 2 OFFSET ?", (lo,))]
+        if len(values) == 1:
+            return values[0]
+        return values[0] + (values[1] - values[0]) * (pos - lo)
+
     def load_jobs(self, active_only: bool = False) -> list[dict[str, Any]]:
         """Every job's record (or only those not done), in submit order."""
         where = f" WHERE state NOT IN {_DONE}" if active_only else ""
@@ -120,11 +184,11 @@ class StateStore:
         """How many jobs there are in each stored state."""
         return dict(self.db.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state"))
 
-    def done_reports(self) -> Iterator[tuple[str, str, str | None]]:
-        """(state, record JSON, report JSON or None if stored by an older version) of every
-        done job, in submit order, read as they are consumed."""
-        return iter(self.db.execute(f"SELECT state, data, report FROM jobs WHERE state IN "
-                                    f"{_DONE} ORDER BY seq"))
+    def done_reports(self) -> Iterator[tuple[int, str, str, str | None]]:
+        """(seq, state, record JSON, report JSON or None if stored by an older version) of
+        every done job, in submit order (read whole: the caller may write meanwhile)."""
+        return iter(self.db.execute(f"SELECT seq, state, data, report FROM jobs WHERE state "
+                                    f"IN {_DONE} ORDER BY seq").fetchall())
 
     def max_seq(self) -> int:
         """The largest job sequence number so far (0 if none)."""
