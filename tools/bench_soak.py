@@ -1,6 +1,7 @@
 """Soak: submits and finishes sustained against 1,000 virtual GPUs, plain and with CurveZMQ.
 
     python tools/bench_soak.py --minutes 10        # the issue's soak (default 3)
+    python tools/bench_soak.py --modes curve --minutes 10 --json out.json   # one mode
 
 For each of two coordinators in one run, one plain and one with authentication
 on (CurveZMQ: a keys folder with a user key and one agent key per simulated
