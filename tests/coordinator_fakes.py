@@ -101,7 +101,9 @@ class FakeAgent:
         return self.replies.pop(msg.id)
 
     def register(self, jobs=()) -> s.Message:
-        return self.request(s.Register(node=self.node, gpus=self.gpus, jobs=list(jobs)))
+        # as a real agent's defaults: its gang members reachable on loopback
+        return self.request(s.Register(node=self.node, gpus=self.gpus, jobs=list(jobs),
+                                       address="127.0.0.1", ports=s.PortRange(47000, 47999)))
 
     def heartbeat(self, jobs=()) -> s.Message:
         return self.request(s.Heartbeat(

@@ -141,7 +141,7 @@ def test_two_jobs_share_one_gpu(make, agents):
 def test_impossible_submits_are_refused_with_a_reason(make, agents):
     ct, client = make()
     agents(ct.address, "n1", gpus=((0, 16384), (1, 16384))).register()
-    with pytest.raises(Refused, match="asks for 3 GPUs but the largest node has 2"):
+    with pytest.raises(Refused, match="asks for 3 GPUs but the cluster.s nodes have 2 in all"):
         client.submit([spec(num_gpus=3)])
     with pytest.raises(Refused, match="nosuchnet"):
         client.submit([spec("nosuchnet")])

@@ -19,6 +19,13 @@ runner's kill and a slow clock; should a runner outlive it anyway (a stalled
 node), its checkpoints are fenced too: each attempt writes under its own epoch
 and cannot replace a newer attempt's (see ``tfgshare.runner.checkpoint``).
 
+A job whose GPUs span nodes arrives as one ``StartJob`` per node with its
+``gang`` part (worker index, parameter server and worker addresses); the agent
+adds those runner flags (``runner.replicas``) and otherwise runs, suspends and
+reports it as any job. ``--gang-address`` is where the other nodes reach this
+node's members, ``--gang-ports`` the ports they may listen on (told to the
+coordinator at registration, which picks one per member).
+
 Paths from the wire are confined: a job's train dir must resolve (symlinks
 followed) to a folder under the checkpoint root the coordinator named at
 registration, and its dataset dir to a folder under one of the data roots
@@ -52,6 +59,7 @@ _KEY_EVENTS = frozenset({"started", "sample", "checkpoint", "suspended", "finish
                          "out_of_memory"})
 # share of the coordinator's node timeout after which a silent coordinator's runners are killed
 FENCE_SHARE = 0.5
+DEFAULT_GANG_PORTS = (47000, 47999)   # where gang members listen unless --gang-ports says
 
 
 @dataclass
@@ -74,6 +82,10 @@ class AgentConfig:
     #                                       data folder and the checkpoint root
     key: str | None = None               # CurveZMQ secret key file (None: $TFGSHARE_KEY)
     server_key: str | None = None        # the coordinator's public key file
+    # a job that spans nodes runs one gang member here (runner.replicas), listening on
+    # ``gang_address`` at a port of ``gang_ports`` the coordinator picks; None: no gangs here
+    gang_address: str = "127.0.0.1"
+    gang_ports: tuple[int, int] | None = DEFAULT_GANG_PORTS
 
 
 class Agent:
@@ -208,7 +220,10 @@ class Agent:
                 for p in self.sup.runners.values() if p.job not in self.quiet]
         gpus = [schema.GpuInfo(index=g.index, name=g.name, memory_mb=g.memory_mb,
                                virtual=g.virtual) for g in self.gpus.gpus]
-        msg = schema.Register(node=self.cfg.node, gpus=gpus, jobs=jobs)
+        ports = self.cfg.gang_ports
+        msg = schema.Register(node=self.cfg.node, gpus=gpus, jobs=jobs,
+                              address=self.cfg.gang_address if ports else "",
+                              ports=schema.PortRange(*ports) if ports else None)
         self.register_id = msg.id
         self._last_register = time.monotonic()
         self._send(msg)
@@ -311,7 +326,10 @@ class Agent:
         if msg.spec.dataset_dir is not None:
             confine(msg.spec.dataset_dir, self.data_roots(), "dataset dir")
         train_dir.mkdir(parents=True, exist_ok=True)
-        proc = self.sup.start(msg.job, msg.attempt, msg.spec.runner_args(), str(train_dir),
+        args = msg.spec.runner_args()
+        if msg.gang is not None:   # this node's worker of a job that spans nodes
+            args += msg.gang.runner_args()
+        proc = self.sup.start(msg.job, msg.attempt, args, str(train_dir),
                               [(f.gpu_index, f.fraction) for f in msg.fragments],
                               virtual=virtual, sample_only=msg.sample_only,
                               cores=self._cores([f.gpu_index for f in msg.fragments])
@@ -319,8 +337,9 @@ class Agent:
                               limits_mb={f.gpu_index: f.fraction * by_index[f.gpu_index].memory_mb
                                          for f in msg.fragments} if virtual else None)
         self.quiet.discard(msg.job)
-        log.info("started %s attempt %d on GPU(s) %s (pid %d)", msg.job, msg.attempt,
-                 ",".join(str(i) for i in proc.gpu_indices), proc.pid)
+        log.info("started %s attempt %d on GPU(s) %s (pid %d)%s", msg.job, msg.attempt,
+                 ",".join(str(i) for i in proc.gpu_indices), proc.pid,
+                 f" as gang worker {msg.gang.task}" if msg.gang is not None else "")
         return schema.reply_ok(msg, pid=proc.pid)
 
     def _cores(self, indices: list[int]) -> tuple[int, ...] | None:
@@ -449,8 +468,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-root", type=Path, action="append", metavar="DIR",
                    help="a folder job dataset dirs may be under, repeatable (default: the "
                         "shared data folder and the checkpoint root)")
+    p.add_argument("--gang-address", metavar="HOST",
+                   help="where the other nodes reach this node's part of a job that spans "
+                        "nodes (default: 127.0.0.1 for a loopback coordinator, else the host "
+                        "name)")
+    p.add_argument("--gang-ports", metavar="FIRST-LAST",
+                   default=f"{DEFAULT_GANG_PORTS[0]}-{DEFAULT_GANG_PORTS[1]}",
+                   help="ports those gang members may listen on, or 'none' to take no job "
+                        "that spans nodes (default %(default)s)")
     p.add_argument("-v", "--verbose", action="store_true", help="log debug detail")
     return p
+
+
+def gang_ports(text: str) -> tuple[int, int] | None:
+    """``FIRST-LAST`` as a port range, None for 'none'; ValueError naming the problem."""
+    if text.strip().lower() == "none":
+        return None
+    first, sep, last = text.partition("-")
+    if not sep or not first.strip().isdigit() or not last.strip().isdigit():
+        raise ValueError(f"--gang-ports {text!r} must look like 47000-47999 or be 'none'")
+    lo, hi = int(first), int(last)
+    if not 1 <= lo <= hi <= 65535:
+        raise ValueError(f"--gang-ports {text!r} is not a range of ports within 1-65535")
+    return lo, hi
+
+
+def default_gang_address(coordinator: str) -> str:
+    """Loopback for a coordinator on loopback, else this host's name."""
+    host = coordinator.split("://", 1)[-1].rpartition(":")[0].strip("[]")
+    return "127.0.0.1" if host in ("127.0.0.1", "localhost", "::1") else socket.gethostname()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -467,6 +513,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.threads < 1:
         print("tfgshare agent: error: --threads must be >= 1", file=sys.stderr)
+        return 2
+    try:
+        ports = gang_ports(args.gang_ports)
+    except ValueError as exc:
+        print(f"tfgshare agent: error: {exc}", file=sys.stderr)
         return 2
     try:
         source, note = gpus_mod.discover(args.virtual_gpus, args.force_virtual)
@@ -489,7 +540,8 @@ def main(argv: list[str] | None = None) -> int:
                       suspend_timeout_s=args.suspend_timeout,
                       runner_cmd=args.runner.split() if args.runner else None,
                       data_roots=args.data_root, key=args.key, server_key=args.server_key,
-                      warm_runner=args.warm_runner)
+                      warm_runner=args.warm_runner, gang_ports=ports,
+                      gang_address=args.gang_address or default_gang_address(args.coordinator))
     stop: list[int] = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, _frame: stop.append(signum))

@@ -26,17 +26,17 @@ class ClientApi:
         from slim_models.nets_factory import check_model
         if not msg.jobs:
             raise RequestError("submit needs at least one job")
-        largest = self.cluster.largest_node()
+        total = sum(len(n.gpus) for n in self.cluster.nodes.values())   # a gang spans nodes
         for i, spec in enumerate(msg.jobs, 1):
             label = f"job {i} ({spec.model_name})" if len(msg.jobs) > 1 else spec.model_name
             try:
                 check_model(spec.model_name, spec.image_size)
             except ValueError as exc:
                 raise RequestError(f"{label}: {exc}") from None
-            if largest and spec.num_gpus > largest:
+            if total and spec.num_gpus > total:
                 raise RequestError(
-                    f"{label}: asks for {spec.num_gpus} GPUs but the largest node has "
-                    f"{largest}; a job runs on the GPUs of one node")
+                    f"{label}: asks for {spec.num_gpus} GPUs but the cluster's nodes have "
+                    f"{total} in all")
         now = self.clock()
         owner = self._caller.name if self._caller is not None else ""   # from the key only
         rows, ids = [], []
@@ -147,6 +147,7 @@ class ClientApi:
             self._log(job, now, "cancel requested")
             self._send(self.cluster.nodes[job.node],
                        s.CancelJob(job=job.id, attempt=job.attempt), job)
+            self._to_members(job, lambda: s.CancelJob(job=job.id, attempt=job.attempt))
             return {"state": "cancelling"}
         job.unknown = False
         self._finish(job, JobState.CANCELLED, now, "cancelled by the user")

@@ -185,6 +185,8 @@ class Node:
     lost: bool = False
     gpu_util: dict[int, float] = field(default_factory=dict)
     gpu_memory_used_mb: dict[int, float] = field(default_factory=dict)
+    address: str = ""                 # where other nodes reach its gang members ("": none)
+    ports: tuple[int, int] | None = None   # the ports its gang members may use
 
     def gpu_id(self, index: int) -> str:
         """The cluster-wide id of this node's GPU ``index``."""
@@ -245,13 +247,8 @@ class Cluster:
         if self._snapshot is None:   # one object while nodes stay: its layout is kept on it
             gpus = tuple(GPU(id=n.gpu_id(i), node=n.name, index=i, memory_mb=g.memory_mb)
                          for n in self.up_nodes() for i, g in sorted(n.gpus.items()))
-            self._snapshot = ClusterSnapshot(gpus=gpus, reserve_mb=self.reserve_mb,
-                                             one_node_gangs=True)
+            self._snapshot = ClusterSnapshot(gpus=gpus, reserve_mb=self.reserve_mb)
         return self._snapshot
-
-    def largest_node(self) -> int:
-        """The most GPUs any known node has (0 when no node has joined yet)."""
-        return max((len(n.gpus) for n in self.nodes.values()), default=0)
 
     def gpu(self, gpu_id: str) -> GpuInfo | None:
         """The GPU with this id on an up node, else None."""
@@ -375,9 +372,10 @@ class Cluster:
         The rule is the policy's (``placement.fits``) on the cluster as the
         coordinator holds it: a suspended or migrating job keeps its memory
         until its runner exits, a migration target and a start in flight are
-        reserved, and a job runs on the GPUs of one node. A start onto room that
-        a suspend or migration in this list (or in flight) will free is
-        deferred: its fragments are reserved and it starts once they are free.
+        reserved, and a job across nodes needs each node's gang address and
+        ports. A start onto room that a suspend or migration in this list (or in
+        flight) will free is deferred: its fragments are reserved and it starts
+        once they are free.
         """
         use: dict[str, GpuUse] = {}
         freeing: dict[str, GpuUse] = {}
@@ -437,9 +435,12 @@ class Cluster:
             nodes = {split_gpu_id(g)[0] for g in gpus}
         except ValueError as exc:
             return "bad_fragments", str(exc)
-        if len(nodes) != 1:
-            return "spans_nodes", (f"placement spans nodes {', '.join(sorted(nodes))}; "
-                                   "a live job runs on one node")
+        if len(nodes) > 1:   # a gang: one runner per node (coordinator.gangs)
+            closed = sorted(n for n in nodes if n in self.nodes and
+                            not (self.nodes[n].address and self.nodes[n].ports))
+            if closed:
+                return "spans_nodes", (f"placement spans nodes {', '.join(sorted(nodes))} but "
+                                       f"{', '.join(closed)} offers no gang address and ports")
         later = False
         for f in frags:
             info = self.gpu(f.gpu)

@@ -55,6 +55,7 @@ from tfgshare.coordinator.config import CoordinatorConfig, config_from_args
 from tfgshare.coordinator.errors import REPLIED, RequestError
 from tfgshare.coordinator.exporter import (CoordinatorMetrics, job_record, prediction_error,
                                            report_fields, stored_report)
+from tfgshare.coordinator.gangs import Gang, GangControl, PortBook
 from tfgshare.coordinator.logs import TurnHandler, flush_logs, log
 from tfgshare.coordinator.rounds import Rounds
 from tfgshare.coordinator.store import StateStore
@@ -62,7 +63,7 @@ from tfgshare.coordinator.transitions import Transitions
 from tfgshare.policies.base import JobState, Policy
 
 
-class Coordinator(AgentProtocol, ClientApi, Transitions, Rounds):
+class Coordinator(AgentProtocol, ClientApi, Transitions, GangControl, Rounds):
     """The cluster's brain; ``serve`` runs its event loop."""
 
     def __init__(self, config: CoordinatorConfig, policy: Policy | None = None,
@@ -109,6 +110,8 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, Rounds):
         self.decide_times = array("d")               # ... of which in policy.decide
         self.decide_cpu_times = array("d")           # CPU seconds of policy.decide
         self.refusals: dict[str, int] = {}           # policy actions refused, by reason
+        self.gangs: dict[str, Gang] = {}             # jobs across nodes: their members
+        self.gang_ports = PortBook()
         self._out: list[tuple[list[bytes], s.Message]] = []
         self._cmds: list[tuple[list[bytes], s.Message]] = []
         self._logs: list[tuple[str, float, str]] = []

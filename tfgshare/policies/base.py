@@ -108,9 +108,6 @@ class ClusterSnapshot:
     gpus: tuple[GPU, ...]
     reserve_mb: float = 300.0    # per-process CUDA context reserve on each GPU
     down_nodes: frozenset[str] = field(default_factory=frozenset)
-    # a multi-GPU job must run on the GPUs of one node (the live cluster until
-    # gangs span machines); False: a gang may span nodes (the simulator)
-    one_node_gangs: bool = False
 
     def gpu(self, gpu_id: str) -> GPU:
         for g in self.gpus:

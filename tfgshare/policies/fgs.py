@@ -719,8 +719,7 @@ class _Round:
                 costs.append((c[0], c[1], order[gid], gid, c[2]))
                 if job.num_gpus == 1 and c[0] == 0 and c[1] <= 1:
                     break   # one move, now: nothing cheaper for a 1-GPU job
-        chosen = _pick_gpus(costs, job.num_gpus, self.free.gpus,
-                            self.free.cluster.one_node_gangs)
+        chosen = _pick_gpus(costs, job.num_gpus, self.free.gpus)
         if chosen is None:
             return
         victims = {v.id: v for c in chosen for v in c[4]}
@@ -856,8 +855,8 @@ def _frac_on(job: JobView, gid: str) -> float:
     return 0.0
 
 
-def _pick_gpus(costs, k: int, gpus, one_node: bool = False) -> list | None:
-    """The ``k`` GPUs cheapest to clear: one node if it can, else across nodes (not ``one_node``)."""
+def _pick_gpus(costs, k: int, gpus) -> list | None:
+    """The ``k`` GPUs cheapest to clear: one node if it can, else across nodes."""
     if len(costs) < k:
         return None
     costs.sort(key=lambda c: c[:4])
@@ -875,4 +874,4 @@ def _pick_gpus(costs, k: int, gpus, one_node: bool = False) -> list | None:
                 best = (score, pick)
     if best:
         return best[1]
-    return None if one_node else costs[:k]
+    return costs[:k]
