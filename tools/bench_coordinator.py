@@ -94,7 +94,7 @@ class SimAgents:
             gpus = [s.GpuInfo(i, "virtual", 16384, True) for i in range(self.gpus)]
             self._send(sock, s.Register(node=name, gpus=gpus))
         waiting = set(self.socks)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 180   # CurveZMQ handshakes on a loaded machine
         while waiting and time.monotonic() < deadline:
             for sock, _ in self.poller.poll(100):
                 msg = s.decode(sock.recv())

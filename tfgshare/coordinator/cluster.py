@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
@@ -218,13 +219,21 @@ def split_gpu_id(gpu_id: str) -> tuple[str, int]:
     return node, int(index)
 
 
+KEEP_DONE = 256                    # done jobs kept in memory besides the database
+PREDICTION_ERRORS_KEPT = 10_000    # finished jobs' prediction errors kept for status
+
+
 class Cluster:
     """Nodes and jobs, and the policy snapshot built from them."""
 
-    def __init__(self, reserve_mb: float = 300.0) -> None:
+    def __init__(self, reserve_mb: float = 300.0, keep_done: int = KEEP_DONE) -> None:
         self.reserve_mb = reserve_mb
+        self.keep_done = keep_done
         self.nodes: dict[str, Node] = {}
-        self.jobs: dict[str, LiveJob] = {}        # every job, in submit order
+        # the jobs in memory: every active job and the ``keep_done`` latest done ones
+        # (the others are in the coordinator's database only)
+        self.jobs: dict[str, LiveJob] = {}
+        self._done: OrderedDict[str, None] = OrderedDict()   # done jobs in memory, oldest first
         self.active: dict[str, LiveJob] = {}      # jobs not done
         self.tenants: dict[str, dict[str, LiveJob]] = {}   # GPU id -> jobs holding it
         self.migrating: dict[str, LiveJob] = {}   # jobs with a migration target reserved
@@ -232,7 +241,8 @@ class Cluster:
         self._views = JobSet()                     # what the policy sees, kept up to date
         self.counts: dict[str, int] = {}          # jobs by state ("unknown" apart), kept up to date
         self.over_count = 0                       # jobs over their fragment's memory
-        self.prediction_errors: list[float] = []  # of finished jobs
+        # of the latest finished jobs (the report covers them all, from the database)
+        self.prediction_errors: deque[float] = deque(maxlen=PREDICTION_ERRORS_KEPT)
         self._snapshot: ClusterSnapshot | None = None
 
     # ---- nodes -------------------------------------------------------------
@@ -269,7 +279,9 @@ class Cluster:
     def add(self, job: LiveJob) -> None:
         """Track a job (and the fragments it holds)."""
         self.jobs[job.id] = job
-        if not job.state.done:
+        if job.state.done:
+            self._done[job.id] = None
+        else:
             self.active[job.id] = job
             if job.state.holds_gpu:
                 target = job.migrate_to
@@ -278,10 +290,15 @@ class Cluster:
         self.refresh(job)
 
     def retire(self, job: LiveJob) -> None:
-        """Drop a finished, failed or cancelled job from the active set."""
+        """Drop a finished, failed or cancelled job from the active set; beyond the
+        ``keep_done`` latest done jobs, the oldest leaves memory."""
         self.unplace(job)
         self.active.pop(job.id, None)
         self._views.drop(job.id)
+        self._done[job.id] = None
+        while len(self._done) > self.keep_done:
+            self.jobs.pop(self._done.popitem(last=False)[0], None)
+
 
     def place(self, job: LiveJob, fragments: tuple[Fragment, ...]) -> None:
         """Record that ``job`` holds these fragments."""
