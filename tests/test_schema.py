@@ -10,7 +10,7 @@ from tfgshare import schema as s
 
 EXAMPLES = [
     s.Register(node="n1", gpus=[s.GpuInfo(0, "virtual", 16384, True)],
-               jobs=[s.RunningJob("j1", 4242, 17, 2)], token="t"),
+               jobs=[s.RunningJob("j1", 4242, 17, 2)]),
     s.Heartbeat(node="n1", gpus=[s.GpuTelemetry(0, 0.5, 1200.0)],
                 jobs=[s.JobTelemetry("j1", 18, {0: 900.0, 1: 450.5})]),
     s.JobEvent(node="n1", job="j1", attempt=2,

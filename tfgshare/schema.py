@@ -296,7 +296,6 @@ class Register(Message, tag="register"):
     node: NonEmptyName
     gpus: list[GpuInfo]
     jobs: list[RunningJob] = field(default_factory=list)
-    token: Name | None = None
     # where other nodes reach this node's gang members, and the ports they may use
     # (both needed for a job that spans nodes to be placed here)
     address: Name = ""

@@ -70,7 +70,6 @@ class AgentConfig:
     node: str
     work_dir: Path
     heartbeat_s: float | None = None     # None: what the coordinator asks for
-    token: str | None = None
     threads: int = 1                     # CPU threads per runner
     suspend_timeout_s: float = 60.0
     register_retry_s: float = 1.0
@@ -222,7 +221,7 @@ class Agent:
         gpus = [schema.GpuInfo(index=g.index, name=g.name, memory_mb=g.memory_mb,
                                virtual=g.virtual) for g in self.gpus.gpus]
         ports = self.cfg.gang_ports
-        msg = schema.Register(node=self.cfg.node, gpus=gpus, jobs=jobs, token=self.cfg.token,
+        msg = schema.Register(node=self.cfg.node, gpus=gpus, jobs=jobs,
                               address=self.cfg.gang_address if ports else "",
                               ports=schema.PortRange(*ports) if ports else None)
         self.register_id = msg.id
@@ -269,7 +268,7 @@ class Agent:
     def _on_reply(self, msg: schema.Ok | schema.Error) -> None:
         if msg.id == self.register_id:
             if isinstance(msg, schema.Error):
-                if any(w in msg.reason.lower() for w in ("token", "key")):
+                if "key" in msg.reason.lower():
                     self.fatal = f"coordinator refused registration: {msg.reason}"
                 else:
                     log.warning("registration refused: %s (retrying)", msg.reason)
@@ -449,8 +448,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="runner events and logs (default: a folder in the temp dir)")
     p.add_argument("--heartbeat", type=float, metavar="S",
                    help="seconds between heartbeats (default: the coordinator's choice)")
-    p.add_argument("--token", default=os.environ.get("TFGSHARE_TOKEN"),
-                   help="shared token the coordinator requires (env TFGSHARE_TOKEN)")
+    p.add_argument("--token", action=keys.RemovedToken, help=argparse.SUPPRESS)
     p.add_argument("--key", default=None,
                    help="this agent's CurveZMQ secret key file (default $TFGSHARE_KEY; made by "
                         "`tfgshare keys add-agent NODE`)")
@@ -538,7 +536,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         probe.close(0)
     cfg = AgentConfig(coordinator=args.coordinator, node=args.node, work_dir=work_dir,
-                      heartbeat_s=args.heartbeat, token=args.token, threads=args.threads,
+                      heartbeat_s=args.heartbeat, threads=args.threads,
                       suspend_timeout_s=args.suspend_timeout,
                       runner_cmd=args.runner.split() if args.runner else None,
                       data_roots=args.data_root, key=args.key, server_key=args.server_key,

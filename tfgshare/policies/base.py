@@ -99,6 +99,9 @@ class JobView:
     suspends: int = 0
     priority: int = 0                           # larger = more urgent (user hint)
     min_memory_mb: float = 0.0                  # per GPU, measured when it ran out of memory
+    # measured cost of one move (checkpoint save + restart), None until measured
+    # (policies.movecost: a policy's minimum run between moves derives from it)
+    move_cost_s: float | None = None
 
 
 @dataclass(frozen=True)

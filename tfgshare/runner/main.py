@@ -274,7 +274,7 @@ def train_loop(config: TrainConfig, built, session, sink: EventSink,
         # checkpoint; the warm-up is still left out of the running step time
         plan = SamplePlan(plan.warmup, 0)
     timer = StepTimer(plan, built.images_per_step)
-    window = None   # (wall time, process CPU time) when the sampled steps began
+    window = None   # (wall time, process CPU demand) when the sampled steps began
     fetches = built.train_tensor
     key = built.step_key
     loss = None
@@ -311,7 +311,7 @@ def train_loop(config: TrainConfig, built, session, sink: EventSink,
     sampled_only = False
     while step < total and not stop_event.is_set() and not sampled_only:
         if window is None and timer.steps_seen == timer.plan.warmup:
-            window = (time.time(), time.process_time())
+            window = (time.time(), cpu_demand_s())
         if built.step_after is None:
             loss = float(session.run(fetches, feed_dict={key: step}))
             step += 1
@@ -408,7 +408,32 @@ def _sample_event(timer: StepTimer, built, remaining_steps: int, elapsed_s: floa
     return {**stats, "peak_memory_mb": peak_mb, "memory_source": source,
             "predicted_remaining_s": remaining, "predicted_total_s": elapsed_s + remaining,
             "window_start": window[0],
-            "cpu_util": cpu_share(time.time() - window[0], time.process_time() - window[1])}
+            "cpu_util": cpu_share(time.time() - window[0], cpu_demand_s() - window[1])}
+
+
+def cpu_demand_s() -> float:
+    """CPU seconds this process has wanted so far: run on a core plus waited runnable for one.
+
+    Summed over its threads from Linux's schedstat (``/proc/self/task/*/schedstat``:
+    time on a CPU, time waiting on a run queue). On a machine shared with other
+    work a compute-bound job gets only part of its cores, so its CPU time alone
+    would read as a light job; the time it waited to run is demand too. Plain
+    CPU time where schedstat is not available.
+    """
+    total, seen = 0.0, False
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        tasks = []
+    for tid in tasks:
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                ran, waited = f.read().split()[:2]
+            total += (int(ran) + int(waited)) / 1e9
+            seen = True
+        except (OSError, ValueError):
+            continue   # a thread that just exited
+    return total if seen else time.process_time()
 
 
 def cpu_share(wall_s: float, cpu_s: float) -> float:
