@@ -54,11 +54,10 @@ class Clock:
 class FakeAgent:
     """One node's agent, driven by the test."""
 
-    def __init__(self, address: str, node: str, gpus=((0, 16384),), token=None,
+    def __init__(self, address: str, node: str, gpus=((0, 16384),), 
                  key: Path | None = None) -> None:
         self.node = node
         self.gpus = [s.GpuInfo(i, "virtual", mb, True) for i, mb in gpus]
-        self.token = token
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
@@ -102,8 +101,9 @@ class FakeAgent:
         return self.replies.pop(msg.id)
 
     def register(self, jobs=()) -> s.Message:
+        # as a real agent's defaults: its gang members reachable on loopback
         return self.request(s.Register(node=self.node, gpus=self.gpus, jobs=list(jobs),
-                                       token=self.token))
+                                       address="127.0.0.1", ports=s.PortRange(47000, 47999)))
 
     def heartbeat(self, jobs=()) -> s.Message:
         return self.request(s.Heartbeat(

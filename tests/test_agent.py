@@ -80,7 +80,7 @@ def setup(ctx, tmp_path):
     sup = Supervisor(tmp_path / "work", runner_cmd=write_fake_runner(tmp_path),
                      suspend_timeout_s=5.0)
     cfg = AgentConfig(coordinator=coord.address, node="n1", work_dir=tmp_path / "work",
-                      token="sesame", register_retry_s=0.2)
+                      register_retry_s=0.2)
     agent = Agent(cfg, VirtualGpus(parse_virtual_gpus("2x16GiB")), sup, ctx)
     yield agent, coord
     agent.shutdown(timeout_s=2)
@@ -101,7 +101,7 @@ def test_registers_then_heartbeats_with_gpu_telemetry(setup):
     agent, coord = setup
     pump(agent, coord, lambda: len(coord.of_type("heartbeat")) >= 2)
     reg = coord.of_type("register")[0]
-    assert reg.node == "n1" and reg.token == "sesame" and reg.jobs == []
+    assert reg.node == "n1" and reg.jobs == []
     assert [(g.index, g.memory_mb, g.virtual) for g in reg.gpus] == [(0, 16384, True),
                                                                      (1, 16384, True)]
     assert agent.heartbeat_s == 0.2          # the coordinator's choice
@@ -217,11 +217,11 @@ def test_kill_is_quiet(setup, tmp_path):
     assert exits(coord) == []
 
 
-def test_refused_token_stops_the_agent(setup):
+def test_refused_key_stops_the_agent(setup):
     agent, coord = setup
-    coord.refuse["register"] = "bad token"
+    coord.refuse["register"] = "unknown key: ask its admin"
     assert agent.run(should_stop=lambda: coord.drain() or False) == 1
-    assert "bad token" in agent.fatal
+    assert "unknown key" in agent.fatal
 
 
 def test_silent_coordinator_makes_the_agent_kill_its_runners_and_reconnect(ctx, tmp_path):

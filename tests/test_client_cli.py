@@ -133,7 +133,7 @@ def test_submit_refuses_flags_that_override_fields_or_are_unknown(capsys, cluste
 def test_refused_submit_exits_1_with_the_reason(capsys, cluster):
     ct, _ = cluster
     code, _, err = run(capsys, "submit", "--coordinator", ct.address, "vgg_16", "--num_gpus", "4")
-    assert code == 1 and "refused" in err and "largest node has 2" in err
+    assert code == 1 and "refused" in err and "the cluster's nodes have 2 in all" in err
 
 
 def test_status_watch_nodes_logs_and_job_commands(capsys, cluster):

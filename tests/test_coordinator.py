@@ -141,7 +141,7 @@ def test_two_jobs_share_one_gpu(make, agents):
 def test_impossible_submits_are_refused_with_a_reason(make, agents):
     ct, client = make()
     agents(ct.address, "n1", gpus=((0, 16384), (1, 16384))).register()
-    with pytest.raises(Refused, match="asks for 3 GPUs but the largest node has 2"):
+    with pytest.raises(Refused, match="asks for 3 GPUs but the cluster.s nodes have 2 in all"):
         client.submit([spec(num_gpus=3)])
     with pytest.raises(Refused, match="nosuchnet"):
         client.submit([spec("nosuchnet")])
@@ -509,3 +509,26 @@ def test_requests_are_answered_while_a_slow_policy_decides(tmp_path, agents):
             assert client.submit([spec()]) == ["j2"]
     finally:
         ct.close()
+
+
+def test_report_of_jobs_left_in_the_database_matches_the_report_of_their_records(make, agents):
+    from tfgshare.coordinator.exporter import job_record
+    from tfgshare.metrics import compute_report
+    ct, client = make()
+    ct.coord.cluster.keep_done = 1                 # done jobs leave memory at once
+    agent = agents(ct.address, "n1")
+    agent.register()
+    ids = client.submit([spec(), spec(), spec(), spec()])
+    for jid in ids[:3]:
+        agent.wait_command(s.StartJob, jid)
+        time.sleep(0.05)
+        agent.exit(jid, 0)
+    client.cancel(ids[3])
+    got = client.metrics()["summary"]
+    records = [job_record(ct.coord._job(j), ct.coord.clock()) for j in ids]
+    want = compute_report(records, ct.coord.metrics.timeline, 1).as_dict()
+    assert got["finished"] == 3 and got["jobs"] == 4
+    assert set(got) == set(want)
+    for key, value in want.items():
+        assert got[key] == (value if isinstance(value, dict) or value is None
+                            else pytest.approx(value, rel=1e-9)), key

@@ -167,3 +167,34 @@ def test_a_key_registered_while_the_coordinator_runs_is_known_at_once(tmp_path):
     public, _ = zmq.auth.load_certificate(str(out / "late.key"))
     assert registry.get(public.decode()) == keys.Identity("late", "agent")
     assert registry.get("no such key") is None
+
+
+def test_metrics_port_off_loopback_needs_the_bearer_token_keys_init_made(tmp_path):
+    import urllib.error
+    import urllib.request
+    keys_dir = tmp_path / "keys"
+    config = dict(state=tmp_path / "state.db", metrics_port=0, metrics_host="0.0.0.0")
+    with pytest.raises(ValueError, match="needs a bearer token: run `tfgshare keys"):
+        Coordinator(CoordinatorConfig(**config))
+    keys.init(keys_dir)
+    token_file = keys_dir / keys.METRICS_TOKEN
+    assert stat.S_IMODE(os.stat(token_file).st_mode) == 0o600
+    coord = Coordinator(CoordinatorConfig(**config))
+    assert coord.metrics_token == token_file.read_text().strip()
+    # served here on loopback (tests stay on loopback) with the token the coordinator chose
+    port = coord.metrics.serve(0, "127.0.0.1", coord.metrics_token)
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        for headers in ({}, {"Authorization": "Bearer wrong"},
+                        {"Authorization": coord.metrics_token}):
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=5)
+            assert refused.value.code == 401
+        scrape = urllib.request.Request(
+            url, headers={"Authorization": f"Bearer {coord.metrics_token}"})
+        assert b"tfgshare_jobs" in urllib.request.urlopen(scrape, timeout=5).read()
+    finally:
+        coord.metrics.close()
+        coord.store.close()
+    # on loopback (the default host) no token is asked
+    assert Coordinator(CoordinatorConfig(tmp_path / "s2.db", metrics_port=0)).metrics_token is None

@@ -43,3 +43,34 @@ def test_logs_come_in_pages_and_tail_still_means_the_last_lines(ct):
         assert client.logs(jid, page_size=2) == lines
         assert client.logs(jid, tail=5, page_size=2) == lines[-5:]
         assert client.logs(jid, tail=0) == [] and client.logs(jid, tail=50) == lines
+
+
+def test_done_jobs_leave_memory_but_status_logs_and_the_report_still_show_them(tmp_path):
+    ct = CoordinatorThread(tmp_path / "state.db")
+    ct.coord.cluster.keep_done = 2
+    try:
+        with Client(ct.address, timeout_s=5) as client:
+            ids = client.submit([s.JobSpec("lenet", name=f"n{i}") for i in range(5)])
+            for jid in ids:
+                client.cancel(jid)
+            assert set(ct.coord.cluster.jobs) == set(ids[-2:])     # the rest: database only
+            jobs = client.status(page_size=2)["jobs"]
+            assert [j["id"] for j in jobs] == ids and {j["state"] for j in jobs} == {"cancelled"}
+            assert client.request(s.Status())["counts"] == {"cancelled": 5}
+            assert client.job(ids[0])["name"] == "n0"
+            assert "cancelled" in client.logs(ids[0])[-1]
+            with pytest.raises(Refused, match="already cancelled"):
+                client.cancel(ids[0])
+            report = client.metrics()
+            assert report["summary"]["jobs"] == 5 and len(report["jobs"]) == 5
+    finally:
+        ct.close()
+    ct = CoordinatorThread(tmp_path / "state.db")    # a restart loads the active jobs only
+    try:
+        assert not ct.coord.cluster.jobs
+        with Client(ct.address, timeout_s=5) as client:
+            assert client.request(s.Status())["counts"] == {"cancelled": 5}
+            assert [j["id"] for j in client.jobs()] == ids
+            assert client.metrics()["summary"]["jobs"] == 5
+    finally:
+        ct.close()

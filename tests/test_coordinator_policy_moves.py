@@ -114,6 +114,44 @@ def test_starving_large_job_is_promoted_and_gets_its_reservation(live):
     assert client.metrics()["refused"] == {}
 
 
+def measured_moves(agent: FakeAgent, jid: str) -> None:
+    """What a real runner reports of a start (after its first step) and of a save."""
+    agent.event(jid, "start_phases", start_s=0.3, graph_s=1.5, graph_source="imported",
+                restore_s=0.5, restored_from="model.ckpt-25", first_step_s=0.4)
+    agent.event(jid, "checkpoint", step=25, path="model.ckpt-25", seconds=0.3, size_mb=37.5)
+
+
+def test_policy_promotes_a_short_job_once_measured_move_costs_allow_it(live):
+    """Both GPUs busy with long jobs; a short job waits. Moves measured at 3 s make the
+    long jobs movable after 30 s and the short job promoted after 30 s of waiting,
+    where the fixed bounds (300 s, 600 s) would keep it waiting."""
+    ct, client, agent, clock = live
+    longs = []
+    for gpu in (0, 1):
+        (j,) = client.submit([spec()])
+        assert run_to(agent, j, 2000, cpu_util=1.0).fragments[0].gpu_index == gpu
+        measured_moves(agent, j)
+        longs.append(j)
+    (short,) = client.submit([spec(steps=100)])
+    assert agent.wait_command(s.StartJob, short).sample_only
+    measured_moves(agent, short)
+    agent.sample(short, step_time=0.1, peak_mb=2000, cpu_util=1.0)
+    time.sleep(0.5)
+    assert client.job(short)["state"] == "sampled"
+    assert client.job(short)["move_cost_s"] == pytest.approx(3.0)
+    assert not [c for c in agent.commands if isinstance(c, (s.StartJob, s.SuspendJob))]
+    clock.skip(45)     # past 10 x the 3 s moves, far short of the fixed 300 s / 600 s
+    victim = agent.wait_command(s.SuspendJob, timeout_s=10).job
+    assert victim in longs
+    assert client.job(victim)["state"] == "suspending"
+    agent.exit(victim, 75, "suspended")
+    start = agent.wait_command(s.StartJob, short)
+    assert not start.sample_only
+    assert client.job(short)["state"] == "running"
+    assert any("suspend (policy fgs)" in line for line in client.logs(victim))
+    assert client.metrics()["refused"] == {}
+
+
 def test_prediction_adds_the_measured_start_up(live):
     from coordinator_fakes import sample_event
     ct, client, agent, clock = live
@@ -129,6 +167,26 @@ def test_prediction_adds_the_measured_start_up(live):
     agent.exit(j, 75, "sampled")
     info = client.job(j)
     assert info["predicted_total_s"] == pytest.approx(1000 * 0.1 + 1.8, abs=0.01)
+
+
+def test_prediction_takes_the_restart_from_the_runners_measured_phases(live):
+    from coordinator_fakes import sample_event
+    ct, client, agent, clock = live
+    (j,) = client.submit([spec(steps=1000)])
+    agent.wait_command(s.StartJob, j)
+    started = ct.coord.cluster.jobs[j].last_start
+    # 20 s from the start to its sampled steps (it waited for a runner process), but
+    # the runner's own start took 2.7 s: the next start is predicted at 2.7 s
+    agent.event(j, "start_phases", start_s=0.3, graph_s=1.5, graph_source="built",
+                restore_s=0.0, restored_from=None, first_step_s=0.9)
+    ev = sample_event(step_time=0.1, peak_mb=2000)
+    ev.update(warmup_steps=2, window_start=started + 20.0)
+    agent.event(j, "sample", **ev)
+    time.sleep(0.3)
+    agent.exit(j, 75, "sampled")
+    info = client.job(j)
+    assert info["restart_s"] == pytest.approx(19.8, abs=0.01)
+    assert info["predicted_total_s"] == pytest.approx(1000 * 0.1 + 2.7, abs=0.01)
 
 
 def test_out_of_memory_resizes_the_fragment_from_the_peak_and_requeues(live):

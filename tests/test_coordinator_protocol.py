@@ -14,7 +14,7 @@ from tfgshare.policies.registry import get_policy
 
 @pytest.fixture
 def coord(tmp_path):
-    ct = CoordinatorThread(tmp_path / "state.db", policy=get_policy("fifo"), token="sesame")
+    ct = CoordinatorThread(tmp_path / "state.db", policy=get_policy("fifo"))
     yield ct
     ct.close()
 
@@ -63,14 +63,11 @@ def test_oversized_frame_is_dropped_and_others_are_still_served(coord):
     assert still_serving(coord.address)
 
 
-def test_register_needs_the_token(coord):
-    agent = FakeAgent(coord.address, "n1", token="wrong")
+def test_an_agent_must_register_before_it_reports(coord):
+    agent = FakeAgent(coord.address, "n1")
     try:
-        reply = agent.register()
-        assert isinstance(reply, s.Error) and "token" in reply.reason
         reply = agent.request(s.Heartbeat(node="n1"))
         assert isinstance(reply, s.Error) and "unauthenticated" in reply.reason
-        agent.token = "sesame"
         assert isinstance(agent.register(), s.Ok)
         assert isinstance(agent.heartbeat(), s.Ok)
         # an agent may only speak for the node it registered as
@@ -80,8 +77,22 @@ def test_register_needs_the_token(coord):
         agent.close()
 
 
+@pytest.mark.parametrize("command", ["coordinator", "agent"])
+def test_the_old_token_flag_is_an_error_that_points_to_keys(capsys, tmp_path, command):
+    from tfgshare.agent.node import main as agent_main
+    from tfgshare.coordinator.server import main as coordinator_main
+    main = coordinator_main if command == "coordinator" else agent_main
+    with pytest.raises(SystemExit) as exit_:
+        main(["--state", str(tmp_path / "s.db"), "--token", "sesame"] if command ==
+             "coordinator" else ["--node", "n1", "--token", "sesame"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "--token was removed" in err and "tfgshare keys init" in err
+    assert not (tmp_path / "s.db").exists()
+
+
 def test_register_refuses_duplicate_gpus(coord):
-    agent = FakeAgent(coord.address, "n1", gpus=((0, 100), (0, 100)), token="sesame")
+    agent = FakeAgent(coord.address, "n1", gpus=((0, 100), (0, 100)))
     try:
         reply = agent.register()
         assert isinstance(reply, s.Error) and "duplicate GPU indices" in reply.reason

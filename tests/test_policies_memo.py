@@ -121,6 +121,43 @@ def test_a_history_memo_records_what_it_saw_not_what_it_planned(scenario, name, 
     assert len(res.records) == len(jobs)
 
 
+class FullWalk:
+    """Wraps tiresias: every round also decides by walking every job, on a memo of its own."""
+
+    def __init__(self, policy):
+        self.policy = policy
+        self.name = policy.name
+        self.full = type("Full", (type(policy),), {"incremental": False})(
+            thresholds=policy.thresholds)
+        self.full_memo = self.full.new_memo()
+        self.rounds = 0
+
+    def __getattr__(self, attr):
+        return getattr(self.policy, attr)
+
+    def decide(self, now, cluster, jobs, memo=None):
+        got = self.policy.decide(now, cluster, jobs, memo)
+        want = self.full.decide(now, cluster, list(jobs), self.full_memo)
+        assert got == want, f"round {self.rounds} at t={now}: the incremental walk differs"
+        assert memo.wake == self.full_memo.wake, f"round {self.rounds}: next wake-up differs"
+        self.rounds += 1
+        return got
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(scenario=scenarios(), authors_wake=st.booleans())
+def test_tiresias_incremental_walk_decides_as_walking_every_job(scenario, authors_wake,
+                                                                profiles):
+    spec, jobs = scenario
+    pol = FullWalk(get_policy("tiresias", thresholds=(60.0, 300.0, 900.0),
+                              authors_wake=authors_wake))
+    pol.full.authors_wake = authors_wake
+    res = simulate(load_cluster(spec), jobs, profiles, pol, SimConfig(seed=2))
+    assert pol.rounds > 0
+    assert len(res.records) == len(jobs)
+
+
 def view(jid, state=JobState.QUEUED, submit=0.0):
     return JobView(id=jid, submit_time=submit, num_gpus=1, state=state)
 

@@ -72,3 +72,41 @@ def test_light_runner_modules_do_not_import_tensorflow():
             "bad = [m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'tf_slim')]\n"
             "assert not bad, bad\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+GANG = ["--job_name", "worker", "--ps_hosts", "127.0.0.1:7001",
+        "--worker_hosts", "127.0.0.1:7002,127.0.0.1:7003", "--num_ps_tasks", "1",
+        "--worker_replicas", "2", "--sync_replicas"]
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"--worker_replicas": "3"}, "--worker_replicas 3 does not match the 2 address"),
+    ({"--num_ps_tasks": "2"}, "--num_ps_tasks 2 must be >= 1 and match"),
+    ({"--task": "2"}, r"--task 2 is not in 0\.\.1"),
+    ({"--job_name": "chief"}, "--job_name must be 'worker' or 'ps'"),
+    ({"--worker_hosts": "127.0.0.1:7002,nohost"}, "'nohost' is not host:port"),
+    ({"--replicas_to_aggregate": "3"}, "--replicas_to_aggregate 3 must be in"),
+    ({"--ps_hosts": "127.0.0.1:7002"}, "name one address twice"),
+])
+def test_gang_flags_that_do_not_describe_one_cluster_are_refused(tmp_path, change, message):
+    argv = list(GANG)
+    for flag, value in change.items():
+        if flag in argv:
+            argv[argv.index(flag) + 1] = value
+        else:
+            argv += [flag, value]
+    config = parse_args(["--train_dir", str(tmp_path), *argv])
+    with pytest.raises(BadInputError, match=message):
+        config.check()
+
+
+def test_gang_flags_make_worker_0_the_chief(tmp_path):
+    config = parse_args(["--train_dir", str(tmp_path), *GANG, "--task", "0", "--serve_ps"])
+    config.check()
+    assert config.in_gang and config.is_chief
+    other = parse_args(["--train_dir", str(tmp_path), *GANG, "--task", "1"])
+    assert other.in_gang and not other.is_chief
+    with pytest.raises(BadInputError, match="--serve_ps is for the chief"):
+        parse_args(["--train_dir", str(tmp_path), *GANG, "--task", "1", "--serve_ps"]).check()
+    with pytest.raises(BadInputError, match="need --job_name"):
+        parse_args(["--train_dir", str(tmp_path), "--worker_replicas", "2"]).check()

@@ -10,7 +10,7 @@ from tfgshare import schema as s
 
 EXAMPLES = [
     s.Register(node="n1", gpus=[s.GpuInfo(0, "virtual", 16384, True)],
-               jobs=[s.RunningJob("j1", 4242, 17, 2)], token="t"),
+               jobs=[s.RunningJob("j1", 4242, 17, 2)]),
     s.Heartbeat(node="n1", gpus=[s.GpuTelemetry(0, 0.5, 1200.0)],
                 jobs=[s.JobTelemetry("j1", 18, {0: 900.0, 1: 450.5})]),
     s.JobEvent(node="n1", job="j1", attempt=2,
@@ -179,3 +179,28 @@ def test_bad_utf8_inside_a_field_is_a_schema_error():
     with pytest.raises(s.SchemaError, match="malformed JSON"):
         s.decode(frame)
     assert s.request_id(frame) == "x"
+
+
+def test_a_gang_member_carries_its_cluster_and_becomes_runner_flags():
+    from tfgshare.schema import (GangMember, JobSpec, PortRange, Register, SchemaError,
+                                 StartJob, decode, encode)
+
+    member = GangMember(task=0, ps_hosts=["127.0.0.1:47000"],
+                        worker_hosts=["127.0.0.1:47001", "127.0.0.1:47002"])
+    start = decode(encode(StartJob(job="j1", attempt=1, spec=JobSpec(model_name="lenet"),
+                                   fragments=[], train_dir="/c/j1", gang=member)))
+    assert start.gang.runner_args() == [
+        "--job_name", "worker", "--task", "0", "--ps_hosts", "127.0.0.1:47000",
+        "--worker_hosts", "127.0.0.1:47001,127.0.0.1:47002", "--num_ps_tasks", "1",
+        "--worker_replicas", "2", "--sync_replicas", "--serve_ps"]
+    with pytest.raises(SchemaError, match="register.ports: port range 9-3 is empty"):
+        decode(b'{"type":"register","v":1,"node":"a","gpus":[],"ports":{"first":9,"last":3}}')
+    with pytest.raises(SchemaError, match="worker_hosts"):
+        decode(encode(StartJob(job="j1", attempt=1, spec=JobSpec(model_name="lenet"),
+                               fragments=[], train_dir="/c/j1",
+                               gang=GangMember(task=0, ps_hosts=["h:1"],
+                                               worker_hosts=["h:2", "no port"]))))
+    assert decode(encode(Register(node="a", gpus=[], address="10.0.0.7",
+                                  ports=PortRange(47000, 47999)))).ports.last == 47999
+    with pytest.raises(SchemaError, match="set by the agent"):
+        JobSpec(model_name="lenet", extra=["--worker_hosts", "h:1"])

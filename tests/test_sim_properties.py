@@ -114,11 +114,24 @@ def starvation_scenarios(draw):
     return f"{nodes}x{per_node}:16384", jobs
 
 
+def worst_slowdown(pol):
+    """The most the simulator slows a tenant that fgs admitted.
+
+    fgs caps each tenant's *predicted* slowdown at ``slowdown_cap`` with its own
+    estimate of the cost per co-tenant (``interference_overhead``); the
+    simulator's ground truth charges ``Colocation.overhead`` per co-tenant, so
+    with ``max_cotenants`` on a GPU a tenant runs up to that ratio slower.
+    """
+    extra = pol.max_cotenants - 1
+    return pol.slowdown_cap * (1 + SimConfig().colocation.overhead * extra) / (
+        1 + pol.interference_overhead * extra)
+
+
 def wait_bound(pol, jobs, profiles):
     """fgs promotes a job after max_wait_s; it then waits at most for room to be made:
-    the longest job's run (start-ups, steps at the slowdown cap), min_run_s and two ticks."""
+    the longest job's run (start-ups, steps at the worst slowdown), min_run_s and two ticks."""
     longest = max(2 * 5 + j.total_steps * profiles.get("toy", j.batch_size).step_time_s
-                  * pol.slowdown_cap for j in jobs)
+                  * worst_slowdown(pol) for j in jobs)
     return pol.max_wait_s + longest + pol.min_run_s + 2 * TICK
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import secrets
 import shutil
 import sys
 from dataclasses import dataclass
@@ -46,6 +47,9 @@ class Identity:
 
     name: str
     role: str          # "user", "admin" or "agent"
+
+
+METRICS_TOKEN = "metrics.token"   # bearer token for the metrics HTTP port (keys init)
 
 
 def keys_dir_for(state: str | Path) -> Path:
@@ -78,7 +82,20 @@ def init(keys_dir: Path) -> Path:
     if not initialised(keys_dir):
         public, secret = zmq.auth.create_certificates(str(keys_dir), SERVER)
         os.chmod(secret, 0o600)
+    token = keys_dir / METRICS_TOKEN
+    if not token.exists():
+        fd = os.open(token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(32) + "\n")
     return keys_dir / f"{SERVER}.key"
+
+
+def metrics_token(keys_dir: Path) -> str | None:
+    """The bearer token that scrapes of the metrics port need off loopback (None if not made)."""
+    try:
+        return (keys_dir / METRICS_TOKEN).read_text().strip() or None
+    except FileNotFoundError:
+        return None
 
 
 def add(keys_dir: Path, name: str, role: str) -> Path:
@@ -200,6 +217,20 @@ def secure_client(sock: zmq.Socket, files: tuple[Path, Path] | None) -> None:
 # ---- tfgshare keys -----------------------------------------------------------------
 
 
+class RemovedToken(argparse.Action):
+    """``--token``: the plain shared token CurveZMQ keys replaced; an error that says so."""
+
+    def __init__(self, option_strings, dest, **kwargs) -> None:
+        kwargs["nargs"] = "?"
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        parser.error(f"{option_string} was removed: the plain shared token is replaced by "
+                     "CurveZMQ keys; make them with `tfgshare keys init`, `tfgshare keys "
+                     "add-agent NODE` and `tfgshare keys add-user NAME` (README, "
+                     "\"Authentication\")")
+
+
 def main(argv: list[str] | None = None) -> int:
     """``tfgshare keys init | add-user NAME [--admin] | add-agent NAME | list | revoke NAME``."""
     p = argparse.ArgumentParser(prog="tfgshare keys",
@@ -223,7 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "init":
             public = init(keys_dir)
-            print(f"coordinator key pair in {keys_dir}; give clients {public}")
+            print(f"coordinator key pair in {keys_dir}; give clients {public}; the metrics "
+                  f"port's bearer token (needed off loopback) is {keys_dir / METRICS_TOKEN}")
         elif args.command in ("add-user", "add-agent"):
             role = "agent" if args.command == "add-agent" else "admin" if args.admin else "user"
             out = add(keys_dir, args.name, role)

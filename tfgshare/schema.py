@@ -13,6 +13,10 @@ or ``error`` (``reason``).
 
 Who sends what:
 
+A job across nodes gets one ``start_job`` per node, each with its ``gang``
+part (``GangMember``); agents offer their gang ``address`` and ``ports`` at
+``register``.
+
 - agent -> coordinator: ``register``, ``heartbeat``, ``job_event``, ``job_exit``
   (all but ``register`` are refused from a peer that has not registered);
 - coordinator -> agent: ``start_job``, ``suspend_job``, ``cancel_job``,
@@ -147,7 +151,11 @@ FIELD_FLAGS = {"model_name": "model_name", "dataset_name": "dataset_name",
                "num_gpus": "num_gpus", "memory_fraction": "memory_fraction"}
 # runner flags the agent sets for every attempt
 AGENT_FLAGS = frozenset({"train_dir", "events_file", "job_id", "sample_only", "epoch",
-                         "intra_op_threads", "inter_op_threads"})
+                         "intra_op_threads", "inter_op_threads",
+                         # a gang member's place in its cluster (runner.replicas)
+                         "job_name", "task", "ps_hosts", "worker_hosts", "num_ps_tasks",
+                         "worker_replicas", "sync_replicas", "replicas_to_aggregate",
+                         "serve_ps"})
 
 
 def runner_flags(extra: list[str]) -> dict[str, Any]:
@@ -226,6 +234,42 @@ class JobTelemetry(Struct, forbid_unknown_fields=True):
     gpu_memory_mb: dict[int, float] = field(default_factory=dict)
 
 
+Port = Annotated[int, Meta(ge=1, le=65535)]
+HostPort = Annotated[str, Meta(min_length=3, max_length=261, pattern=r"^[^\s,]+:[0-9]{1,5}$")]
+
+
+class PortRange(Struct, forbid_unknown_fields=True):
+    """Ports ``first``..``last`` (inclusive) an agent's gang members may listen on."""
+
+    first: Port
+    last: Port
+
+    def __post_init__(self) -> None:
+        if self.last < self.first:
+            raise ValueError(f"port range {self.first}-{self.last} is empty")
+
+
+class GangMember(Struct, forbid_unknown_fields=True):
+    """One node's part of a job that spans nodes: worker ``task`` of the gang.
+
+    Worker 0 is the chief: it owns the checkpoint and serves the ``ps_hosts``
+    parameter servers in its own process (runner ``--serve_ps``).
+    """
+
+    task: NonNegative
+    ps_hosts: Annotated[list[HostPort], Meta(min_length=1, max_length=64)]
+    worker_hosts: Annotated[list[HostPort], Meta(min_length=2, max_length=1024)]
+
+    def runner_args(self) -> list[str]:
+        """The runner flags that make it this member (TF-Slim's names)."""
+        args = ["--job_name", "worker", "--task", str(self.task),
+                "--ps_hosts", ",".join(self.ps_hosts),
+                "--worker_hosts", ",".join(self.worker_hosts),
+                "--num_ps_tasks", str(len(self.ps_hosts)),
+                "--worker_replicas", str(len(self.worker_hosts)), "--sync_replicas"]
+        return args + (["--serve_ps"] if self.task == 0 else [])
+
+
 class FragmentSpec(Struct, forbid_unknown_fields=True):
     """One fragment of a job on the agent's GPU ``gpu_index``."""
 
@@ -252,7 +296,10 @@ class Register(Message, tag="register"):
     node: NonEmptyName
     gpus: list[GpuInfo]
     jobs: list[RunningJob] = field(default_factory=list)
-    token: Name | None = None
+    # where other nodes reach this node's gang members, and the ports they may use
+    # (both needed for a job that spans nodes to be placed here)
+    address: Name = ""
+    ports: PortRange | None = None
 
 
 class Heartbeat(Message, tag="heartbeat"):
@@ -293,6 +340,7 @@ class StartJob(Message, tag="start_job"):
     fragments: list[FragmentSpec]
     train_dir: PathText
     sample_only: bool = False
+    gang: GangMember | None = None   # this node's part of a job that spans nodes
 
 
 class SuspendJob(Message, tag="suspend_job"):

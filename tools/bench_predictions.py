@@ -110,6 +110,17 @@ def main() -> int:
     sim = simulated(args.jobs, got["jobs"])
     err = got["error"]
     print(got["report"])
+    print("\njob    steps  suspends  migrations  predicted s  error (|predicted - actual| / actual)")
+    for j in got["jobs"]:
+        err_j = j["prediction_error"]
+        print(f"{j['id']:<6} {j['total_steps']:>5}  {j['suspends']:>8}  {j['migrations']:>10}  "
+              f"{j['predicted_total_s'] or 0:>11.1f}  "
+              f"{'-' if err_j is None else f'{100 * err_j:.0f} %'}")
+    moved = [j["prediction_error"] for j in got["jobs"]
+             if j["prediction_error"] is not None and (j["suspends"] or j["migrations"])]
+    print(f"policy moves: {sum(j['suspends'] + j['migrations'] for j in got['jobs'])}; "
+          f"mean error of the {len(moved)} moved jobs: "
+          f"{100 * statistics.fmean(moved) if moved else 0:.1f} %")
     print(f"\nlive: {args.jobs} jobs in {got['wall_s']:.0f}s; prediction error mean "
           f"{100 * (err['mean'] or 0):.1f} %, p90 {100 * (err['p90'] or 0):.1f} % over "
           f"{err['jobs']} jobs; refused actions: {sum(got['refused'].values())} {got['refused']}")

@@ -1,6 +1,7 @@
 """Soak: submits and finishes sustained against 1,000 virtual GPUs, plain and with CurveZMQ.
 
     python tools/bench_soak.py --minutes 10        # the issue's soak (default 3)
+    python tools/bench_soak.py --modes curve --minutes 10 --json out.json   # one mode
 
 For each of two coordinators in one run, one plain and one with authentication
 on (CurveZMQ: a keys folder with a user key and one agent key per simulated
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import subprocess
@@ -167,7 +169,8 @@ def soak(root: Path, args: argparse.Namespace, secure: bool) -> dict:
                                     "rss_mb": round(rss_mb(proc.pid)[0], 1),
                                     "round_p50_ms": rounds.get("p50_ms"),
                                     "round_p99_ms": rounds.get("p99_ms"),
-                                    "rounds": rounds.get("count", 0)})
+                                    "rounds": rounds.get("count", 0),
+                                    "load1": round(os.getloadavg()[0], 1)})
                     next_sample += args.sample_s
                 agents.pump(1)
             cpu = sum(coord.cpu_times()[:2]) - cpu0
@@ -199,6 +202,8 @@ def soak(root: Path, args: argparse.Namespace, secure: bool) -> dict:
         "messages": messages, "coordinator_cpu_s": round(cpu, 1),
         "cpu_us_per_message": round(1e6 * cpu / max(1, messages), 1),
         "status_round_trip_p50_ms": round(1000 * statistics.median(pings), 2),
+        "load1_min": min(x["load1"] for x in samples),
+        "load1_max": max(x["load1"] for x in samples),
         "samples": samples}
 
 
@@ -216,17 +221,26 @@ def main(argv: list[str] | None = None) -> int:
                    help="seconds of load before the soak is measured")
     p.add_argument("--pings", type=int, default=500)
     p.add_argument("--json", type=Path, help="write the results here")
+    p.add_argument("--modes", default="plain,curve", choices=["plain,curve", "plain", "curve"],
+                   help="which coordinators to soak (default both, plain first)")
     args = p.parse_args(argv)
+    results = []
     with tempfile.TemporaryDirectory() as tmp:
-        results = [soak(Path(tmp), args, secure) for secure in (False, True)]
-    for r in results:
-        print(f"{r['mode']:5s}: {r['minutes']:g} min, {r['gpus']} GPUs: {r['submitted']} submitted, "
-              f"{r['finished_by_agents']} finished by agents ({r['finished_jobs']} finished of "
-              f"{r['jobs']} jobs); RSS {r['rss_first_mb']} -> {r['rss_last_mb']} MiB, slope "
-              f"{r['rss_slope_mb_per_min']} MiB/min; round p50 {r['round_p50_ms']} ms, slope "
-              f"{r['round_p50_slope_ms_per_min']} ms/min; coordinator CPU "
-              f"{r['cpu_us_per_message']} us/message over {r['messages']} messages; status "
-              f"round trip p50 {r['status_round_trip_p50_ms']} ms")
+        for mode in args.modes.split(","):
+            results.append(soak(Path(tmp), args, mode == "curve"))
+            r = results[-1]
+            if args.json:      # each mode as soon as it is done
+                args.json.write_text(json.dumps({"soak": results}, indent=1))
+            print(f"{r['mode']:5s}: {r['minutes']:g} min, {r['gpus']} GPUs: {r['submitted']} "
+                  f"submitted, {r['finished_by_agents']} finished by agents ({r['finished_jobs']} finished of "
+                  f"{r['jobs']} jobs); RSS {r['rss_first_mb']} -> {r['rss_last_mb']} MiB, slope "
+                  f"{r['rss_slope_mb_per_min']} MiB/min; round p50 {r['round_p50_ms']} ms, slope "
+                  f"{r['round_p50_slope_ms_per_min']} ms/min; coordinator CPU "
+                  f"{r['cpu_us_per_message']} us/message over {r['messages']} messages; status "
+                  f"round trip p50 {r['status_round_trip_p50_ms']} ms; load average "
+                  f"{r['load1_min']}-{r['load1_max']}", flush=True)
+    if len(results) < 2:
+        return 0
     plain, curve = results
     wire = {"plain": wire_cost(False), "curve": wire_cost(True)}
     print(f"wire alone (a {len(heartbeat_frame())}-byte heartbeat frame echoed over loopback "

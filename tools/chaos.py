@@ -15,7 +15,14 @@ injects faults drawn from ``--seed``:
   the other node (at least 1.5 node timeouts, at most ``--timeout``), then SIGCONT it: the
   stale runner is fenced off the new attempt's checkpoints, and the agent kills it;
 - ``fill_disk``: fill the checkpoint file system (a tmpfs mounted for the run; skipped,
-  with a message, where it cannot be mounted) for ``--disk-full-s``, then free it.
+  with a message, where it cannot be mounted) for ``--disk-full-s``, then free it;
+- ``stall_runner``: SIGSTOP one job's runner and its agent (a stalled node: the runner
+  cannot be killed by it, nor does the node answer) until the coordinator has declared
+  the node lost and the job's next attempt has started elsewhere; then SIGCONT the old
+  runner alone (its agent still stopped, so nothing kills it): it trains on and, at its
+  next save, must be refused by the checkpoint fence (exit 76) without touching the new
+  attempt's checkpoints; then SIGCONT the agent. Not in the default schedule (``--kinds``
+  names the kinds to draw from).
 
 One fault at a time: the next is injected once the cluster is whole again and a
 job is training. At the end every job must have finished with its full step
@@ -51,6 +58,8 @@ from tfgshare.localcluster import LocalCluster  # noqa: E402
 from tfgshare.schema import JobSpec  # noqa: E402
 
 KINDS = ("kill_runner", "kill_agent", "kill_coordinator", "cut_agent", "fill_disk")
+EXTRA_KINDS = ("stall_runner",)      # only when --kinds names them
+STALL_FENCE_WAIT_S = 60.0            # the longest a resumed stale runner may take to its save
 NODES = ("n1", "n2")
 RESTART_AFTER_S = 2.0
 # a job's log line that tells how a fault was recovered -> the words for the report
@@ -74,6 +83,7 @@ class Fault:
     recovered_by: str = ""
     recovery_s: float | None = None   # until an affected job trained again
     note: str = ""
+    fenced: bool | None = None        # stall_runner: the old runner was refused by the fence
     wall: float = 0.0                 # time.time() when injected
     back_wall: float = 0.0            # time.time() when the faulty part was back
 
@@ -100,10 +110,10 @@ def lenet_job(steps: int, save_every: int, index: int) -> JobSpec:
                           "--save_interval_steps", str(save_every), "--max_to_keep", "2"])
 
 
-def plan(seed: int, count: int, disk: bool) -> list[str]:
+def plan(seed: int, count: int, disk: bool, kinds: tuple[str, ...] = KINDS) -> list[str]:
     """The kinds of ``count`` faults in order: every kind once (when count allows), then
     seeded draws, shuffled by ``seed``."""
-    kinds = [k for k in KINDS if disk or k != "fill_disk"]
+    kinds = [k for k in kinds if disk or k != "fill_disk"]
     rng = random.Random(seed)
     chosen = kinds[:count] + [rng.choice(kinds) for _ in range(count - len(kinds))]
     rng.shuffle(chosen)
@@ -135,7 +145,8 @@ class Chaos:
         self.rng = random.Random(args.seed + 1)
         self.cluster = LocalCluster(root, node_timeout=args.node_timeout,
                                     coordinator_flags=["--max-retries", str(args.max_retries)])
-        self.kinds = plan(args.seed, args.faults, disk) if args.faults else []
+        kinds = tuple(args.kinds.split(",")) if getattr(args, "kinds", None) else KINDS
+        self.kinds = plan(args.seed, args.faults, disk, kinds) if args.faults else []
         self.faults: list[Fault] = []
         self.later: list[tuple[float, str, object]] = []   # (when, what, arg): restarts
         self.start = 0.0
@@ -201,9 +212,12 @@ class Chaos:
     def _due_restarts(self, now: float) -> None:
         for item in [x for x in self.later if x[0] <= now]:
             _, what, arg = item
-            if what == "sigcont" and not self._moved(*arg[1:]) and now < self.start + \
-                    self.args.timeout / 2:
+            if what in ("sigcont", "wake_runner") and not self._moved(*arg[-2:]) and \
+                    now < self.start + self.args.timeout / 2:
                 continue                   # the cut lasts until the job runs elsewhere
+            if what == "wake_agent" and not self._stale_done(*arg) and now < item[0] + \
+                    STALL_FENCE_WAIT_S:
+                continue                   # the old runner goes on alone until it has exited
             self.later.remove(item)
             if what == "agent":
                 self.cluster.start_agent(arg, self.gpus)
@@ -213,7 +227,29 @@ class Chaos:
                 os.kill(arg[0], signal.SIGCONT)
             elif what == "free":
                 arg.unlink(missing_ok=True)
+            elif what == "wake_runner":    # the old runner alone: its agent stays stopped
+                runner, agent = arg[:2]
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(runner, signal.SIGCONT)
+                self.later.append((now, "wake_agent", (runner, agent, *arg[2:])))
+            elif what == "wake_agent":
+                os.kill(arg[1], signal.SIGCONT)
+                self.faults[-1].fenced = self._fenced_log(*arg[2:])
             self.faults[-1].back_wall = time.time()
+
+    def _stale_done(self, runner: int, agent: int, job: str, attempt: int) -> bool:
+        """Whether the old runner of a stall has exited (fenced, or finished)."""
+        if self._fenced_log(job, attempt):
+            return True
+        try:
+            return psutil.Process(runner).status() == psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return True
+
+    def _fenced_log(self, job: str, attempt: int) -> bool:
+        """Whether attempt ``attempt`` of ``job`` says it was fenced off."""
+        return any("is fenced off" in p.read_text(errors="replace") for p in
+                   (self.cluster.root / "agents").glob(f"*/{job}/attempt-{attempt}.log"))
 
     def _moved(self, job: str, attempt: int) -> bool:
         """Whether a later attempt than ``attempt`` of ``job`` has started."""
@@ -249,6 +285,17 @@ class Chaos:
             self.later.append((now + 1.5 * self.args.node_timeout, "sigcont",
                                (agent.pid, job["id"], job["attempt"])))
             fault.target, fault.jobs = f"agent {node}", self._on(node, training)
+        elif kind == "stall_runner":
+            pid = runner_pid(agent.pid, self.cluster.log(f"agent-{node}"), job["id"],
+                             job["attempt"])
+            fault.target, fault.jobs = f"runner of {job['id']} and agent {node}", [job["id"]]
+            if pid is None:
+                fault.note = "no runner process found; nothing stalled"
+            else:
+                os.kill(pid, signal.SIGSTOP)
+                os.kill(agent.pid, signal.SIGSTOP)
+                self.later.append((now + 1.5 * self.args.node_timeout, "wake_runner",
+                                   (pid, agent.pid, job["id"], job["attempt"])))
         elif kind == "fill_disk":
             filler = self.cluster.checkpoints / "filler"
             fill(filler)
@@ -332,8 +379,10 @@ class Chaos:
                 fault.recovered_by += "; the stale runner's save was fenced off (exit 76)"
             # training again: progress after the fault; after a runner died (or was cut
             # off), progress of a later attempt
-            later = fault.kind in ("kill_runner", "kill_agent", "cut_agent")
+            later = fault.kind in ("kill_runner", "kill_agent", "cut_agent", "stall_runner")
             since = fault.back_wall if fault.kind == "kill_coordinator" else fault.wall
+            if fault.kind == "stall_runner" and fault.fenced is False:
+                fault.recovered_by += "; the stale runner was NOT seen refused by the fence"
             if fault.kind == "cut_agent" and fault.back_wall:
                 fault.target += f" for {fault.back_wall - fault.wall:.1f}s"
             back = []
@@ -425,6 +474,10 @@ def check(result: dict, steps: int) -> list[str]:
         if not job.resumed_right or job.redone > job.bound:
             problems.append(f"{job.id} redid {job.redone} steps, more than the {job.bound} "
                             "since its checkpoints")
+    for f in result["faults"]:
+        if f.kind == "stall_runner" and not f.note and not f.fenced:
+            problems.append(f"stall_runner at {f.at_s}s: the old runner of {f.target} was not "
+                            "seen refused by the checkpoint fence")
     return problems
 
 
@@ -450,6 +503,11 @@ def report(result: dict, baseline: float | None, steps: int) -> str:
               f"attempts: {sum(j.attempts for j in jobs)} for {len(jobs)} jobs; stale runners "
               f"fenced off a newer attempt's checkpoints: {result['fenced']}",
               f"batch time: {result['seconds']:.1f} s"]
+    stalls = [f for f in result["faults"] if f.kind == "stall_runner" and not f.note]
+    if stalls:
+        lines.insert(-1, f"stalled runners resumed after their job moved and refused by the "
+                         f"checkpoint fence: {sum(bool(f.fenced) for f in stalls)} of "
+                         f"{len(stalls)}")
     if len(result["faults"]) < len(result["planned"]):
         lines.append(f"the batch finished after {len(result['faults'])} of the "
                      f"{len(result['planned'])} planned faults")
@@ -477,6 +535,9 @@ def parser() -> argparse.ArgumentParser:
                    help="seconds after submit before the first fault")
     p.add_argument("--gap-s", type=float, default=8.0, help="least seconds between faults")
     p.add_argument("--disk-full-s", type=float, default=15.0)
+    p.add_argument("--kinds", default="",
+                   help=f"comma-separated fault kinds to draw from (default {','.join(KINDS)}; "
+                        f"also {','.join(EXTRA_KINDS)})")
     p.add_argument("--timeout", type=float, default=1800.0, help="give up after (s)")
     p.add_argument("--baseline", action="store_true",
                    help="also run the batch without faults, for the extra time")
@@ -487,7 +548,12 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the chaos batch (and the baseline); print the report; 0 when every check holds."""
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
+    unknown = set(filter(None, args.kinds.split(","))) - set(KINDS + EXTRA_KINDS)
+    if unknown:
+        p.error(f"unknown fault kind(s) {', '.join(sorted(unknown))}; "
+                f"known: {', '.join(KINDS + EXTRA_KINDS)}")
     root = args.root or Path(tempfile.mkdtemp(prefix="tfgshare-chaos-"))
     baseline = None
     if args.baseline:

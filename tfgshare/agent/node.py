@@ -19,6 +19,13 @@ runner's kill and a slow clock; should a runner outlive it anyway (a stalled
 node), its checkpoints are fenced too: each attempt writes under its own epoch
 and cannot replace a newer attempt's (see ``tfgshare.runner.checkpoint``).
 
+A job whose GPUs span nodes arrives as one ``StartJob`` per node with its
+``gang`` part (worker index, parameter server and worker addresses); the agent
+adds those runner flags (``runner.replicas``) and otherwise runs, suspends and
+reports it as any job. ``--gang-address`` is where the other nodes reach this
+node's members, ``--gang-ports`` the ports they may listen on (told to the
+coordinator at registration, which picks one per member).
+
 Paths from the wire are confined: a job's train dir must resolve (symlinks
 followed) to a folder under the checkpoint root the coordinator named at
 registration, and its dataset dir to a folder under one of the data roots
@@ -55,6 +62,7 @@ FENCE_SHARE = 0.5
 # default spare runners: one per GPU up to this (each holds ~0.4 GB of host memory and costs
 # an import of CPU time; two cover the common burst of starts on a node)
 MAX_SPARES = 2
+DEFAULT_GANG_PORTS = (47000, 47999)   # where gang members listen unless --gang-ports says
 
 
 @dataclass
@@ -65,7 +73,6 @@ class AgentConfig:
     node: str
     work_dir: Path
     heartbeat_s: float | None = None     # None: what the coordinator asks for
-    token: str | None = None
     threads: int = 1                     # CPU threads per runner
     suspend_timeout_s: float = 60.0
     register_retry_s: float = 1.0
@@ -79,6 +86,10 @@ class AgentConfig:
     #                                       data folder and the checkpoint root
     key: str | None = None               # CurveZMQ secret key file (None: $TFGSHARE_KEY)
     server_key: str | None = None        # the coordinator's public key file
+    # a job that spans nodes runs one gang member here (runner.replicas), listening on
+    # ``gang_address`` at a port of ``gang_ports`` the coordinator picks; None: no gangs here
+    gang_address: str = "127.0.0.1"
+    gang_ports: tuple[int, int] | None = DEFAULT_GANG_PORTS
 
 
 class Agent:
@@ -215,7 +226,10 @@ class Agent:
                 for p in self.sup.runners.values() if p.job not in self.quiet]
         gpus = [schema.GpuInfo(index=g.index, name=g.name, memory_mb=g.memory_mb,
                                virtual=g.virtual) for g in self.gpus.gpus]
-        msg = schema.Register(node=self.cfg.node, gpus=gpus, jobs=jobs, token=self.cfg.token)
+        ports = self.cfg.gang_ports
+        msg = schema.Register(node=self.cfg.node, gpus=gpus, jobs=jobs,
+                              address=self.cfg.gang_address if ports else "",
+                              ports=schema.PortRange(*ports) if ports else None)
         self.register_id = msg.id
         self._last_register = time.monotonic()
         self._send(msg)
@@ -260,7 +274,7 @@ class Agent:
     def _on_reply(self, msg: schema.Ok | schema.Error) -> None:
         if msg.id == self.register_id:
             if isinstance(msg, schema.Error):
-                if any(w in msg.reason.lower() for w in ("token", "key")):
+                if "key" in msg.reason.lower():
                     self.fatal = f"coordinator refused registration: {msg.reason}"
                 else:
                     log.warning("registration refused: %s (retrying)", msg.reason)
@@ -318,7 +332,10 @@ class Agent:
         if msg.spec.dataset_dir is not None:
             confine(msg.spec.dataset_dir, self.data_roots(), "dataset dir")
         train_dir.mkdir(parents=True, exist_ok=True)
-        proc = self.sup.start(msg.job, msg.attempt, msg.spec.runner_args(), str(train_dir),
+        args = msg.spec.runner_args()
+        if msg.gang is not None:   # this node's worker of a job that spans nodes
+            args += msg.gang.runner_args()
+        proc = self.sup.start(msg.job, msg.attempt, args, str(train_dir),
                               [(f.gpu_index, f.fraction) for f in msg.fragments],
                               virtual=virtual, sample_only=msg.sample_only,
                               cores=self._cores([f.gpu_index for f in msg.fragments])
@@ -326,8 +343,9 @@ class Agent:
                               limits_mb={f.gpu_index: f.fraction * by_index[f.gpu_index].memory_mb
                                          for f in msg.fragments} if virtual else None)
         self.quiet.discard(msg.job)
-        log.info("started %s attempt %d on GPU(s) %s (pid %d)", msg.job, msg.attempt,
-                 ",".join(str(i) for i in proc.gpu_indices), proc.pid)
+        log.info("started %s attempt %d on GPU(s) %s (pid %d)%s", msg.job, msg.attempt,
+                 ",".join(str(i) for i in proc.gpu_indices), proc.pid,
+                 f" as gang worker {msg.gang.task}" if msg.gang is not None else "")
         return schema.reply_ok(msg, pid=proc.pid)
 
     def _cores(self, indices: list[int]) -> tuple[int, ...] | None:
@@ -436,8 +454,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="runner events and logs (default: a folder in the temp dir)")
     p.add_argument("--heartbeat", type=float, metavar="S",
                    help="seconds between heartbeats (default: the coordinator's choice)")
-    p.add_argument("--token", default=os.environ.get("TFGSHARE_TOKEN"),
-                   help="shared token the coordinator requires (env TFGSHARE_TOKEN)")
+    p.add_argument("--token", action=keys.RemovedToken, help=argparse.SUPPRESS)
     p.add_argument("--key", default=None,
                    help="this agent's CurveZMQ secret key file (default $TFGSHARE_KEY; made by "
                         "`tfgshare keys add-agent NODE`)")
@@ -459,8 +476,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-root", type=Path, action="append", metavar="DIR",
                    help="a folder job dataset dirs may be under, repeatable (default: the "
                         "shared data folder and the checkpoint root)")
+    p.add_argument("--gang-address", metavar="HOST",
+                   help="where the other nodes reach this node's part of a job that spans "
+                        "nodes (default: 127.0.0.1 for a loopback coordinator, else the host "
+                        "name)")
+    p.add_argument("--gang-ports", metavar="FIRST-LAST",
+                   default=f"{DEFAULT_GANG_PORTS[0]}-{DEFAULT_GANG_PORTS[1]}",
+                   help="ports those gang members may listen on, or 'none' to take no job "
+                        "that spans nodes (default %(default)s)")
     p.add_argument("-v", "--verbose", action="store_true", help="log debug detail")
     return p
+
+
+def gang_ports(text: str) -> tuple[int, int] | None:
+    """``FIRST-LAST`` as a port range, None for 'none'; ValueError naming the problem."""
+    if text.strip().lower() == "none":
+        return None
+    first, sep, last = text.partition("-")
+    if not sep or not first.strip().isdigit() or not last.strip().isdigit():
+        raise ValueError(f"--gang-ports {text!r} must look like 47000-47999 or be 'none'")
+    lo, hi = int(first), int(last)
+    if not 1 <= lo <= hi <= 65535:
+        raise ValueError(f"--gang-ports {text!r} is not a range of ports within 1-65535")
+    return lo, hi
+
+
+def default_gang_address(coordinator: str) -> str:
+    """Loopback for a coordinator on loopback, else this host's name."""
+    host = coordinator.split("://", 1)[-1].rpartition(":")[0].strip("[]")
+    return "127.0.0.1" if host in ("127.0.0.1", "localhost", "::1") else socket.gethostname()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -482,6 +526,11 @@ def main(argv: list[str] | None = None) -> int:
         print("tfgshare agent: error: --spare-runners must be >= 0", file=sys.stderr)
         return 2
     try:
+        ports = gang_ports(args.gang_ports)
+    except ValueError as exc:
+        print(f"tfgshare agent: error: {exc}", file=sys.stderr)
+        return 2
+    try:
         source, note = gpus_mod.discover(args.virtual_gpus, args.force_virtual)
     except (gpus_mod.GpuSpecError, RuntimeError) as exc:
         print(f"tfgshare agent: error: {exc}", file=sys.stderr)
@@ -498,12 +547,13 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         probe.close(0)
     cfg = AgentConfig(coordinator=args.coordinator, node=args.node, work_dir=work_dir,
-                      heartbeat_s=args.heartbeat, token=args.token, threads=args.threads,
+                      heartbeat_s=args.heartbeat, threads=args.threads,
                       suspend_timeout_s=args.suspend_timeout,
                       runner_cmd=args.runner.split() if args.runner else None,
                       data_roots=args.data_root, key=args.key, server_key=args.server_key,
                       warm_runner=args.warm_runner and args.spare_runners != 0,
-                      spare_runners=args.spare_runners or None)
+                      spare_runners=args.spare_runners or None, gang_ports=ports,
+                      gang_address=args.gang_address or default_gang_address(args.coordinator))
     stop: list[int] = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, _frame: stop.append(signum))

@@ -4,7 +4,8 @@
   thread) and ``main`` (``tfgshare coordinator``).
 - ``agents``: the agent-facing protocol; ``clients``: the client-facing API.
 - ``transitions``: the job state machine's moves; ``cluster``: live jobs, nodes and
-  fragment accounting; ``rounds``: scheduling rounds.
+  fragment accounting; ``rounds``: scheduling rounds; ``gangs``: jobs across nodes,
+  one runner per node, started, moved and lost as one.
 - ``store``: the SQLite state; ``exporter``: Prometheus metrics and the run report.
 - ``config``, ``errors``, ``logs``: settings and flags, request errors, logging.
 

@@ -7,6 +7,7 @@ from typing import Any
 from tfgshare import schema as s
 from tfgshare.coordinator.cluster import LiveJob, Node, split_gpu_id
 from tfgshare.coordinator.errors import REPLIED, RequestError, number, short
+from tfgshare.coordinator.gangs import spans_nodes
 from tfgshare.coordinator.logs import log
 from tfgshare.policies.base import JobState, SampleRecord
 from tfgshare.runner import protocol as rp
@@ -16,8 +17,6 @@ class AgentProtocol:
     """Handlers for the messages node agents send (mixed into ``Coordinator``)."""
 
     def _on_register(self, peer: bytes, msg: s.Register) -> dict[str, Any]:
-        if self.config.token is not None and msg.token != self.config.token:
-            raise RequestError("register refused: wrong or missing token")
         caller = self._caller
         if caller is not None and msg.node != caller.name:
             raise RequestError(f"register refused: agent key {caller.name!r} may register only "
@@ -35,6 +34,8 @@ class AgentProtocol:
         if node is None:
             node = self.cluster.nodes[msg.node] = Node(msg.node, gpus)
         node.gpus, node.identity, node.last_seen, node.lost = gpus, peer, now, False
+        node.address = msg.address
+        node.ports = (msg.ports.first, msg.ports.last) if msg.ports else None
         self.peers[peer] = node.name
         self.cluster.nodes_changed()
         self.store.save_node(node.name, {"gpus": [s.plain(g) for g in msg.gpus]})
@@ -50,7 +51,9 @@ class AgentProtocol:
             job = self.cluster.active.get(rj.job)
             if (job is not None and job.node == node.name and job.state.holds_gpu
                     and (rj.attempt is None or rj.attempt == job.attempt)
-                    and all(split_gpu_id(f.gpu)[1] in gpus for f in job.fragments)):
+                    and all(split_gpu_id(f.gpu)[1] in gpus for f in job.fragments)
+                    # a gang's chief only with its members known (not after a restart)
+                    and (not spans_nodes(job.fragments) or job.id in self.gangs)):
                 reported[job.id] = rj
                 job.unknown = False
                 job.steps_done = max(job.steps_done, rj.step)
@@ -70,6 +73,8 @@ class AgentProtocol:
             if job.id not in reported:
                 job.unknown = False
                 self._requeue(job, now, f"node {node.name} re-registered without it")
+        # its gang members died with its old agent (or are not adopted: killed above)
+        self._members_gone(node.name, now, "its agent registered again")
         self._dirty = True
         return REPLIED
 
@@ -138,6 +143,8 @@ class AgentProtocol:
         return job
 
     def _on_job_event(self, peer: bytes, msg: s.JobEvent) -> dict[str, Any]:
+        if self._member_event(peer, msg):   # a gang member other than the chief (gangs.py)
+            return {}
         job = self._current(peer, msg)
         if job is None:
             late = self._late(msg)
@@ -169,6 +176,16 @@ class AgentProtocol:
             self._note_progress(job, ev, now)
         elif name == "sample":
             self._record_sample(job, ev, now)
+        elif name == "start_phases":
+            # process start (import), graph, restore and first step: the restart half
+            # of its move cost (JobView.move_cost_s); waiting for a runner is not in it
+            parts = [number(ev, k, float) for k in ("start_s", "graph_s", "restore_s",
+                                                    "first_step_s")]
+            job.start_cost_s = sum(max(0.0, x) for x in parts if x is not None)
+        elif name == "checkpoint":
+            seconds = number(ev, "seconds", float)
+            if seconds is not None and seconds >= 0:
+                job.save_s = seconds   # the save half of its move cost (JobView.move_cost_s)
         elif name == "error":
             job.reason = str(ev.get("message", ""))
         elif name == "out_of_memory":
@@ -255,6 +272,8 @@ class AgentProtocol:
         return None
 
     def _on_job_exit(self, peer: bytes, msg: s.JobExit) -> dict[str, Any]:
+        if self._member_exit(peer, msg):   # a gang member other than the chief (gangs.py)
+            return {}
         job = self._current(peer, msg)
         if job is None:
             late = self._late(msg)

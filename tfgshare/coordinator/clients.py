@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import heapq
+import json
 from typing import Any
 
 from tfgshare import schema as s
 from tfgshare.coordinator.cluster import LiveJob, split_gpu_id
 from tfgshare.coordinator.errors import RequestError
-from tfgshare.coordinator.exporter import error_stats, format_error, run_report
+from tfgshare.coordinator.exporter import REPORT_ROWS, error_stats, format_error, run_report
 from tfgshare.coordinator.logs import log
 from tfgshare.coordinator.rounds import round_stats
 from tfgshare.policies.base import Fragment, JobState
 from tfgshare.policies.placement import fraction_for
+
+
+_DONE = frozenset(st.value for st in JobState if st.done)
 
 
 class ClientApi:
@@ -22,17 +26,17 @@ class ClientApi:
         from slim_models.nets_factory import check_model
         if not msg.jobs:
             raise RequestError("submit needs at least one job")
-        largest = self.cluster.largest_node()
+        total = sum(len(n.gpus) for n in self.cluster.nodes.values())   # a gang spans nodes
         for i, spec in enumerate(msg.jobs, 1):
             label = f"job {i} ({spec.model_name})" if len(msg.jobs) > 1 else spec.model_name
             try:
                 check_model(spec.model_name, spec.image_size)
             except ValueError as exc:
                 raise RequestError(f"{label}: {exc}") from None
-            if largest and spec.num_gpus > largest:
+            if total and spec.num_gpus > total:
                 raise RequestError(
-                    f"{label}: asks for {spec.num_gpus} GPUs but the largest node has "
-                    f"{largest}; a job runs on the GPUs of one node")
+                    f"{label}: asks for {spec.num_gpus} GPUs but the cluster's nodes have "
+                    f"{total} in all")
         now = self.clock()
         owner = self._caller.name if self._caller is not None else ""   # from the key only
         rows, ids = [], []
@@ -58,20 +62,27 @@ class ClientApi:
         now = self.clock()
         if msg.job is not None:
             return {"job": self.describe(self._job(msg.job), now)}
-        jobs = self.cluster.active if msg.active else self.cluster.jobs
         limit = msg.limit or s.MAX_PAGE
-        page = heapq.nsmallest(limit + 1, (j for j in jobs.values() if j.seq > msg.cursor),
-                               key=lambda j: j.seq)
+        if msg.active:
+            page = heapq.nsmallest(limit + 1, (j for j in self.cluster.active.values()
+                                               if j.seq > msg.cursor), key=lambda j: j.seq)
+        else:   # every job: the done ones mostly from the database
+            page = [self._stored(i, d) for _, i, d in self.store.jobs_page(msg.cursor, limit + 1)]
         more = len(page) > limit
         page = page[:limit]
-        counts: dict[str, int] = {}
-        for j in self.cluster.jobs.values():
+        counts = {state: n for state, n in self.cluster.counts.items() if n and state in _DONE}
+        for j in self.cluster.active.values():
             counts[j.display_state] = counts.get(j.display_state, 0) + 1
         return {"jobs": [self.describe(j, now) for j in page], "counts": counts,
                 "next_cursor": page[-1].seq if more else None,
                 "policy": getattr(self.policy, "name", "?"), "time": now,
                 "prediction_error": error_stats(self.cluster.prediction_errors),
                 "refused": dict(self.refusals)}
+
+    def _stored(self, job_id: str, data: str) -> LiveJob:
+        """The job in memory, else rebuilt from its stored record."""
+        job = self.cluster.jobs.get(job_id)
+        return job if job is not None else LiveJob.from_record(json.loads(data))
 
     def describe(self, job: LiveJob, now: float) -> dict[str, Any]:
         """A job as the status command shows it."""
@@ -85,6 +96,7 @@ class ClientApi:
             "predicted_total_s": job.predicted_total_s,
             "prediction_error": job.prediction_error,
             "measured_step_s": job.measured_step_s, "restart_s": job.restart_s,
+            "save_s": job.save_s, "move_cost_s": job.view().move_cost_s,
             "submit_time": job.submit_time, "first_start": job.first_start,
             "finish_time": job.finish_time, "waited_s": waited, "run_time_s": run,
             "attempt": job.attempt, "suspends": job.suspends, "resumes": job.resumes,
@@ -136,6 +148,7 @@ class ClientApi:
             self._log(job, now, "cancel requested")
             self._send(self.cluster.nodes[job.node],
                        s.CancelJob(job=job.id, attempt=job.attempt), job)
+            self._to_members(job, lambda: s.CancelJob(job=job.id, attempt=job.attempt))
             return {"state": "cancelling"}
         job.unknown = False
         self._finish(job, JobState.CANCELLED, now, "cancelled by the user")
@@ -217,7 +230,12 @@ class ClientApi:
     def _on_metrics(self, peer: bytes, msg: s.MetricsRequest) -> dict[str, Any]:
         now = self.clock()
         self.metrics.update(self.cluster, now)
-        answer = run_report(self.cluster, self.metrics, getattr(self.policy, "name", "?"), now)
+        self.store.append_logs(self._logs)
+        self._logs.clear()
+        done = self.store.done_summary()
+        newest = [self._stored(i, d) for _, i, d in self.store.jobs_page(0, REPORT_ROWS, True)]
+        answer = run_report(self.cluster, self.metrics, getattr(self.policy, "name", "?"), now,
+                            done=done, newest=newest[::-1])
         answer["rounds"] = round_stats(self.round_times[msg.since_round:])
         answer["decide"] = round_stats(self.decide_times[msg.since_round:])
         answer["decide_cpu"] = round_stats(self.decide_cpu_times[msg.since_round:])

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
@@ -19,6 +20,7 @@ from tfgshare.metrics import JobAccount
 from tfgshare.policies.base import (GPU, Action, ClusterSnapshot, Fragment, JobState, JobView,
                                     Migrate, SampleRecord, Start, Suspend)
 from tfgshare.policies.jobset import JobSet
+from tfgshare.policies.movecost import move_cost_s
 from tfgshare.policies.placement import GpuUse, fits
 from tfgshare.policies.prediction import predict_remaining_s
 from tfgshare.schema import GpuInfo, JobSpec, plain
@@ -53,6 +55,8 @@ class LiveJob(JobAccount):
     # measurements behind the prediction (tfgshare.policies.prediction.predict_remaining_s)
     measured_step_s: float | None = None  # latest measured step time (co-location included)
     restart_s: float | None = None    # what its last start cost before steps ran at speed
+    start_cost_s: float | None = None  # its last start by the runner's phases (start_phases)
+    save_s: float | None = None       # what its last checkpoint save took
     attempt_step0: int | None = None  # steps_done at this attempt's start, until its cost is known
     pinned: bool = False              # manually suspended: not scheduled until resumed
     cancel_requested: bool = False
@@ -80,11 +84,20 @@ class LiveJob(JobAccount):
     _counted: tuple[str, bool, bool] | None = field(default=None, repr=False)  # in the counts
 
     def predict(self, restarts: int) -> float | None:
-        """Run time left, from what was measured (None before its step time is known)."""
+        """Run time left, from what was measured (None before its step time is known).
+
+        A restart still to come costs what the runner measured of its last start
+        (``start_phases``: process start, graph, restore, first step), else the
+        time from its last start to its steps at speed (``restart_s``). The latter
+        also holds any wait for a runner process: on a burst of starts (the
+        first, sampling starts of a batch) that wait was 20-80 s here where the
+        job's later start took 3-8 s.
+        """
         if self.measured_step_s is None:
             return None
+        restart = self.start_cost_s if self.start_cost_s is not None else self.restart_s
         return predict_remaining_s(max(0, self.spec.max_number_of_steps - self.steps_done),
-                                   self.measured_step_s, restarts, self.restart_s or 0.0)
+                                   self.measured_step_s, restarts, restart or 0.0)
 
     @property
     def prediction_error(self) -> float | None:
@@ -134,7 +147,8 @@ class LiveJob(JobAccount):
                 attained_at=self.last_start if state.holds_gpu else None,
                 last_start=self.last_start, waited_s=self.waited_s,
                 last_wait_start=self.last_wait_start, suspends=self.suspends,
-                priority=spec.priority, min_memory_mb=self.memory_need_mb)
+                priority=spec.priority, min_memory_mb=self.memory_need_mb,
+                move_cost_s=move_cost_s(self.start_cost_s, self.save_s))
         return self._view
 
     # ---- persistence --------------------------------------------------------
@@ -184,6 +198,8 @@ class Node:
     lost: bool = False
     gpu_util: dict[int, float] = field(default_factory=dict)
     gpu_memory_used_mb: dict[int, float] = field(default_factory=dict)
+    address: str = ""                 # where other nodes reach its gang members ("": none)
+    ports: tuple[int, int] | None = None   # the ports its gang members may use
 
     def gpu_id(self, index: int) -> str:
         """The cluster-wide id of this node's GPU ``index``."""
@@ -203,13 +219,21 @@ def split_gpu_id(gpu_id: str) -> tuple[str, int]:
     return node, int(index)
 
 
+KEEP_DONE = 256                    # done jobs kept in memory besides the database
+PREDICTION_ERRORS_KEPT = 10_000    # finished jobs' prediction errors kept for status
+
+
 class Cluster:
     """Nodes and jobs, and the policy snapshot built from them."""
 
-    def __init__(self, reserve_mb: float = 300.0) -> None:
+    def __init__(self, reserve_mb: float = 300.0, keep_done: int = KEEP_DONE) -> None:
         self.reserve_mb = reserve_mb
+        self.keep_done = keep_done
         self.nodes: dict[str, Node] = {}
-        self.jobs: dict[str, LiveJob] = {}        # every job, in submit order
+        # the jobs in memory: every active job and the ``keep_done`` latest done ones
+        # (the others are in the coordinator's database only)
+        self.jobs: dict[str, LiveJob] = {}
+        self._done: OrderedDict[str, None] = OrderedDict()   # done jobs in memory, oldest first
         self.active: dict[str, LiveJob] = {}      # jobs not done
         self.tenants: dict[str, dict[str, LiveJob]] = {}   # GPU id -> jobs holding it
         self.migrating: dict[str, LiveJob] = {}   # jobs with a migration target reserved
@@ -217,7 +241,8 @@ class Cluster:
         self._views = JobSet()                     # what the policy sees, kept up to date
         self.counts: dict[str, int] = {}          # jobs by state ("unknown" apart), kept up to date
         self.over_count = 0                       # jobs over their fragment's memory
-        self.prediction_errors: list[float] = []  # of finished jobs
+        # of the latest finished jobs (the report covers them all, from the database)
+        self.prediction_errors: deque[float] = deque(maxlen=PREDICTION_ERRORS_KEPT)
         self._snapshot: ClusterSnapshot | None = None
 
     # ---- nodes -------------------------------------------------------------
@@ -235,13 +260,8 @@ class Cluster:
         if self._snapshot is None:   # one object while nodes stay: its layout is kept on it
             gpus = tuple(GPU(id=n.gpu_id(i), node=n.name, index=i, memory_mb=g.memory_mb)
                          for n in self.up_nodes() for i, g in sorted(n.gpus.items()))
-            self._snapshot = ClusterSnapshot(gpus=gpus, reserve_mb=self.reserve_mb,
-                                             one_node_gangs=True)
+            self._snapshot = ClusterSnapshot(gpus=gpus, reserve_mb=self.reserve_mb)
         return self._snapshot
-
-    def largest_node(self) -> int:
-        """The most GPUs any known node has (0 when no node has joined yet)."""
-        return max((len(n.gpus) for n in self.nodes.values()), default=0)
 
     def gpu(self, gpu_id: str) -> GpuInfo | None:
         """The GPU with this id on an up node, else None."""
@@ -259,7 +279,9 @@ class Cluster:
     def add(self, job: LiveJob) -> None:
         """Track a job (and the fragments it holds)."""
         self.jobs[job.id] = job
-        if not job.state.done:
+        if job.state.done:
+            self._done[job.id] = None
+        else:
             self.active[job.id] = job
             if job.state.holds_gpu:
                 target = job.migrate_to
@@ -268,10 +290,15 @@ class Cluster:
         self.refresh(job)
 
     def retire(self, job: LiveJob) -> None:
-        """Drop a finished, failed or cancelled job from the active set."""
+        """Drop a finished, failed or cancelled job from the active set; beyond the
+        ``keep_done`` latest done jobs, the oldest leaves memory."""
         self.unplace(job)
         self.active.pop(job.id, None)
         self._views.drop(job.id)
+        self._done[job.id] = None
+        while len(self._done) > self.keep_done:
+            self.jobs.pop(self._done.popitem(last=False)[0], None)
+
 
     def place(self, job: LiveJob, fragments: tuple[Fragment, ...]) -> None:
         """Record that ``job`` holds these fragments."""
@@ -358,9 +385,10 @@ class Cluster:
         The rule is the policy's (``placement.fits``) on the cluster as the
         coordinator holds it: a suspended or migrating job keeps its memory
         until its runner exits, a migration target and a start in flight are
-        reserved, and a job runs on the GPUs of one node. A start onto room that
-        a suspend or migration in this list (or in flight) will free is
-        deferred: its fragments are reserved and it starts once they are free.
+        reserved, and a job across nodes needs each node's gang address and
+        ports. A start onto room that a suspend or migration in this list (or in
+        flight) will free is deferred: its fragments are reserved and it starts
+        once they are free.
         """
         use: dict[str, GpuUse] = {}
         freeing: dict[str, GpuUse] = {}
@@ -420,9 +448,12 @@ class Cluster:
             nodes = {split_gpu_id(g)[0] for g in gpus}
         except ValueError as exc:
             return "bad_fragments", str(exc)
-        if len(nodes) != 1:
-            return "spans_nodes", (f"placement spans nodes {', '.join(sorted(nodes))}; "
-                                   "a live job runs on one node")
+        if len(nodes) > 1:   # a gang: one runner per node (coordinator.gangs)
+            closed = sorted(n for n in nodes if n in self.nodes and
+                            not (self.nodes[n].address and self.nodes[n].ports))
+            if closed:
+                return "spans_nodes", (f"placement spans nodes {', '.join(sorted(nodes))} but "
+                                       f"{', '.join(closed)} offers no gang address and ports")
         later = False
         for f in frags:
             info = self.gpu(f.gpu)

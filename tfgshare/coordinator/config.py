@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tfgshare.keys import RemovedToken
+
 DEFAULT_ADDRESS = "tcp://127.0.0.1:5555"
 
 
@@ -22,11 +24,11 @@ class CoordinatorConfig:
     policy_params: dict[str, Any] = field(default_factory=dict)
     checkpoint_root: Path | None = None     # default: <dir of state>/checkpoints
     metrics_port: int | None = None         # None: no HTTP metrics; 0: a free port
+    metrics_host: str = "127.0.0.1"         # off loopback, scrapes need the bearer token
     reserve_mb: float = 300.0
     node_timeout: float = 10.0
     tick: float = 1.0
     heartbeat_s: float | None = None        # told to agents; default node_timeout / 4
-    token: str | None = None
     keys_dir: Path | None = None            # CurveZMQ keys; default: <dir of state>/keys
     max_retries: int = 2                    # failures in a row without progress before a
     #                                         job is marked failed
@@ -49,13 +51,16 @@ def parser() -> argparse.ArgumentParser:
                    help="shared checkpoint directory (default: <dir of --state>/checkpoints)")
     p.add_argument("--metrics-port", type=int, default=None,
                    help="serve Prometheus metrics on this port (0: a free port)")
+    p.add_argument("--metrics-host", default="127.0.0.1",
+                   help="address the metrics port binds (default 127.0.0.1); off loopback every "
+                        "scrape needs the bearer token `tfgshare keys init` writes to "
+                        "<keys dir>/metrics.token")
     p.add_argument("--reserve-mb", type=float, default=300.0,
                    help="per-process CUDA context reserve on each GPU, MiB")
     p.add_argument("--node-timeout", type=float, default=10.0,
                    help="seconds without a heartbeat before a node is lost")
     p.add_argument("--tick", type=float, default=1.0, help="policy timer, seconds")
-    p.add_argument("--token", default=os.environ.get("TFGSHARE_TOKEN"),
-                   help="shared secret agents must present (default $TFGSHARE_TOKEN)")
+    p.add_argument("--token", action=RemovedToken, help=argparse.SUPPRESS)
     p.add_argument("--keys-dir", default=None,
                    help="CurveZMQ keys made by `tfgshare keys` (default: <dir of --state>/keys); "
                         "authentication is on whenever they exist or --bind is not loopback")
@@ -89,6 +94,6 @@ def config_from_args(argv: list[str]) -> CoordinatorConfig:
     return CoordinatorConfig(
         state=Path(a.state), bind=a.bind, policy=a.policy, policy_params=params,
         checkpoint_root=Path(a.checkpoint_root) if a.checkpoint_root else None,
-        metrics_port=a.metrics_port, reserve_mb=a.reserve_mb, node_timeout=a.node_timeout,
-        tick=a.tick, token=a.token, keys_dir=Path(a.keys_dir) if a.keys_dir else None,
+        metrics_port=a.metrics_port, metrics_host=a.metrics_host, reserve_mb=a.reserve_mb, node_timeout=a.node_timeout,
+        tick=a.tick, keys_dir=Path(a.keys_dir) if a.keys_dir else None,
         max_retries=a.max_retries)

@@ -1,7 +1,11 @@
 """The coordinator's metrics: Prometheus gauges, the usage timeline, the run report.
 
 The Prometheus registry is the coordinator's own (not the process-global one),
-served over HTTP when a port is given. The report is the one the simulator
+served over HTTP when a port is given: on loopback by default; off loopback only
+to scrapes that carry the bearer token ``tfgshare keys init`` wrote (401 without).
+Its labels are bounded (job states, refusal reasons), none is per job. The
+report covers every job, the done ones read from the database; its per-job table
+shows the newest ``REPORT_ROWS``. The report is the one the simulator
 prints (``tfgshare.metrics``), built from the live jobs' accounts and the
 timeline, whose figures follow ``tfgshare.metrics``' definitions: allocated
 counts each fragment with its context reserve (``held_share``); effective is
@@ -15,14 +19,21 @@ reports none.
 
 from __future__ import annotations
 
+import dataclasses
+import hmac
+import json
 import math
-from typing import Any, NamedTuple
+import threading
+from typing import Any, Callable, Iterable, NamedTuple, Sequence
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer
 
 from tfgshare.coordinator.cluster import Cluster, LiveJob, split_gpu_id
-from tfgshare.metrics import (JobRecord, Timeline, compute_report, format_duration, format_table,
-                              held_share, kernel_share)
+from tfgshare.metrics import (SIZE_CLASSES, JobRecord, Report, Timeline, compute_report,
+                              format_duration, format_table, held_share, kernel_share,
+                              size_class)
 from tfgshare.policies.base import JobState
 
 STATES = [s.value for s in JobState] + ["unknown"]
@@ -52,6 +63,27 @@ def _speed(job: LiveJob) -> float:
     if job.sample is None or job.step_time_s is None:
         return 1.0
     return min(1.0, job.sample.step_time_s / job.step_time_s)
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """No access log on stderr."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def _bearer(app: Callable, token: str) -> Callable:
+    """``app`` behind a bearer-token check (a constant-time comparison)."""
+    expected = f"Bearer {token}".encode()
+
+    def guarded(environ: dict, start_response: Callable):
+        given = environ.get("HTTP_AUTHORIZATION", "").encode()
+        if hmac.compare_digest(given, expected):
+            return app(environ, start_response)
+        start_response("401 Unauthorized", [("Content-Type", "text/plain"),
+                                             ("WWW-Authenticate", 'Bearer realm="tfgshare"')])
+        return [b"401: this metrics port needs Authorization: Bearer <metrics.token>\n"]
+    return guarded
 
 
 class CoordinatorMetrics:
@@ -87,12 +119,29 @@ class CoordinatorMetrics:
                                 buckets=(.0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1))
         self.timeline = Timeline()
         self.port: int | None = None
+        self._http: ThreadingWSGIServer | None = None
 
-    def serve(self, port: int, addr: str = "127.0.0.1") -> int:
-        """Serve /metrics on ``port`` (0 picks a free one); return the port."""
-        server, _thread = start_http_server(port, addr=addr, registry=self.registry)
+    def serve(self, port: int, addr: str = "127.0.0.1", token: str | None = None) -> int:
+        """Serve /metrics on ``port`` (0 picks a free one) in a thread; return the port.
+
+        With a ``token``, a scrape without ``Authorization: Bearer <token>`` gets 401.
+        """
+        app = make_wsgi_app(self.registry)
+        if token is not None:
+            app = _bearer(app, token)
+        server = make_server(addr, port, app, ThreadingWSGIServer, handler_class=_QuietHandler)
+        threading.Thread(target=server.serve_forever, daemon=True,
+                         name="metrics-http").start()
+        self._http = server
         self.port = server.server_address[1]
         return self.port
+
+    def close(self) -> None:
+        """Stop serving /metrics (if it was)."""
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+            self._http = None
 
     def usage(self, cluster: Cluster) -> Usage:
         """What the jobs hold and use now, by the definitions of ``tfgshare.metrics``."""
@@ -164,10 +213,75 @@ def job_record(job: LiveJob, now: float) -> JobRecord:
                         finished=job.state is JobState.FINISHED)
 
 
-def job_rows(cluster: Cluster, now: float) -> list[dict[str, Any]]:
+_RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(JobRecord))
+
+
+def report_fields(rec: JobRecord) -> dict[str, Any]:
+    """A done job's record as JSON-ready data (kept in the database for the report)."""
+    return {name: getattr(rec, name) for name in _RECORD_FIELDS}
+
+
+def stored_report(data: str, report: str | None, now: float) -> JobRecord:
+    """A done job's report record from the database (rebuilt from its job record when
+    a version that did not keep it stored the job)."""
+    if report is not None:
+        return JobRecord(**json.loads(report))
+    return job_record(LiveJob.from_record(json.loads(data)), now)
+
+
+def prediction_error(rec: JobRecord) -> float | None:
+    """|predicted - actual| / actual run time of a finished job (None if not predicted)."""
+    if rec.finish_time is None or rec.predicted_total_s is None or not rec.actual_total_s:
+        return None
+    return abs(rec.predicted_total_s - rec.actual_total_s) / rec.actual_total_s
+
+
+def summary_report(active: Sequence[JobRecord], done: dict[str, Any], timeline: Timeline,
+                   num_gpus: int, end: float | None) -> Report:
+    """``compute_report``'s figures for the active jobs' records and the done jobs'
+    aggregates the database computed (``StateStore.done_summary``), by the same
+    definitions, without reading every done job into memory."""
+    nan = math.nan
+    finished = done["finished"]
+    by_size: dict[str, list[float]] = {}
+    for gpus, (n, mean) in done["jct_by_gpus"].items():
+        acc = by_size.setdefault(size_class(gpus), [0, 0.0])
+        acc[0] += n
+        acc[1] += n * mean
+    order = [label for label, _, _ in SIZE_CLASSES]
+    submits = [r.submit_time for r in active]
+    if done["first_submit"] is not None:
+        submits.append(done["first_submit"])
+    first_submit = min(submits, default=0.0)
+    last_finish = done["last_finish"] if finished else first_submit
+    avg = timeline.time_average(last_finish if end is None else end)
+    return Report(
+        jobs=len(active) + done["jobs"], finished=finished,
+        jct_mean=done["jct_mean"] if finished else nan,
+        jct_median=done["jct_median"] if finished else nan,
+        jct_p95=done["jct_p95"] if finished else nan,
+        wait_mean=done["wait_mean"] if finished else nan,
+        util_allocated=avg["allocated"] / num_gpus, util_effective=avg["effective"] / num_gpus,
+        makespan=last_finish - first_submit if finished else 0.0,
+        suspends=int(done["suspends"]) + sum(r.suspends for r in active),
+        resumes=int(done["resumes"]) + sum(r.resumes for r in active),
+        migrations=int(done["migrations"]) + sum(r.migrations for r in active),
+        move_cost_s=float(done["move_cost_s"] + sum(r.move_cost_s for r in active)),
+        pred_error_mean=done["pred_mean"], pred_error_median=done["pred_median"],
+        pred_error_p90=done["pred_p90"],
+        queue_mean=avg["queued"], util_device=avg["device"] / num_gpus,
+        util_device_busy=avg["device"] / avg["busy"] if avg["busy"] > 0 else 0.0,
+        jct_by_size={k: by_size[k][1] / by_size[k][0] for k in order if k in by_size},
+        jobs_by_size={k: by_size[k][0] for k in order if k in by_size})
+
+
+REPORT_ROWS = 200    # jobs in the report's per-job table: the newest
+
+
+def job_rows(jobs: Iterable[LiveJob], now: float) -> list[dict[str, Any]]:
     """One row per job for the per-job table: wait, JCT, moves, predicted vs actual."""
     rows = []
-    for job in cluster.jobs.values():
+    for job in jobs:
         rec = job_record(job, now)
         rows.append({
             "job": job.id, "model": job.spec.model_name, "state": job.display_state,
@@ -189,19 +303,38 @@ def format_job_rows(rows: list[dict[str, Any]]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in lines)
 
 
-def run_report(cluster: Cluster, metrics: CoordinatorMetrics, policy: str,
-               now: float) -> dict[str, Any]:
-    """The run report: summary numbers, the policy table and the per-job table."""
-    records = [job_record(j, now) for j in cluster.jobs.values()]
+def run_report(cluster: Cluster, metrics: CoordinatorMetrics, policy: str, now: float,
+               done: dict[str, Any] | None = None,
+               newest: Sequence[LiveJob] | None = None) -> dict[str, Any]:
+    """The run report: summary numbers, the policy table and the per-job table.
+
+    The summary covers the active jobs and the done ones: ``done`` is their
+    aggregates from the database (``StateStore.done_summary``; default: the
+    done jobs in memory, through ``compute_report``); the per-job table shows the
+    ``newest`` jobs (default: those in memory), oldest first.
+    """
+    active = [job_record(j, now) for j in cluster.active.values()]
+    if newest is None:
+        newest = list(cluster.jobs.values())[-REPORT_ROWS:]
     ngpus = max(1, sum(len(n.gpus) for n in cluster.nodes.values()))
-    end = now if any(not j.state.done for j in cluster.jobs.values()) else None
-    if records:
-        report = compute_report(records, metrics.timeline, ngpus, end=end)
+    end = now if active else None
+    if done is None:
+        records = active + [job_record(j, now) for j in cluster.jobs.values() if j.state.done]
+        total = len(records)
+        report = compute_report(records, metrics.timeline, ngpus, end=end) if records else None
+    else:
+        total = len(active) + done["jobs"]
+        report = summary_report(active, done, metrics.timeline, ngpus, end) if total else None
+    if report is not None:
         table = format_table({policy: report})
         summary = report.as_dict()
     else:
         table, summary = "no jobs yet", {}
-    rows = job_rows(cluster, now)
-    text = table + "\n\n" + format_job_rows(rows) if rows else table
+    rows = job_rows(newest, now)
+    text = table
+    if rows:
+        shown = (f"the newest {len(rows)} of {total} jobs (`tfgshare status` pages "
+                 "through all)" if len(rows) < total else f"all {len(rows)} jobs")
+        text += f"\n\n{shown}:\n" + format_job_rows(rows)
     return {"summary": summary, "report": text, "jobs": rows, "policy": policy,
             "gpus": ngpus}

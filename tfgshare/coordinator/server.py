@@ -53,15 +53,17 @@ from tfgshare.coordinator.clients import ClientApi
 from tfgshare.coordinator.cluster import Cluster, LiveJob, Node
 from tfgshare.coordinator.config import CoordinatorConfig, config_from_args
 from tfgshare.coordinator.errors import REPLIED, RequestError
-from tfgshare.coordinator.exporter import CoordinatorMetrics
+from tfgshare.coordinator.exporter import (CoordinatorMetrics, job_record, prediction_error,
+                                           report_fields, stored_report)
+from tfgshare.coordinator.gangs import Gang, GangControl, PortBook
 from tfgshare.coordinator.logs import TurnHandler, flush_logs, log
 from tfgshare.coordinator.rounds import Rounds
 from tfgshare.coordinator.store import StateStore
 from tfgshare.coordinator.transitions import Transitions
-from tfgshare.policies.base import Policy
+from tfgshare.policies.base import JobState, Policy
 
 
-class Coordinator(AgentProtocol, ClientApi, Transitions, Rounds):
+class Coordinator(AgentProtocol, ClientApi, Transitions, GangControl, Rounds):
     """The cluster's brain; ``serve`` runs its event loop."""
 
     def __init__(self, config: CoordinatorConfig, policy: Policy | None = None,
@@ -87,6 +89,15 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, Rounds):
                              f"`tfgshare keys --keys-dir {self.keys_dir} init` and add users "
                              "and agents (see README)")
         self._caller: keys_mod.Identity | None = None    # who sent the frame in hand
+        self.metrics_token: str | None = None   # bearer token scrapes need (off loopback)
+        if config.metrics_port is not None and not keys_mod.is_loopback(
+                f"tcp://{config.metrics_host}:0"):
+            self.metrics_token = keys_mod.metrics_token(self.keys_dir)
+            if self.metrics_token is None:
+                raise ValueError(
+                    f"serving metrics on {config.metrics_host} (not loopback) needs a bearer "
+                    f"token: run `tfgshare keys --keys-dir {self.keys_dir} init` (it writes "
+                    f"{self.keys_dir / keys_mod.METRICS_TOKEN})")
         self.store = StateStore(config.state)
         self.cluster = Cluster(config.reserve_mb)
         self.metrics = CoordinatorMetrics()
@@ -99,6 +110,8 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, Rounds):
         self.decide_times = array("d")               # ... of which in policy.decide
         self.decide_cpu_times = array("d")           # CPU seconds of policy.decide
         self.refusals: dict[str, int] = {}           # policy actions refused, by reason
+        self.gangs: dict[str, Gang] = {}             # jobs across nodes: their members
+        self.gang_ports = PortBook()
         self._out: list[tuple[list[bytes], s.Message]] = []
         self._cmds: list[tuple[list[bytes], s.Message]] = []
         self._logs: list[tuple[str, float, str]] = []
@@ -115,7 +128,7 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, Rounds):
             gpus = {g["index"]: s.GpuInfo(**g) for g in rec["gpus"]}
             self.cluster.nodes[name] = Node(name, gpus, lost=True)
         unknown = 0
-        for rec in self.store.load_jobs():
+        for rec in self.store.load_jobs(active_only=True):
             try:
                 job = LiveJob.from_record(rec)
             except (ValueError, TypeError) as exc:   # e.g. runner flags refused since
@@ -127,14 +140,32 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, Rounds):
                 unknown += 1
             self.cluster.add(job)
             self._last_submit = max(self._last_submit, job.submit_time)
+        # done jobs stay in the database: counted, their latest prediction errors kept
+        stored = self.store.count_jobs()
+        done = sum(stored.get(st.value, 0) for st in JobState if st.done)
+        if done and self.store.count_done() < done:   # figures an older version did not keep
+            for seq, _state, data, report in self.store.done_reports():
+                try:
+                    rec = stored_report(data, report, self.clock())
+                except (ValueError, TypeError):   # an older row whose spec is not valid now
+                    continue
+                self.store.save_done(seq, report_fields(rec), prediction_error(rec))
+        for st in JobState:
+            if st.done and stored.get(st.value):
+                self.cluster.counts[st.value] = (self.cluster.counts.get(st.value, 0)
+                                                 + stored[st.value])
+        self.cluster.prediction_errors.extend(
+            self.store.latest_prediction_errors(self.cluster.prediction_errors.maxlen))
+        self._last_submit = max(self._last_submit, self.store.last_submit())
         self.seq = self.store.max_seq()
         self._awaiting_readoption = unknown > 0
         for point in self.store.load_timeline():   # None: not recorded by an older version
             self.metrics.timeline.add(*(0.0 if v is None else v for v in point))
-        if self.cluster.jobs:
-            log.info("loaded %d jobs (%d active, %d running before the restart, now unknown) "
-                     "and %d nodes", len(self.cluster.jobs), len(self.cluster.active),
-                     unknown, len(self.cluster.nodes))
+        if self.cluster.active or done:
+            log.info("loaded %d jobs (%d active, %d running before the restart, now unknown; "
+                     "%d done, left in the database) and %d nodes",
+                     len(self.cluster.active) + done, len(self.cluster.active), unknown, done,
+                     len(self.cluster.nodes))
 
     # ---- the event loop --------------------------------------------------------
 
@@ -158,8 +189,11 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, Rounds):
             sock.bind(self.config.bind)
             self.endpoint = sock.getsockopt(zmq.LAST_ENDPOINT).decode()
             if self.config.metrics_port is not None:
-                port = self.metrics.serve(self.config.metrics_port)
-                log.info("metrics on http://127.0.0.1:%d/metrics", port)
+                host = self.config.metrics_host
+                port = self.metrics.serve(self.config.metrics_port, host, self.metrics_token)
+                log.info("metrics on http://%s:%d/metrics%s", host, port,
+                         " (bearer token: %s)" % (self.keys_dir / keys_mod.METRICS_TOKEN)
+                         if self.metrics_token else " (loopback: no token)")
             log.info("listening on %s (policy %s, state %s, checkpoints %s)", self.endpoint,
                      getattr(self.policy, "name", "?"), self.config.state, self.checkpoint_root)
             if self.registry is None:
@@ -173,6 +207,7 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, Rounds):
         finally:
             self.ready.set()
             sock.close(0)
+            self.metrics.close()
             if auth is not None:
                 auth.stop()
             ctx.term()
@@ -341,12 +376,21 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, Rounds):
 
     def _save(self, job: LiveJob) -> None:
         self.cluster.refresh(job)
-        self.store.save_job(job.id, job.to_record())
+        report = None
+        if job.state.done:   # the report reads it from the database
+            rec = job_record(job, self.clock())
+            report = report_fields(rec)
+            self.store.save_done(job.seq, report, prediction_error(rec))
+        self.store.save_job(job.id, job.to_record(), report)
 
     def _job(self, job_id: str) -> LiveJob:
+        """The job in memory, else as stored (a done job); RequestError if none."""
         job = self.cluster.jobs.get(job_id)
         if job is None:
-            raise RequestError(f"no job {job_id!r}")
+            rec = self.store.load_job(job_id) if isinstance(job_id, str) else None
+            if rec is None:
+                raise RequestError(f"no job {job_id!r}")
+            job = LiveJob.from_record(rec)
         return job
 
     def _send(self, node: Node, msg: s.Message, job: LiveJob | None = None) -> None:

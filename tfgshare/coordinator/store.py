@@ -1,5 +1,9 @@
 """The coordinator's durable state: jobs, nodes and job logs in SQLite (WAL).
 
+Every job is here; the coordinator keeps in memory only the active ones and the
+latest done ones, and reads the others from here (status pages, logs, the
+report, a restart), so its memory does not grow with the jobs it has run.
+
 Writes go into one open transaction that the coordinator commits once per
 turn of its event loop, before it sends any reply or command of that turn: a
 submit, a transition or a log line is on disk before anyone hears of it, and a
@@ -19,18 +23,28 @@ from __future__ import annotations
 import json
 import sqlite3
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, seq INTEGER NOT NULL, data TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS nodes (name TEXT PRIMARY KEY, data TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS log (job TEXT NOT NULL, time REAL NOT NULL, line TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS log_job ON log (job);
+CREATE TABLE IF NOT EXISTS done (seq INTEGER PRIMARY KEY, submit REAL, finish REAL, jct REAL,
+                                 waited REAL, num_gpus INTEGER, suspends INTEGER,
+                                 resumes INTEGER, migrations INTEGER, move_cost REAL,
+                                 pred_err REAL);
+CREATE INDEX IF NOT EXISTS done_jct ON done (jct);
+CREATE INDEX IF NOT EXISTS done_pred_err ON done (pred_err);
+CREATE INDEX IF NOT EXISTS jobs_seq ON jobs (seq);
 CREATE TABLE IF NOT EXISTS timeline (time REAL, allocated REAL, effective REAL, queued REAL,
                                      device REAL, busy REAL);
 """
 # columns added since the first format: an older database gets them (NULL in old rows)
-_ADDED_COLUMNS = {"timeline": ("device REAL", "busy REAL")}
+_ADDED_COLUMNS = {"timeline": ("device REAL", "busy REAL"),
+                  # a job's state, and once it is done its report record (JobRecord fields)
+                  "jobs": ("state TEXT", "report TEXT")}
+_DONE = ("finished", "failed", "cancelled")
 
 
 class StateStore:
@@ -50,6 +64,9 @@ class StateStore:
                 for col in columns:
                     if col.split()[0] not in have:
                         self.db.execute(f"ALTER TABLE {table} ADD COLUMN {col}")
+            # rows from before the state column: read it from the record
+            self.db.execute("UPDATE jobs SET state = json_extract(data, '$.state') "
+                            "WHERE state IS NULL")
         except sqlite3.DatabaseError as exc:
             raise ValueError(f"cannot use {self.path} as the state database: {exc}") from None
         self._in_tx = False
@@ -75,16 +92,103 @@ class StateStore:
 
     def insert_jobs(self, jobs: Iterable[tuple[str, int, dict[str, Any]]]) -> None:
         """Add new jobs given as (id, seq, record)."""
-        self._tx().executemany("INSERT INTO jobs (id, seq, data) VALUES (?, ?, ?)",
-                               ((i, s, json.dumps(r)) for i, s, r in jobs))
+        self._tx().executemany("INSERT INTO jobs (id, seq, data, state) VALUES (?, ?, ?, ?)",
+                               ((i, s, json.dumps(r), r["state"]) for i, s, r in jobs))
 
-    def save_job(self, job_id: str, record: dict[str, Any]) -> None:
-        """Overwrite one job's record."""
-        self._tx().execute("UPDATE jobs SET data = ? WHERE id = ?", (json.dumps(record), job_id))
+    def save_job(self, job_id: str, record: dict[str, Any],
+                 report: dict[str, Any] | None = None) -> None:
+        """Overwrite one job's record (and, once it is done, its report record)."""
+        self._tx().execute("UPDATE jobs SET data = ?, state = ?, report = ? WHERE id = ?",
+                           (json.dumps(record), record["state"],
+                            None if report is None else json.dumps(report), job_id))
 
-    def load_jobs(self) -> list[dict[str, Any]]:
-        """Every job's record, in submit order."""
-        return [json.loads(d) for (d,) in self.db.execute("SELECT data FROM jobs ORDER BY seq")]
+    def save_done(self, seq: int, r: dict[str, Any], pred_err: float | None) -> None:
+        """A done job's report figures (a ``JobRecord``'s fields), for ``done_summary``."""
+        finish = r["finish_time"]
+        self._tx().execute(
+            "INSERT OR REPLACE INTO done VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (seq, r["submit_time"], finish, None if finish is None else finish - r["submit_time"],
+             r["waited_s"], r["num_gpus"], r["suspends"], r["resumes"], r["migrations"],
+             r["move_cost_s"], pred_err))
+
+    def latest_prediction_errors(self, n: int) -> list[float]:
+        """The prediction errors of the ``n`` latest finished jobs, oldest first."""
+        rows = self.db.execute("SELECT pred_err FROM done WHERE pred_err IS NOT NULL "
+                               "ORDER BY seq DESC LIMIT ?", (n,)).fetchall()
+        return [e for (e,) in reversed(rows)]
+
+    def last_submit(self) -> float:
+        """The latest submit time of a done job (0 if none)."""
+        return self.db.execute("SELECT COALESCE(MAX(submit), 0) FROM done").fetchone()[0]
+
+    def count_done(self) -> int:
+        """How many done jobs have their figures in the ``done`` table."""
+        return self.db.execute("SELECT COUNT(*) FROM done").fetchone()[0]
+
+    def done_summary(self) -> dict[str, Any]:
+        """What the report needs of every done job, computed by the database: counts, sums,
+        first submit and last finish, and the JCT and prediction-error statistics."""
+        row = self.db.execute(
+            "SELECT COUNT(*), COUNT(finish), MIN(submit), MAX(finish), AVG(jct), "
+            "AVG(CASE WHEN finish IS NOT NULL THEN waited END), TOTAL(suspends), "
+            "TOTAL(resumes), TOTAL(migrations), TOTAL(move_cost), COUNT(pred_err), "
+            "AVG(pred_err) FROM done").fetchone()
+        keys = ("jobs", "finished", "first_submit", "last_finish", "jct_mean", "wait_mean",
+                "suspends", "resumes", "migrations", "move_cost_s", "pred_jobs", "pred_mean")
+        out = dict(zip(keys, row))
+        out["jct_by_gpus"] = {g: (n, m) for g, n, m in self.db.execute(
+            "SELECT num_gpus, COUNT(*), AVG(jct) FROM done WHERE jct IS NOT NULL "
+            "GROUP BY num_gpus")}
+        out["jct_median"] = self._percentile("jct", out["finished"], 50)
+        out["jct_p95"] = self._percentile("jct", out["finished"], 95)
+        out["pred_median"] = self._percentile("pred_err", out["pred_jobs"], 50)
+        out["pred_p90"] = self._percentile("pred_err", out["pred_jobs"], 90)
+        return out
+
+    def _percentile(self, column: str, n: int, q: float) -> float | None:
+        """The ``q``-th percentile of a ``done`` column over its n non-NULL values, by linear
+        interpolation between the closest ranks (as numpy's default)."""
+        if not n:
+            return None
+        pos = (n - 1) * q / 100
+        lo = int(pos)
+        values = [v for (v,) in self.db.execute(
+            f"SELECT {column} FROM done WHERE {column} IS NOT NULL ORDER BY {column} "
+            "LIMIT 2 OFFSET ?", (lo,))]
+        if len(values) == 1:
+            return values[0]
+        return values[0] + (values[1] - values[0]) * (pos - lo)
+
+    def load_jobs(self, active_only: bool = False) -> list[dict[str, Any]]:
+        """Every job's record (or only those not done), in submit order."""
+        where = f" WHERE state NOT IN {_DONE}" if active_only else ""
+        return [json.loads(d) for (d,) in
+                self.db.execute(f"SELECT data FROM jobs{where} ORDER BY seq")]
+
+    def load_job(self, job_id: str) -> dict[str, Any] | None:
+        """One job's record, None if there is no such job."""
+        row = self.db.execute("SELECT data FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return None if row is None else json.loads(row[0])
+
+    def jobs_page(self, cursor: int, limit: int, newest: bool = False
+                  ) -> list[tuple[int, str, str]]:
+        """(seq, id, record JSON) of up to ``limit`` jobs after sequence ``cursor`` in
+        submit order, or of the ``limit`` newest jobs (newest first)."""
+        if newest:
+            return self.db.execute("SELECT seq, id, data FROM jobs ORDER BY seq DESC LIMIT ?",
+                                   (limit,)).fetchall()
+        return self.db.execute("SELECT seq, id, data FROM jobs WHERE seq > ? ORDER BY seq "
+                               "LIMIT ?", (cursor, limit)).fetchall()
+
+    def count_jobs(self) -> dict[str, int]:
+        """How many jobs there are in each stored state."""
+        return dict(self.db.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state"))
+
+    def done_reports(self) -> Iterator[tuple[int, str, str, str | None]]:
+        """(seq, state, record JSON, report JSON or None if stored by an older version) of
+        every done job, in submit order (read whole: the caller may write meanwhile)."""
+        return iter(self.db.execute(f"SELECT seq, state, data, report FROM jobs WHERE state "
+                                    f"IN {_DONE} ORDER BY seq").fetchall())
 
     def max_seq(self) -> int:
         """The largest job sequence number so far (0 if none)."""

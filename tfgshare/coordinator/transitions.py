@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tfgshare import schema as s
 from tfgshare.coordinator.cluster import LiveJob, Node, split_gpu_id
+from tfgshare.coordinator.gangs import spans_nodes
 from tfgshare.coordinator.logs import log
 from tfgshare.policies.base import Fragment, JobState
 
@@ -17,6 +18,7 @@ class Transitions:
             job.attained_service_s += max(0.0, now - job.last_start) * job.spec.num_gpus
         job.end_hold(now)
         self.cluster.unplace(job)
+        self._end_gang(job)
         job.node, job.sample_only = None, False
         job.gpu_memory_mb, job.over_memory = {}, ""
         job.training, job.step_time_s = False, None
@@ -90,6 +92,12 @@ class Transitions:
         where = ", ".join(f"{f.gpu} f={f.fraction:.3f}" for f in fragments)
         what = "sample" if sample_only else ("resume" if job.steps_done else "start")
         self._log(job, now, f"{note or what} on {where} (attempt {job.attempt})")
+        if spans_nodes(fragments):   # a gang: one runner per node, worker 0 on ``node``
+            why = self._start_gang(job, fragments, sample_only,
+                                   str(self.checkpoint_root / job.id))
+            if why:
+                self._requeue(job, now, why)
+            return
         self._send(node, s.StartJob(
             job=job.id, attempt=job.attempt, spec=job.spec,
             fragments=[s.FragmentSpec(split_gpu_id(f.gpu)[1], f.fraction) for f in fragments],
@@ -108,6 +116,7 @@ class Transitions:
         to = f" to migrate to {', '.join(f.gpu for f in target)}" if target else ""
         self._log(job, now, f"suspend{to} ({why})")
         self._send(node, s.SuspendJob(job=job.id, attempt=job.attempt), job)
+        self._to_members(job, lambda: s.SuspendJob(job=job.id, attempt=job.attempt))
 
     def _complete_migration(self, job: LiveJob, now: float) -> None:
         target = job.migrate_to
@@ -165,5 +174,6 @@ class Transitions:
         for job in [j for j in self.cluster.holders() if j.node == node.name]:
             job.unknown = False
             self._requeue(job, now, f"node {node.name} lost ({why})")
+        self._members_gone(node.name, now, f"node lost: {why}")
         self._start_reserved(now)
         self._dirty = True

@@ -99,6 +99,9 @@ class JobView:
     suspends: int = 0
     priority: int = 0                           # larger = more urgent (user hint)
     min_memory_mb: float = 0.0                  # per GPU, measured when it ran out of memory
+    # measured cost of one move (checkpoint save + restart), None until measured
+    # (policies.movecost: a policy's minimum run between moves derives from it)
+    move_cost_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -108,9 +111,6 @@ class ClusterSnapshot:
     gpus: tuple[GPU, ...]
     reserve_mb: float = 300.0    # per-process CUDA context reserve on each GPU
     down_nodes: frozenset[str] = field(default_factory=frozenset)
-    # a multi-GPU job must run on the GPUs of one node (the live cluster until
-    # gangs span machines); False: a gang may span nodes (the simulator)
-    one_node_gangs: bool = False
 
     def gpu(self, gpu_id: str) -> GPU:
         for g in self.gpus:

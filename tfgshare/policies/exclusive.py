@@ -31,7 +31,6 @@ class IdleMap:
                  memo: Memo | None = None):
         """From the jobs holding GPUs, or from a memo's tenants and idle GPUs if given."""
         self.reserve_mb = cluster.reserve_mb
-        self.one_node_gangs = cluster.one_node_gangs
         self.gpus = up_gpus(cluster)
         self._order = by_room(cluster)
         self._rank = room_rank(cluster)
@@ -84,8 +83,6 @@ class IdleMap:
         whole = [c for c in by_node.values() if len(c) >= k]
         if whole:
             return min(whole, key=lambda c: len(c))[:k]
-        if self.one_node_gangs:
-            return None
         chosen: list[GPU] = []
         nodes = sorted(by_node.values(), key=len, reverse=True)
         while len(chosen) < k:

@@ -7,9 +7,9 @@ docs (PAPER.md). Each decision, in order:
 1. **Promoted jobs** (waited past a bound, see ``starving``): the
    ``max_reservations`` longest waiting go first (the others keep their
    shortest-first place until their turn). One that cannot be placed makes room: small running jobs (no more
-   GPUs than it, past ``min_run_s``) on the GPUs that free soonest are moved
+   GPUs than it, past their ``min_run``) on the GPUs that free soonest are moved
    elsewhere (migrate) or suspended. If those jobs are still inside their
-   ``min_run_s``, or bigger jobs must finish first, the GPUs are reserved
+   ``min_run``, or bigger jobs must finish first, the GPUs are reserved
    (nothing else starts on them this round) if they free within
    ``reserve_horizon_s``.
 2. **Sampling**: a new job (no sample, no prediction) runs its sampling phase
@@ -25,12 +25,15 @@ docs (PAPER.md). Each decision, in order:
    migrated to other GPUs' free room to clear a fragment for it.
 
 Running jobs are never preempted for a shorter job, only for promoted jobs
-and consolidation, and never within ``min_run_s`` of their last start.
+and consolidation, and never within their ``min_run`` of their last start:
+their measured move cost over ``move_share`` (``policies.movecost``), or
+``min_run_s`` before it is measured.
 """
 
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Callable, ClassVar, Collection, Iterable, Sequence
@@ -39,6 +42,7 @@ from sortedcontainers import SortedList
 
 from tfgshare import sampling
 
+from . import movecost
 from .base import (Action, ClusterSnapshot, JobState, JobView, Migrate, Start,
                    Suspend)
 from .interference import room_for
@@ -99,7 +103,7 @@ class FgsMemo(Memo):
                 self.near.pop(jid, None)
         if new is None or new.state not in WAITING or self.config is None:
             return
-        (ratio, cap_s, floor), rep, headroom, reserve, sample_default = self.config
+        (ratio, cap_s, floor, *_), rep, headroom, reserve, sample_default = self.config
         if (new.state is JobState.QUEUED and new.sample is None
                 and new.predicted_remaining_s is None):
             size = (math.inf if rep is None else
@@ -122,7 +126,7 @@ class FgsMemo(Memo):
         else:
             a = new.waited_s
             b = new.last_wait_start if new.last_wait_start is not None else new.submit_time
-        bound = max(floor, cap_s if left is None else min(cap_s, ratio * left))
+        bound = max(floor(new), cap_s if left is None else min(cap_s, ratio * left))
         self.info[jid] = (new, 1, key, size, (a, b, bound))
         due = -math.inf if a > bound else b + (bound - a)
         due -= 1e-6 * (1.0 + abs(due)) if due != -math.inf else 0.0   # early, never late
@@ -236,7 +240,9 @@ class Fgs:
     # replay a 4 h bound promoted most jobs, costing 15-20 % mean JCT
     max_wait_s: float = 24 * 3600.0
     # ... but never before this many seconds of waiting, so short jobs stay in
-    # shortest-first order instead of being promoted after seconds
+    # shortest-first order instead of being promoted after seconds. With
+    # move_share, only until the job's move cost is measured; then its minimum
+    # run (``promote_floor``)
     promote_floor_s: float = 600.0
     # most jobs sharing one GPU
     max_cotenants: int = 4
@@ -246,8 +252,13 @@ class Fgs:
     interference_overhead: float = 0.05
     # no suspend or migration within this many seconds of a start or resume:
     # a move costs a checkpoint and a restore (tens of seconds), so 5 min keeps
-    # that cost near 10 % of a run segment at worst
+    # that cost near 10 % of a run segment at worst. With move_share, only until
+    # the job's move cost is measured (``min_run``)
     min_run_s: float = 300.0
+    # a job's minimum run is its measured move cost (JobView.move_cost_s) over
+    # this share, so a move costs it at most this share of the run before it;
+    # None: min_run_s and promote_floor_s for every job
+    move_share: float | None = movecost.MOVE_SHARE
     # migrate tenants to consolidate fragments for a job that does not fit
     defrag: bool = True
     # most suspends and migrations issued in one decision
@@ -277,6 +288,7 @@ class Fgs:
             (self.slowdown_cap >= 1, "slowdown_cap must be >= 1"),
             (self.interference_overhead >= 0, "interference_overhead must be >= 0"),
             (self.min_run_s >= 0, "min_run_s must be >= 0"),
+            (self.move_share is None or self.move_share > 0, "move_share must be > 0 or None"),
             (self.max_moves >= 0, "max_moves must be >= 0"),
             (self.max_reservations >= 0, "max_reservations must be >= 0"),
             (self.reserve_horizon_s >= 0, "reserve_horizon_s must be >= 0"),
@@ -285,12 +297,24 @@ class Fgs:
         if bad:
             raise ValueError("fgs: " + "; ".join(bad))
 
+    def min_run(self, job: JobView) -> float:
+        """Seconds the job runs after a start before it may be moved (from its move cost)."""
+        if self.move_share is None:
+            return self.min_run_s
+        return movecost.min_run_s(job.move_cost_s, self.min_run_s, self.move_share)
+
+    def promote_floor(self, job: JobView) -> float:
+        """Seconds the job waits before it may be promoted (from its move cost)."""
+        if self.move_share is None:
+            return self.promote_floor_s
+        return movecost.promote_floor_s(job.move_cost_s, self.promote_floor_s, self.move_share)
+
     def starving(self, job: JobView, now: float) -> bool:
         """Whether a waiting job has waited past its bound and is promoted."""
-        return self._overdue(total_wait_s(job, now), remaining_s(job))
+        return self._overdue(total_wait_s(job, now), remaining_s(job), self.promote_floor(job))
 
-    def _overdue(self, waited: float, left: float | None) -> bool:
-        if waited <= self.promote_floor_s:
+    def _overdue(self, waited: float, left: float | None, floor: float) -> bool:
+        if waited <= floor:
             return False
         if waited > self.max_wait_s:
             return True
@@ -350,7 +374,9 @@ class Fgs:
         # kept until the FreeMap takes them: a round that plans nothing must not lose them
         memo.unplanned |= memo.sync(jobs)
         rep = one_size(cluster)
-        config = ((self.max_wait_ratio, self.max_wait_s, self.promote_floor_s), rep,
+        # the floor is per job (its move cost): the settings behind it are in the key too
+        config = ((self.max_wait_ratio, self.max_wait_s, self.promote_floor,
+                   self.promote_floor_s, self.min_run_s, self.move_share), rep,
                   self.headroom, cluster.reserve_mb,
                   None if rep is None else _sample_default(self, rep))
         if memo.config != config or now < memo.now:
@@ -622,13 +648,14 @@ class _Round:
         got = self._movable.get(key)
         if got is None:
             ever = (holder.state is JobState.RUNNING and holder.num_gpus <= size
-                    and not self.pol._overdue(holder.waited_s, remaining_s(holder)))
+                    and not self.pol._overdue(holder.waited_s, remaining_s(holder),
+                                              self.pol.promote_floor(holder)))
             got = self._movable[key] = (ever and self.settled(holder), ever)
         return got
 
     def settled(self, job: JobView) -> bool:
-        """Whether the job has run at least ``min_run_s`` since its last start."""
-        return job.last_start is None or self.now - job.last_start >= self.pol.min_run_s
+        """Whether the job has run at least its ``min_run`` since its last start."""
+        return job.last_start is None or self.now - job.last_start >= self.pol.min_run(job)
 
     def readiness(self, size: int) -> dict[str, float]:
         """``ready_in`` for every job holding a GPU, by job id, as if not acted on this round.
@@ -654,7 +681,7 @@ class _Round:
         if self.movable(holder, size):
             return 0.0
         if self.evictable(holder, size):
-            return self.pol.min_run_s - (self.now - holder.last_start)
+            return self.pol.min_run(holder) - (self.now - holder.last_start)
         if holder.state is not JobState.RUNNING:
             return 1.0   # sampling or suspending: gone soon, but not movable
         left = remaining_s(holder)
@@ -719,8 +746,7 @@ class _Round:
                 costs.append((c[0], c[1], order[gid], gid, c[2]))
                 if job.num_gpus == 1 and c[0] == 0 and c[1] <= 1:
                     break   # one move, now: nothing cheaper for a 1-GPU job
-        chosen = _pick_gpus(costs, job.num_gpus, self.free.gpus,
-                            self.free.cluster.one_node_gangs)
+        chosen = _pick_gpus(costs, job.num_gpus, self.free.gpus)
         if chosen is None:
             return
         victims = {v.id: v for c in chosen for v in c[4]}
@@ -771,17 +797,24 @@ class _Round:
             if got is None:
                 break
             chosen.append(got[0])
-        # used GPUs that a move of small tenants could clear, nearest to fitting first
-        cands = []
+        # used GPUs that a move of small tenants could clear, nearest to fitting first;
+        # which tenants may move is asked only of the GPUs tried (it costs more than the sort)
+        keyed = []
+        fractions: dict[int, float] = {}   # memory size -> the job's fraction
         for gid in fm.use:
             gpu = fm.gpus.get(gid)
             if gpu is None or gid in fm.closed or gid in chosen:
                 continue
-            if any(self._may_consolidate(h) for h in self.holders.get(gid, ())):
-                cands.append((need(gpu) - fm.free(gid), fm.order[gid], gid))
-        cands.sort()
+            f = fractions.get(gpu.memory_mb)
+            if f is None:
+                f = fractions[gpu.memory_mb] = need(gpu)
+            keyed.append((f - fm.free(gid), fm.order[gid], gid))
+        keyed.sort()
+        holders = self.holders
+        cands = (c for c in keyed
+                 if any(self._may_consolidate(h) for h in holders.get(c[2], ())))
         plan: list[tuple[JobView, list[tuple[str, float]]]] = []
-        for _, _, gid in cands[:CONSOLIDATE_TRIES + k]:
+        for _, _, gid in itertools.islice(cands, CONSOLIDATE_TRIES + k):
             if len(chosen) == k:
                 break
             step = self._clear_by_migration(gid, need(self.free.gpus[gid]), util, chosen)
@@ -856,8 +889,8 @@ def _frac_on(job: JobView, gid: str) -> float:
     return 0.0
 
 
-def _pick_gpus(costs, k: int, gpus, one_node: bool = False) -> list | None:
-    """The ``k`` GPUs cheapest to clear: one node if it can, else across nodes (not ``one_node``)."""
+def _pick_gpus(costs, k: int, gpus) -> list | None:
+    """The ``k`` GPUs cheapest to clear: one node if it can, else across nodes."""
     if len(costs) < k:
         return None
     costs.sort(key=lambda c: c[:4])
@@ -875,4 +908,4 @@ def _pick_gpus(costs, k: int, gpus, one_node: bool = False) -> list | None:
                 best = (score, pick)
     if best:
         return best[1]
-    return None if one_node else costs[:k]
+    return costs[:k]

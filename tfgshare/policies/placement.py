@@ -414,7 +414,7 @@ class FreeMap:
         whole = [c for c in by_node.values() if len(c) >= k]
         if whole:
             return min(whole, key=lambda c: (len(c), self.order[c[0][0]]))[:k]
-        if self.cluster.one_node_gangs or sum(map(len, by_node.values())) < k:
+        if sum(map(len, by_node.values())) < k:
             return None
         chosen: list[tuple[str, float]] = []
         first = {n: self.order[c[0][0]] for n, c in by_node.items()}

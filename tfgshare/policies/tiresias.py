@@ -42,8 +42,12 @@ each job in the queue of its attained service, in arrival order.
 
 from __future__ import annotations
 
+import heapq
+import math
 from dataclasses import dataclass
 from typing import ClassVar, Sequence
+
+from sortedcontainers import SortedList
 
 from .base import Action, ClusterSnapshot, JobState, JobView, Suspend
 from .exclusive import IdleMap, start_exclusive
@@ -69,7 +73,14 @@ class _Place:
 
 
 class TiresiasMemo(Memo):
-    """The queues as the authors' code keeps them: each job's place, and counters."""
+    """The queues as the authors' code keeps them: each job's place, and counters.
+
+    For ``dlas-gpu`` (no promotion, no ``min_run_s``) it also keeps the walk
+    itself incrementally: the jobs in walk order, the running ones apart, GPU
+    counts, each holding job's next threshold crossing in a heap, and each
+    running job's wake-up moment by GPU count; a decision then costs
+    O(changed jobs x log n) plus the part of the walk it needs.
+    """
 
     def __init__(self) -> None:
         self.places: dict[str, _Place] = {}
@@ -77,6 +88,34 @@ class TiresiasMemo(Memo):
         self.front = 0.0    # last key given at the front of the waiting part
         self.wake: float | None = None
         super().__init__()
+
+    def reset(self) -> None:
+        # the places stay (they are history); the indexes over them are rebuilt
+        self.restarted = True
+        self.pending: set[str] = set()         # views changed, or demoted last time (TAIL)
+        self.order = SortedList()              # (queue, part, key, id): the walk
+        self.running = SortedList()            # the same, running jobs only
+        self.entry: dict[str, tuple] = {}      # id -> its tuple in ``order``
+        self.n_waiting = 0
+        self.n_running = 0
+        self.held_other = 0                    # GPUs of holding jobs that are not running
+        self.crossings: list = []              # heap (about when, n, id, view): next threshold
+        self.pushed = 0
+        self.jumps: dict[int, SortedList] = {} # GPUs -> (moment c, id) of running jobs
+        self.jump_of: dict[str, tuple[int, tuple]] = {}
+
+    def changed(self, jid: str, old: JobView | None, new: JobView | None) -> None:
+        self.pending.add(jid)
+        for v, sign in ((old, -1), (new, 1)):
+            if v is None:
+                continue
+            s = v.state
+            if s is JobState.RUNNING:
+                self.n_running += sign
+            elif s in HOLDING:
+                self.held_other += sign * v.num_gpus
+            elif s in WAITING:
+                self.n_waiting += sign
 
     def tail(self) -> float:
         """A key behind every key given so far."""
@@ -90,6 +129,8 @@ class Tiresias:
 
     name: ClassVar[str] = "tiresias"
     tick_s: ClassVar[float | None] = None   # no periodic call needed: see wake_at
+    # dlas-gpu keeps its walk incrementally (False: walk every job, as a check)
+    incremental: ClassVar[bool] = True
     # attained-service (GPU-seconds) boundaries between queues; len + 1 queues
     thresholds: tuple[float, ...] = (3250.0, 7200.0)
     # promote a waiting lower-queue job when pending >= knob x run time (0: off)
@@ -200,6 +241,9 @@ class Tiresias:
         """Walk the queues in order; run what fits, preempt running jobs that do not."""
         memo = self.new_memo() if memo is None else memo
         memo.sync(jobs)
+        if self.incremental and not (self.promote_knob or self.min_run_s):
+            return self._fast_decide(now, cluster, memo)
+        memo.pending.clear()   # (the incremental indexes are kept by dlas-gpu only)
         candidates = self._sync(now, jobs, memo)
         places = memo.places
         free = len(up_gpus(cluster))
@@ -241,6 +285,194 @@ class Tiresias:
                 movable -= 1
             elif free == 0 and movable == 0:
                 break                        # nothing left to start or to preempt
+        if not chosen:
+            return []
+        idle = IdleMap(cluster, memo=memo)
+        for v in victims:
+            idle.release(f.gpu for f in v.fragments)
+        starts = [s for s in (start_exclusive(idle, j) for j in chosen) if s is not None]
+        return [Suspend(v.id) for v in victims] + starts
+
+    # ---- the incremental walk (dlas-gpu: no promotion, no min_run_s) -----------
+
+    def _fast_sync(self, now: float, memo: TiresiasMemo) -> None:
+        """``_sync`` for the changed jobs only, then the indexes brought up to date."""
+        places, views = memo.places, memo.tracker.views
+        if memo.restarted:   # every view came as a change: forget places of jobs gone
+            memo.restarted = False
+            for jid in [k for k in places if k not in views]:
+                del places[jid]
+        running = JobState.RUNNING
+        touched = memo.pending
+        memo.pending = set()
+        fresh: list[JobView] = []
+        moved: list[tuple[tuple, JobView, _Place]] = []
+        for jid in touched:
+            j = views.get(jid)
+            if j is None:
+                places.pop(jid, None)
+                continue
+            s = j.state
+            p = places.get(jid)
+            if p is None:
+                fresh.append(j)
+            elif p.part != (RUN if s is running else WAIT) and not (
+                    p.part == TAIL and p.since == now and s is running):
+                moved.append(((p.queue, p.part, p.key), j, p))
+        moved.sort(key=lambda t: t[0])
+        preempted = [(j, p) for _, j, p in moved if j.state is not running]
+        start = memo.front - len(preempted)
+        for i, (j, p) in enumerate(preempted):
+            if p.part == RUN:
+                p.key = start + i
+            p.part = WAIT
+        memo.front = start
+        for _, j, p in moved:
+            if j.state is running:
+                p.part, p.key = RUN, memo.tail()
+                if p.base_wait is None:
+                    p.base_wait = total_wait_s(j, now)
+        fresh.sort(key=lambda j: (j.submit_time, j.id))
+        for j in fresh:
+            runs = j.state is running
+            places[j.id] = _Place(self._level(attained_now(j, now)), RUN if runs else WAIT,
+                                  memo.tail(), base_wait=total_wait_s(j, now) if runs else None)
+        for jid in touched:   # (their crossings too, before the demotions below)
+            self._index(now, jid, memo)
+        # a TAIL job moves to its part at the next decision: look at it then
+        memo.pending.update(jid for jid in touched
+                            if jid in places and places[jid].part == TAIL)
+        touched = set()
+        # demotions: the holding jobs whose crossing is due, in arrival order
+        last = len(self.thresholds)
+        heap, due, later = memo.crossings, [], []
+        while heap and heap[0][0] <= now:
+            item = heapq.heappop(heap)
+            j = item[3]
+            if views.get(j.id) is not j or j.state not in HOLDING:
+                continue
+            p = places[j.id]
+            if p.queue != item[4] or (due and due[-1] is j):
+                continue   # pushed for an earlier queue, or again for this one
+            if p.queue < last and attained_now(j, now) - p.base_service >= \
+                    self.thresholds[p.queue] - EPS:
+                due.append(j)
+            elif p.queue < last:
+                later.append(item)   # early by rounding: look again next time
+        for item in later:
+            heapq.heappush(heap, item)
+        if len(heap) > 2 * len(views) + 64:   # drop the crossings of views since replaced
+            memo.crossings = heap = [it for it in heap if views.get(it[2]) is it[3]]
+            heapq.heapify(heap)
+        for j in sorted({j.id: j for j in due}.values(), key=lambda j: (j.submit_time, j.id)):
+            p = places[j.id]
+            service = attained_now(j, now) - p.base_service
+            p.queue = max(p.queue + 1, self._level(service))
+            p.part, p.key, p.since = TAIL, memo.tail(), now
+            touched.add(j.id)
+        for jid in touched:
+            self._index(now, jid, memo)
+        memo.pending.update(touched)
+
+    def _index(self, now: float, jid: str, memo: TiresiasMemo) -> None:
+        """Put one job's walk entry, crossing and wake-up moment in the memo's indexes."""
+        old = memo.entry.pop(jid, None)
+        if old is not None:
+            memo.order.remove(old)
+            memo.running.discard(old)
+        jump = memo.jump_of.pop(jid, None)
+        if jump is not None:
+            memo.jumps[jump[0]].remove(jump[1])
+        j = memo.tracker.views.get(jid)
+        p = memo.places.get(jid)
+        if j is None or p is None:
+            return
+        s = j.state
+        if s is JobState.RUNNING or s in WAITING:
+            e = (p.queue, p.part, p.key, jid)
+            memo.entry[jid] = e
+            memo.order.add(e)
+            if s is JobState.RUNNING:
+                memo.running.add(e)
+        if s not in HOLDING or p.queue >= len(self.thresholds):
+            return
+        thr, g = self.thresholds[p.queue], j.num_gpus
+        a, at = j.attained_service_s - p.base_service, j.attained_at
+        if at is None:   # service does not grow in the view: due now or never
+            t = -math.inf if a >= thr - EPS else math.inf
+        else:
+            t = at + (thr - EPS - a) / g
+            t -= 1e-6 * (1.0 + abs(t))   # early, never late
+        if t < math.inf:
+            memo.pushed += 1
+            heapq.heappush(memo.crossings, (t, memo.pushed, jid, j, p.queue))
+        if s is JobState.RUNNING:
+            # the wake-up is now + max(0, (c - now) / g) with c as below (authors'),
+            # or c itself: either way later for a larger c among jobs of g GPUs
+            if at is None:
+                c = math.inf
+            elif self.authors_wake:
+                c = thr - a / g + at
+            else:
+                c = at + (thr - a) / g
+            key = (c, jid)
+            memo.jumps.setdefault(g, SortedList()).add(key)
+            memo.jump_of[jid] = (g, key)
+
+    def _fast_next_jump(self, now: float, memo: TiresiasMemo) -> float | None:
+        """``_next_jump`` from the wake-up moments, computed exactly for the nearest few."""
+        views, places = memo.tracker.views, memo.places
+        best = None
+        tol = 1e-6
+        for g, moments in memo.jumps.items():
+            found_c = None
+            for c, jid in moments.irange((now - tol * (1.0 + abs(now)), "")):
+                if found_c is not None and c > found_c + tol * (1.0 + abs(found_c)):
+                    break
+                t = self._jump_time(now, views[jid], places[jid])
+                if t is not None and t > now:
+                    if found_c is None:
+                        found_c = c
+                    if best is None or t < best:
+                        best = t
+        return best
+
+    def _jump_time(self, now: float, j: JobView, p: _Place) -> float | None:
+        """When this running job crosses its threshold, as ``_next_jump`` computes it."""
+        service = attained_now(j, now) - p.base_service
+        if self.authors_wake:
+            g = j.num_gpus
+            return now + max(0.0, (self.thresholds[p.queue] - service / g) / g)
+        return now + (self.thresholds[p.queue] - service) / j.num_gpus
+
+    def _fast_decide(self, now: float, cluster: ClusterSnapshot,
+                     memo: TiresiasMemo) -> list[Action]:
+        self._fast_sync(now, memo)
+        memo.wake = self._fast_next_jump(now, memo)
+        if not memo.n_waiting:
+            return []
+        views = memo.tracker.views
+        free = len(up_gpus(cluster)) - memo.held_other
+        movable = memo.n_running
+        chosen: list[JobView] = []
+        victims: list[JobView] = []
+        for e in memo.order:
+            j = views[e[3]]
+            runs = j.state is JobState.RUNNING
+            if j.num_gpus <= free:
+                free -= j.num_gpus
+                if not runs:
+                    chosen.append(j)
+            elif runs:
+                victims.append(j)
+            if runs:
+                movable -= 1
+            elif free == 0 and movable == 0:
+                break
+            if free <= 0 and movable > 0:
+                # nothing more starts: every running job further on is preempted
+                victims.extend(views[r[3]] for r in memo.running.irange(e, inclusive=(False, True)))
+                break
         if not chosen:
             return []
         idle = IdleMap(cluster, memo=memo)

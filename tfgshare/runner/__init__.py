@@ -3,7 +3,8 @@
 - ``main``: ``train`` and ``main`` (``tfgshare train``, ``python -m tfgshare.runner``).
 - ``config``: TF-Slim's training flags; ``graph``: the training graph; ``checkpoint``:
   ``tf.train.Checkpoint`` save and restore; ``timing``: step timing and the sampling plan;
-  ``rng``: keyed randomness for exact resume; ``events``: the JSON-lines event sink.
+  ``rng``: keyed randomness for exact resume; ``events``: the JSON-lines event sink;
+  ``replicas``: one job across processes (parameter servers, synchronous replicas).
 - ``protocol``: the contract with the agent (exit codes, signals, events). It, ``config``,
   ``timing`` and ``events`` import no TensorFlow, so the agent and coordinator may use them.
 

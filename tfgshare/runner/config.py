@@ -64,6 +64,26 @@ class TrainConfig:
     events_file: str | None = None
     job_id: str | None = None
     epoch: int = 0                        # the attempt number (fences checkpoints; 0: none)
+    # between-graph replication across processes (TF-Slim's flags; see runner.replicas)
+    job_name: str = ""                    # "worker" or "ps" in a gang; "": one process
+    task: int = 0                         # this process's index in its job (worker 0: chief)
+    ps_hosts: str = ""                    # host:port,... of the parameter servers
+    worker_hosts: str = ""                # host:port,... of the workers
+    num_ps_tasks: int = 0
+    worker_replicas: int = 1
+    sync_replicas: bool = False
+    replicas_to_aggregate: int = 0        # 0: worker_replicas
+    serve_ps: bool = False                # the chief also serves the ps tasks in-process
+
+    @property
+    def in_gang(self) -> bool:
+        """Whether this run is one member of a gang (between-graph replication)."""
+        return bool(self.job_name)
+
+    @property
+    def is_chief(self) -> bool:
+        """Whether this run owns the checkpoint (worker 0, or a run on its own)."""
+        return not self.job_name or (self.job_name == "worker" and self.task == 0)
 
     def check(self) -> None:
         """Raise BadInputError naming the first flag that cannot work."""
@@ -107,6 +127,37 @@ class TrainConfig:
             raise BadInputError("--train_dir is required")
         if Path(self.train_dir).exists() and not Path(self.train_dir).is_dir():
             raise BadInputError(f"--train_dir {self.train_dir} exists and is not a directory")
+        self.check_replicas()
+
+    def check_replicas(self) -> None:
+        """Raise BadInputError when the gang flags do not describe one consistent cluster."""
+        if not self.job_name:
+            if self.worker_hosts or self.ps_hosts or self.worker_replicas != 1 \
+                    or self.num_ps_tasks or self.serve_ps:
+                raise BadInputError("--worker_hosts, --ps_hosts, --worker_replicas, "
+                                    "--num_ps_tasks and --serve_ps need --job_name worker|ps")
+            return
+        if self.job_name not in ("worker", "ps"):
+            raise BadInputError(f"--job_name must be 'worker' or 'ps', got {self.job_name!r}")
+        workers, ps = host_list(self.worker_hosts, "worker_hosts"), \
+            host_list(self.ps_hosts, "ps_hosts")
+        if self.worker_replicas < 1 or len(workers) != self.worker_replicas:
+            raise BadInputError(f"--worker_replicas {self.worker_replicas} does not match the "
+                                f"{len(workers)} address(es) in --worker_hosts")
+        if len(ps) != self.num_ps_tasks or self.num_ps_tasks < 1:
+            raise BadInputError(f"--num_ps_tasks {self.num_ps_tasks} must be >= 1 and match "
+                                f"the {len(ps)} address(es) in --ps_hosts")
+        count = self.worker_replicas if self.job_name == "worker" else self.num_ps_tasks
+        if not 0 <= self.task < count:
+            raise BadInputError(f"--task {self.task} is not in 0..{count - 1} "
+                                f"for job {self.job_name}")
+        if len(set(workers + ps)) != len(workers) + len(ps):
+            raise BadInputError("--worker_hosts and --ps_hosts name one address twice")
+        if not 0 <= self.replicas_to_aggregate <= self.worker_replicas:
+            raise BadInputError(f"--replicas_to_aggregate {self.replicas_to_aggregate} must be "
+                                f"in 0..--worker_replicas ({self.worker_replicas})")
+        if self.serve_ps and not self.is_chief:
+            raise BadInputError("--serve_ps is for the chief (--job_name worker --task 0)")
 
     def to_argv(self) -> list[str]:
         """The command-line flags that parse back into this config (defaults left out)."""
@@ -120,6 +171,17 @@ class TrainConfig:
             else:
                 argv += [f"--{f.name}", str(value)]
         return argv
+
+
+def host_list(text: str, flag: str) -> list[str]:
+    """The ``host:port`` addresses in a comma-separated flag (BadInputError if malformed)."""
+    out = []
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        host, sep, port = item.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise BadInputError(f"--{flag}: {item!r} is not host:port")
+        out.append(item)
+    return out
 
 
 def _bool_flag(parser: argparse.ArgumentParser, name: str, default: bool, help_: str) -> None:
@@ -139,6 +201,16 @@ def build_parser(prog: str = "tfgshare train") -> argparse.ArgumentParser:
         "events_file": "append one JSON event per line here",
         "num_classes": "classes of the synthetic dataset",
         "image_size": "square input size (default: the net's default)",
+        "job_name": "'worker' or 'ps': this process is one task of a gang (between-graph "
+                    "replication with parameter servers, as TF-Slim's train_image_classifier)",
+        "task": "this process's task index in --job_name; worker 0 is the chief and owns "
+                "the checkpoint",
+        "ps_hosts": "the parameter servers, host:port,...",
+        "worker_hosts": "the workers, host:port,... (one per --worker_replicas)",
+        "sync_replicas": "aggregate the workers' gradients with SyncReplicasOptimizer",
+        "replicas_to_aggregate": "gradients per update with --sync_replicas "
+                                 "(0: --worker_replicas)",
+        "serve_ps": "the chief also runs the --ps_hosts servers in its own process",
         "epoch": "this attempt's number from the coordinator: checkpoints go under "
                  "train_dir/attempt-EPOCH and never replace a newer attempt's (0: no fencing)",
     }

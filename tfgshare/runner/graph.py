@@ -11,6 +11,7 @@ on every later attempt.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import dataclass
@@ -45,6 +46,10 @@ class TrainingGraph:
     image_size: int
     num_classes: int
     num_samples: int
+    # a gang member only (see runner.replicas): the global step read after the step ran,
+    # and the set-up ops of between-graph replication (local init, readiness, sync tokens)
+    step_after: tf.Tensor | None = None
+    replicas: dict | None = None
 
     # graph elements found by name after an import, and plain values
     _ELEMENTS = ("train_tensor", "global_step", "learning_rate", "step_key", "position",
@@ -119,6 +124,8 @@ def _input_batches(config: TrainConfig, dataset, image_size: int, start_example,
         return preprocess(image, image_size, image_size, seed=tf.stack([seed, position])), label
 
     data = dataset.tf_dataset(start_example=start_example, seed=config.seed, with_position=True)
+    if config.in_gang:   # each worker reads its own share of the one stream
+        data = data.shard(config.worker_replicas, config.task)
     data = data.map(prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     data = data.batch(batch, drop_remainder=True).prefetch(2)
     iterator = tf.compat.v1.data.make_initializable_iterator(data)
@@ -193,9 +200,13 @@ def build_training_graph(config: TrainConfig, dataset=None) -> TrainingGraph:
     image_size = config.image_size or nets_factory.default_image_size(config.model_name)
     towers = config.num_gpus
     devices = tower_devices(towers)
-    variables_device = "/cpu:0" if towers > 1 else devices[0]
+    variables_device = "/cpu:0" if towers > 1 or config.in_gang else devices[0]
     graph = KeyedRandomGraph(config.seed)
-    with graph.as_default():
+    placement = contextlib.nullcontext()
+    if config.in_gang:   # variables on the parameter servers, the rest on this worker
+        from tfgshare.runner import replicas
+        placement = graph.device(replicas.device_setter(config))
+    with graph.as_default(), placement:
         tf.compat.v1.set_random_seed(config.seed)
         with tf.device("/cpu:0"):
             global_step = tf.compat.v1.train.get_or_create_global_step()
@@ -211,6 +222,10 @@ def build_training_graph(config: TrainConfig, dataset=None) -> TrainingGraph:
             label_splits = tf.split(labels, towers)
             learning_rate = _learning_rate(config, global_step, dataset.num_samples)
             optimizer = _optimizer(config, learning_rate)
+            if config.in_gang and config.sync_replicas:
+                optimizer = tf.compat.v1.train.SyncReplicasOptimizer(
+                    optimizer, total_num_replicas=config.worker_replicas,
+                    replicas_to_aggregate=config.replicas_to_aggregate or config.worker_replicas)
 
         network_fn = nets_factory.get_network_fn(
             config.model_name, num_classes, weight_decay=config.weight_decay, is_training=True)
@@ -243,10 +258,15 @@ def build_training_graph(config: TrainConfig, dataset=None) -> TrainingGraph:
         checkpoint = JobCheckpoint.build(config.train_dir, variables, config.max_to_keep,
                                          config.epoch)
         init_op = tf.compat.v1.global_variables_initializer()
+        step_after = replica_ops = None
+        if config.in_gang:
+            from tfgshare.runner import replicas
+            step_after, replica_ops = replicas.gang_ops(train_tensor, global_step, optimizer,
+                                                        variables)
     return TrainingGraph(graph, train_tensor, global_step, learning_rate, graph.step_key,
                          position, start_example, input_init, variables, init_op, checkpoint,
                          devices, config.batch_size * towers, image_size, num_classes,
-                         dataset.num_samples)
+                         dataset.num_samples, step_after, replica_ops)
 
 
 def start_input(session, built: TrainingGraph) -> int:

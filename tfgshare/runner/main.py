@@ -140,6 +140,9 @@ def train(config: TrainConfig, on_event: Callable[[dict], None] | None = None,
     sink = EventSink(config.events_file, on_event, config.job_id)
     Path(config.train_dir).mkdir(parents=True, exist_ok=True)
     with _op_determinism(config.deterministic):
+        if config.in_gang:
+            from tfgshare.runner import replicas
+            return replicas.train_member(config, sink, stop_event)
         return _build_and_train(config, sink, stop_event)
 
 
@@ -276,7 +279,7 @@ def train_loop(config: TrainConfig, built, session, sink: EventSink,
         # checkpoint; the warm-up is still left out of the running step time
         plan = SamplePlan(plan.warmup, 0)
     timer = StepTimer(plan, built.images_per_step)
-    window = None   # (wall time, process CPU time) when the sampled steps began
+    window = None   # (wall time, process CPU demand) when the sampled steps began
     fetches = built.train_tensor
     key = built.step_key
     loss = None
@@ -290,8 +293,16 @@ def train_loop(config: TrainConfig, built, session, sink: EventSink,
         """Checkpoint now. A failed periodic save (a full disk) is a warning: training goes
         on and the next save tries again. A failed final one is tried again for
         ``FINAL_SAVE_PATIENCE_S`` (a full disk is often transient) before the run ends (exit 1)."""
-        nonlocal last_saved_step, last_saved_path, last_save_time
+        nonlocal step, last_saved_step, last_saved_path, last_save_time
         import tensorflow as tf
+
+        if not config.is_chief:   # a gang's chief owns its checkpoint
+            last_saved_step = step
+            return
+        if built.step_after is not None:
+            # a gang: the other workers' gradients may have moved the global step on since
+            # this worker's last step; the checkpoint is named and reported by what it holds
+            step = max(step, int(session.run(built.global_step)))
 
         saved = save_patiently(lambda: saver.save(session, step), step, final,
                                (tf.errors.OpError, OSError), lambda m: _warn(sink, m))
@@ -305,9 +316,13 @@ def train_loop(config: TrainConfig, built, session, sink: EventSink,
     sampled_only = False
     while step < total and not stop_event.is_set() and not sampled_only:
         if window is None and timer.steps_seen == timer.plan.warmup:
-            window = (time.time(), time.process_time())
-        loss = float(session.run(fetches, feed_dict={key: step}))
-        step += 1
+            window = (time.time(), cpu_demand_s())
+        if built.step_after is None:
+            loss = float(session.run(fetches, feed_dict={key: step}))
+            step += 1
+        else:   # a gang member: the global step the gang reached
+            loss, step = session.run((fetches, built.step_after), feed_dict={key: step})
+            loss, step = float(loss), int(step)
         now = time.perf_counter()
         seconds, tick = now - tick, now
         if phases is not None:
@@ -316,11 +331,12 @@ def train_loop(config: TrainConfig, built, session, sink: EventSink,
         if timer.add(seconds):
             sample = _sample_event(timer, built, total - step, now - run_start, window)
             sink.emit("sample", **sample)
-            try:
-                _write_json(train_dir / SAMPLE_FILE, {**sample, "step": step,
-                                                      "job_id": config.job_id})
-            except OSError as exc:   # a full disk: the event above still carries the sample
-                _warn(sink, f"cannot write {SAMPLE_FILE}: {exc}; a resume samples again")
+            if config.is_chief:   # a gang's chief writes its sample file
+                try:
+                    _write_json(train_dir / SAMPLE_FILE, {**sample, "step": step,
+                                                          "job_id": config.job_id})
+                except OSError as exc:   # a full disk: the event above still carries it
+                    _warn(sink, f"cannot write {SAMPLE_FILE}: {exc}; a resume samples again")
             sampled_only = config.sample_only
             if not sampled_only and step < total and latest is None:
                 # the scheduler may move the job now (a resumed job keeps its checkpoint)
@@ -401,7 +417,32 @@ def _sample_event(timer: StepTimer, built, remaining_steps: int, elapsed_s: floa
     return {**stats, "peak_memory_mb": peak_mb, "memory_source": source,
             "predicted_remaining_s": remaining, "predicted_total_s": elapsed_s + remaining,
             "window_start": window[0],
-            "cpu_util": cpu_share(time.time() - window[0], time.process_time() - window[1])}
+            "cpu_util": cpu_share(time.time() - window[0], cpu_demand_s() - window[1])}
+
+
+def cpu_demand_s() -> float:
+    """CPU seconds this process has wanted so far: run on a core plus waited runnable for one.
+
+    Summed over its threads from Linux's schedstat (``/proc/self/task/*/schedstat``:
+    time on a CPU, time waiting on a run queue). On a machine shared with other
+    work a compute-bound job gets only part of its cores, so its CPU time alone
+    would read as a light job; the time it waited to run is demand too. Plain
+    CPU time where schedstat is not available.
+    """
+    total, seen = 0.0, False
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        tasks = []
+    for tid in tasks:
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                ran, waited = f.read().split()[:2]
+            total += (int(ran) + int(waited)) / 1e9
+            seen = True
+        except (OSError, ValueError):
+            continue   # a thread that just exited
+    return total if seen else time.process_time()
 
 
 def cpu_share(wall_s: float, cpu_s: float) -> float:
@@ -453,6 +494,24 @@ def _install_stop_signals(stop_event: threading.Event) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Train one job from command-line flags; returns a runner_protocol exit code."""
     config = parse_args(list(sys.argv[1:] if argv is None else argv))
+    if config.in_gang:   # a gang's servers and sessions can block an orderly exit
+        code = _main(config)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return _main(config)
+
+
+def _main(config: TrainConfig) -> int:
+    if config.job_name == "ps":
+        try:
+            config.check()
+        except rp.BadInputError as exc:
+            return _fail(EventSink(config.events_file, None, config.job_id),
+                         f"bad input: {exc}", exc.exit_code)
+        _import_tensorflow_quietly()
+        from tfgshare.runner import replicas
+        return replicas.serve_ps(config)
     stop_event = StopRequest()
     if threading.current_thread() is threading.main_thread():
         _install_stop_signals(stop_event)

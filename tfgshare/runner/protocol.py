@@ -15,12 +15,21 @@ In a cluster the agent adds ``--epoch ATTEMPT``: checkpoints then go under
 ``EXIT_FENCED``. A failed periodic save (a full disk) is a ``warning`` event and
 training goes on; a failed final save exits with 1.
 
+A job across nodes runs one runner per node (``--job_name worker --task N
+--ps_hosts .. --worker_hosts .. --sync_replicas``, see ``runner.replicas``): worker
+0, the chief, saves the checkpoints and decides the exit code as a lone runner
+does; the other workers exit ``EXIT_SUSPENDED`` when asked to stop, ``EXIT_OK``
+when the chief's checkpoint shows the job done, and 1 when they lose the chief or
+its parameter server without being asked to stop. A gang member exits with
+``os._exit`` (its servers can block an orderly interpreter exit).
+
 A warm runner, ``python -m tfgshare.runner --warm``, imports TensorFlow first and
 then takes its job as one line on stdin (``warm_job_line``); see ``runner.warm``.
 
 A job's first run warms up and samples its step time over the sampled steps
 only (``tfgshare.sampling``); the ``sample`` event (with ``window_start``, the
-wall time the sampled steps began, and ``cpu_util``, the runner's CPU time over
+wall time the sampled steps began, and ``cpu_util``, the runner's CPU demand (time run plus
+time waited runnable, ``runner.main.cpu_demand_s``) over
 them as a share of its cores) is also written to ``<train_dir>/sample.json``
 (``SAMPLE_FILE``), and a checkpoint follows it, so the job can be moved right
 after sampling. A run on a train_dir that holds ``sample.json`` does not sample

@@ -40,6 +40,7 @@ from tfgshare.metrics import (JobAccount, JobRecord, Report, Timeline, compute_r
 from tfgshare.policies.base import (ClusterSnapshot, Fragment, JobState, JobView, Migrate,
                                     Policy, SampleRecord, Start, Suspend)
 from tfgshare.policies.jobset import JobSet
+from tfgshare.policies.movecost import move_cost_s
 from tfgshare.policies.prediction import predict_remaining_s
 
 from .cluster import SimCluster
@@ -82,6 +83,7 @@ class SimJob(JobAccount):
     sample: SampleRecord | None = None
     measured_step_s: float | None = None
     restart_s: float | None = None  # measured cost of its last start (start-up, restore)
+    save_s: float | None = None     # measured time of its last checkpoint save
     start_cost_s: float = 0.0       # true cost of its current start, measured once past it
     start_measured: bool = True
     ready_at: float = 0.0         # its last checkpoint save completes
@@ -301,6 +303,8 @@ class Simulator:
         co = max(len(self.tenants.get(f.gpu, ())) for f in job.fragments) if job.fragments else 0
         job.sample = SampleRecord(measured, peak, job.prof.gpu_util, co)
         job.measured_step_s = measured
+        if job.target < job.total_steps:   # its sampling run ended with a checkpoint (tail_s)
+            job.save_s = self._checkpoint_s(job.prof)   # as timed by the runner: exact
         job.has_checkpoint = True
         job.ready_at = now
         job.fragments = ()
@@ -464,7 +468,7 @@ class Simulator:
             attained_service_s=attained, attained_at=self.now if holds else None,
             last_start=job.last_start, waited_s=job.waited_s,
             last_wait_start=job.last_wait_start, suspends=job.suspends,
-            min_memory_mb=job.min_memory_mb)
+            min_memory_mb=job.min_memory_mb, move_cost_s=move_cost_s(job.restart_s, job.save_s))
 
     def _decide(self) -> bool:
         now = self.now
@@ -568,6 +572,7 @@ class Simulator:
         """
         self._settle(job)
         save = self._checkpoint_s(job.prof)
+        job.save_s = save
         done = self.now + save
         for f in job.fragments:
             if self.busy_until.get(f.gpu, 0.0) < done:

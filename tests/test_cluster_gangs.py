@@ -1,0 +1,93 @@
+"""Jobs across nodes, live: a 2-GPU lenet job on two agents with one virtual GPU each.
+
+It trains as TF-Slim trains across machines (between-graph replication with a
+parameter server and synchronous replicas, ``tfgshare.runner.replicas``): one
+runner per node, the chief on the node of its first GPU owning the checkpoint.
+The policy (fgs, defaults) places it; the tests check it runs to its last step
+through a suspend and resume, and through the loss of one member's runner.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+
+import msgspec
+import pytest
+
+from test_cluster_e2e import make_cluster  # noqa: F401 (the fixture)
+from test_cluster_e2e import attempts, job_in, lenet, no_refusals, wait_until
+
+pytestmark = pytest.mark.timeout(900)   # TensorFlow start-ups on a loaded 2-core machine
+
+
+def two_nodes(make_cluster):
+    cluster = make_cluster()
+    cluster.start_coordinator()
+    cluster.start_agent("a", "1x16GiB")
+    cluster.start_agent("b", "1x16GiB")
+    cluster.wait_nodes({"a", "b"})
+    return cluster
+
+
+def gang_job(steps: int, save_every: int = 0):
+    return msgspec.structs.replace(lenet(steps, save_every=save_every), num_gpus=2)
+
+
+def training(c, j: str, at_least: int):
+    info = job_in(c, j, "running")
+    return info if info and info["steps_done"] >= at_least else None
+
+
+def test_a_two_gpu_job_spans_two_nodes_and_resumes_from_its_checkpoint(make_cluster):
+    cluster = two_nodes(make_cluster)
+    steps = 80
+    with cluster.client() as c:
+        (j,) = c.submit([gang_job(steps)])
+        info = wait_until("the gang to train", lambda: training(c, j, 30), timeout=600)
+        assert sorted(f[0] for f in info["fragments"]) == ["a:0", "b:0"]
+        c.suspend(j)
+        held = wait_until("the gang to suspend", lambda: job_in(c, j, "suspended"), timeout=120)
+        assert held["fragments"] == [] and held["steps_done"] < steps
+        c.resume(j)
+        wait_until("the job to finish", lambda: job_in(c, j, "finished"), timeout=600)
+        assert c.job(j)["steps_done"] == steps
+        no_refusals(c)
+    chief = info["node"]
+    member = ({"a", "b"} - {chief}).pop()
+    runs = [evs for _, node, evs in attempts(cluster, j) if node == chief]
+    suspended = [e["step"] for evs in runs for e in evs if e["event"] == "suspended"]
+    resumed = next(e for e in runs[-1] if e["event"] == "started")
+    assert resumed["restored"] and resumed["global_step"] == suspended[-1] > 0
+    assert [e["step"] for e in runs[-1] if e["event"] == "finished"] == [steps]
+    # every attempt ran on both nodes, the same attempt numbers on each
+    assert {n for n, node, _ in attempts(cluster, j) if node == member} == \
+        {n for n, node, _ in attempts(cluster, j) if node == chief}
+
+
+def test_a_lost_member_brings_the_gang_back_to_its_last_checkpoint(make_cluster):
+    cluster = two_nodes(make_cluster)
+    steps = 80
+    with cluster.client() as c:
+        (j,) = c.submit([gang_job(steps, save_every=20)])
+        info = wait_until("the gang past a checkpoint", lambda: training(c, j, 25),
+                          timeout=600)
+        chief = info["node"]
+        member = ({"a", "b"} - {chief}).pop()
+        started = re.findall(rf"started {j} attempt {info['attempt']} .*\(pid (\d+)\) as gang "
+                             r"worker 1", cluster.log(f"agent-{member}").read_text())
+        os.kill(int(started[-1]), signal.SIGKILL)             # the member's runner dies
+        wait_until("the gang to be re-queued", lambda: c.job(j)["attempt"] > info["attempt"]
+                   or job_in(c, j, "suspended"), timeout=120)
+        wait_until("the job to finish", lambda: job_in(c, j, "finished"), timeout=600)
+        final = c.job(j)
+        assert final["steps_done"] == steps
+        assert "gang member on" in "\n".join(c.logs(j))
+    killed = info["attempt"]
+    runs = attempts(cluster, j)
+    saved = [e["step"] for n, _, evs in runs if n <= killed for e in evs
+             if e["event"] == "checkpoint"]          # only the chief saves
+    after = [e for n, _, evs in runs if n == killed + 1 for e in evs
+             if e["event"] == "started" and e["restored"]]
+    assert len(after) == 1 and after[0]["global_step"] == saved[-1] > 0

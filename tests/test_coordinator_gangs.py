@@ -1,0 +1,75 @@
+"""A job across nodes with fake agents: its members start, stop and are lost as one gang."""
+
+from __future__ import annotations
+
+import time
+
+from tfgshare import schema as s
+from test_coordinator import agents, make, spec  # noqa: F401 (fixtures)
+
+
+def start_gang(ct, client, agents):
+    a = agents(ct.address, "a")
+    b = agents(ct.address, "b")
+    a.register()
+    b.register()
+    (jid,) = client.submit([spec("lenet", num_gpus=2, memory_fraction=0.5,
+                                 max_number_of_steps=50)])
+    starts = {x.node: x.wait_command(s.StartJob, jid) for x in (a, b)}
+    return jid, a, b, starts
+
+
+def test_a_job_too_big_for_one_node_starts_one_worker_per_node(make, agents):
+    ct, client = make()
+    jid, a, b, starts = start_gang(ct, client, agents)
+    chief, other = (a, b) if starts["a"].gang.task == 0 else (b, a)
+    first, second = starts[chief.node].gang, starts[other.node].gang
+    assert (first.task, second.task) == (0, 1)
+    assert first.ps_hosts == second.ps_hosts and first.worker_hosts == second.worker_hosts
+    hosts = first.ps_hosts + first.worker_hosts
+    assert len(set(hosts)) == 3 and all(h.startswith("127.0.0.1:47") for h in hosts)
+    assert starts["a"].attempt == starts["b"].attempt
+    assert client.job(jid)["node"] == chief.node
+    # the chief's events are the job's; a suspend goes to both, the chief's exit ends it
+    chief.event(jid, "progress", step=10, loss=1.0, step_time_s=0.1, images_per_sec=1.0,
+                predicted_remaining_s=4.0)
+    client.suspend(jid)
+    chief.wait_command(s.SuspendJob, jid)
+    other.wait_command(s.SuspendJob, jid)
+    other.exit(jid, 75)
+    assert client.job(jid)["state"] == "suspending"
+    chief.exit(jid, 75)
+    info = client.job(jid)
+    assert info["state"].startswith("suspended") and info["steps_done"] == 10
+    other.wait_command(s.KillJob, jid)             # whatever is left of the gang goes
+    assert ct.coord.gangs == {} and not any(ct.coord.gang_ports.used.values())
+
+
+def test_a_lost_member_stops_the_gang_and_requeues_it(make, agents):
+    ct, client = make()
+    jid, a, b, starts = start_gang(ct, client, agents)
+    chief, other = (a, b) if starts["a"].gang.task == 0 else (b, a)
+    other.exit(jid, 137, "killed by SIGKILL")
+    chief.wait_command(s.KillJob, jid)              # the chief is stopped too
+    restart = {x.node: x.wait_command(s.StartJob, jid) for x in (a, b)}
+    assert {m.attempt for m in restart.values()} == {starts["a"].attempt + 1}
+    log = "\n".join(client.logs(jid))
+    assert "gang member on" in log and "restarts from its last checkpoint" in log
+    # new ports for the new attempt: the old ones may still be closing
+    old = set(starts["a"].gang.worker_hosts + starts["a"].gang.ps_hosts)
+    new = set(restart["a"].gang.worker_hosts + restart["a"].gang.ps_hosts)
+    assert not old & new
+
+
+def test_a_node_without_gang_ports_takes_no_part_in_a_gang(make, agents):
+    ct, client = make()
+    a = agents(ct.address, "a")
+    b = agents(ct.address, "b")
+    a.register()
+    b.request(s.Register(node="b", gpus=b.gpus))      # an agent run with --gang-ports none
+    (jid,) = client.submit([spec("lenet", num_gpus=2, memory_fraction=0.5)])
+    time.sleep(0.5)
+    a.pump(0.1)
+    assert not [c for c in a.commands if isinstance(c, s.StartJob)]
+    assert client.job(jid)["state"] == "queued"
+    assert client.metrics()["refused"].get("spans_nodes", 0) >= 1

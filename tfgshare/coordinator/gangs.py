@@ -1,0 +1,218 @@
+"""Gangs: a job whose GPUs span nodes, run as one runner per node and moved as one.
+
+A job placed on the GPUs of several nodes trains as TF-Slim trains across
+machines (between-graph replication, ``tfgshare.runner.replicas``): each node
+runs one worker on its fragments, and worker 0, the chief, runs on the node of
+the job's first fragment, serves the parameter server in its own process and
+owns the checkpoint. The coordinator gives every member a ``host:port`` (the
+node's advertised ``address`` and a port from the range it registered, one
+book per address so two agents on one host never share a port) and sends each
+node its ``StartJob`` with its ``GangMember`` part in the same round.
+
+The chief stands for the gang everywhere else: ``job.node`` is its node, its
+events and exit drive the job's state exactly as a one-node job's runner does,
+and a suspend, cancel or migration goes to every member. When the chief's
+runner ends (or the job is released for any reason) the other members are
+killed and the ports given back. A member lost while the gang trains (its
+runner crashed or was killed, its agent re-registered without it, its node was
+lost) brings the whole gang back to the chief's last checkpoint: the others are
+killed and the job is re-queued, counted as a failure as a crash is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tfgshare import schema as s
+from tfgshare.coordinator.cluster import LiveJob, split_gpu_id
+from tfgshare.policies.base import Fragment, JobState
+from tfgshare.runner import protocol as rp
+
+
+@dataclass
+class Member:
+    """One node's part of a gang."""
+
+    node: str
+    task: int                         # worker index; 0 is the chief
+    fragments: tuple[Fragment, ...]
+
+
+@dataclass
+class Gang:
+    """The members of one attempt of a job that spans nodes, and the ports they hold."""
+
+    attempt: int
+    members: list[Member]
+    ports: list[tuple[str, int]] = field(default_factory=list)   # (address, port)
+
+
+def members_of(fragments: tuple[Fragment, ...]) -> list[Member]:
+    """One member per node, in the order the nodes first appear (the first is the chief)."""
+    by_node: dict[str, list[Fragment]] = {}
+    for f in fragments:
+        by_node.setdefault(split_gpu_id(f.gpu)[0], []).append(f)
+    return [Member(node, task, tuple(frags)) for task, (node, frags) in enumerate(by_node.items())]
+
+
+def spans_nodes(fragments: tuple[Fragment, ...]) -> bool:
+    """Whether these fragments are on more than one node."""
+    return len({split_gpu_id(f.gpu)[0] for f in fragments}) > 1
+
+
+class PortBook:
+    """The gang ports in use, per address; hands out the next free one of a range."""
+
+    def __init__(self) -> None:
+        self.used: dict[str, set[int]] = {}
+        self.next: dict[str, int] = {}
+
+    def take(self, address: str, first: int, last: int) -> int | None:
+        """A free port of ``first..last`` on ``address`` (None: all are in use)."""
+        used = self.used.setdefault(address, set())
+        size = last - first + 1
+        start = self.next.get(address, first)
+        for i in range(size):
+            port = first + (start - first + i) % size
+            if port not in used:
+                used.add(port)
+                # the next gang takes the next port: a port just freed may still be closing
+                self.next[address] = port + 1 if port < last else first
+                return port
+        return None
+
+    def give_back(self, address: str, port: int) -> None:
+        """``port`` on ``address`` is free again."""
+        self.used.get(address, set()).discard(port)
+
+
+class GangControl:
+    """Starting, stopping and losing gangs (mixed into ``Coordinator``)."""
+
+    gangs: dict[str, Gang]
+    gang_ports: PortBook
+
+    def _start_gang(self, job: LiveJob, fragments: tuple[Fragment, ...], sample_only: bool,
+                    train_dir: str) -> str:
+        """Send every member its StartJob; "" when sent, else why it could not be."""
+        members = members_of(fragments)
+        gang = Gang(job.attempt, members)
+        hosts = []
+        for m in members:
+            node = self.cluster.nodes[m.node]
+            wanted = 2 if m.task == 0 else 1        # the chief's parameter server and worker
+            for _ in range(wanted):
+                port = self.gang_ports.take(node.address, *node.ports) if node.ports else None
+                if port is None:
+                    self._give_back_ports(gang)
+                    return f"node {m.node} has no free gang port"
+                gang.ports.append((node.address, port))
+                hosts.append(f"{node.address}:{port}")
+        ps_hosts, worker_hosts = hosts[:1], hosts[1:]
+        self.gangs[job.id] = gang
+        for m in members:
+            self._send(self.cluster.nodes[m.node], s.StartJob(
+                job=job.id, attempt=job.attempt, spec=job.spec,
+                fragments=[s.FragmentSpec(split_gpu_id(f.gpu)[1], f.fraction)
+                           for f in m.fragments],
+                train_dir=train_dir, sample_only=sample_only,
+                gang=s.GangMember(task=m.task, ps_hosts=ps_hosts, worker_hosts=worker_hosts)),
+                job)   # a refused start of any member re-queues the job
+        return ""
+
+    def _to_members(self, job: LiveJob, make) -> None:
+        """Send ``make()`` to every member but the chief (the caller sends the chief's)."""
+        gang = self.gangs.get(job.id)
+        if gang is None or gang.attempt != job.attempt:
+            return
+        for m in gang.members[1:]:
+            node = self.cluster.nodes.get(m.node)
+            if node is not None:
+                self._send(node, make())
+
+    def _end_gang(self, job: LiveJob) -> None:
+        """The job gave its GPUs back: kill the members still running, free their ports."""
+        gang = self.gangs.pop(job.id, None)
+        if gang is None:
+            return
+        for m in gang.members:
+            node = self.cluster.nodes.get(m.node)
+            if node is not None:
+                self._send(node, s.KillJob(job=job.id))
+        self._give_back_ports(gang)
+
+    def _give_back_ports(self, gang: Gang) -> None:
+        for address, port in gang.ports:
+            self.gang_ports.give_back(address, port)
+        gang.ports = []
+
+    def _member(self, peer: bytes, msg: s.JobEvent | s.JobExit) -> LiveJob | None:
+        """The job, when ``msg`` is from a current gang member other than the chief."""
+        job = self.cluster.active.get(msg.job)
+        gang = self.gangs.get(msg.job) if job is not None else None
+        if gang is None or gang.attempt != msg.attempt or msg.node == job.node \
+                or msg.node not in {m.node for m in gang.members[1:]}:
+            return None
+        self._agent_node(peer, msg.node)
+        return job
+
+    def _member_event(self, peer: bytes, msg: s.JobEvent) -> bool:
+        """Take an event of a gang member other than the chief (the chief's speak for the
+        gang; a member's problems go to the job's log); False if it is not from one."""
+        job = self._member(peer, msg)
+        if job is None:
+            return False
+        name = msg.event.get("event")
+        if name in ("error", "warning", "out_of_memory"):
+            self._log(job, self.clock(), f"gang member on {msg.node}: {name} "
+                                         f"{str(msg.event.get('message', ''))[:500]}")
+        return True
+
+    def _member_exit(self, peer: bytes, msg: s.JobExit) -> bool:
+        """Handle the exit of a gang member other than the chief; False if it is not one."""
+        job = self._member(peer, msg)
+        if job is None:
+            return False
+        now = self.clock()
+        code = msg.exit_code
+        why = f"gang member on {msg.node} exited {code}" + (f" ({msg.reason})" if msg.reason
+                                                            else "")
+        if code in (rp.EXIT_OK, rp.EXIT_SUSPENDED) or job.state is JobState.SUSPENDING \
+                or job.cancel_requested or not job.state.holds_gpu:
+            self._log(job, now, why)      # stopping with the gang: the chief's exit decides
+            return True
+        if code == rp.EXIT_OUT_OF_MEMORY:   # re-sized from its peak, as a lone runner is
+            self._out_of_memory(job, now, why)
+            self._start_reserved(now)
+        elif code == rp.EXIT_BAD_INPUT:
+            self._finish(job, JobState.FAILED, now, f"bad input: {why}")
+        else:
+            self._member_lost(job, now, why)
+        return True
+
+    def _member_lost(self, job: LiveJob, now: float, why: str) -> None:
+        """A member of a training gang is gone: all back to the last checkpoint."""
+        if self._count_failure(job):
+            self._finish(job, JobState.FAILED, now,
+                         f"{why}; {job.retries} times without progress, giving up")
+        else:
+            self._requeue(job, now, f"{why}; the gang restarts from its last checkpoint "
+                                    f"(retry {job.retries} of {self.config.max_retries})")
+        self._start_reserved(now)
+
+    def _gangs_with_member_on(self, node: str) -> list[LiveJob]:
+        """The jobs holding GPUs whose gang has a member other than the chief on ``node``."""
+        out = []
+        for job_id, gang in self.gangs.items():
+            job = self.cluster.active.get(job_id)
+            if job is not None and job.state.holds_gpu and gang.attempt == job.attempt \
+                    and any(m.node == node for m in gang.members[1:]):
+                out.append(job)
+        return out
+
+    def _members_gone(self, node: str, now: float, why: str) -> None:
+        """Every gang with a member on ``node`` lost it (node lost or its agent restarted)."""
+        for job in self._gangs_with_member_on(node):   # not the job's fault, as a node loss
+            self._requeue(job, now, f"gang member on {node} gone ({why}); the gang restarts "
+                                    "from its last checkpoint")
+        self._start_reserved(now)
