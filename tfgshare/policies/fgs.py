@@ -61,6 +61,9 @@ class Fgs:
     """Sampling, shortest-remaining-first with aging, best-fit fragments, suspend/migrate."""
 
     name: ClassVar[str] = "fgs"
+    # skip making room and consolidating when per-GPU bounds kept in the memo show
+    # they would do nothing (fgs_room, fgs_consolidate); off only to test that
+    shortcuts: ClassVar[bool] = True
     # steps measured by the sampling phase after its warm-up; read by the
     # simulator. The live runner's (tfgshare.sampling), so both sides measure alike.
     sample_steps: int = sampling.SAMPLE_STEPS
@@ -164,6 +167,11 @@ class Fgs:
         if self.move_share is None:
             return self.promote_floor_s
         return movecost.promote_floor_s(job.move_cost_s, self.promote_floor_s, self.move_share)
+
+    def room_key(self) -> tuple:
+        """The settings a tenant's readiness for a promoted job depends on (``fgs_room``)."""
+        return (self.reserve_horizon_s, self.min_run_s, self.move_share, self.promote_floor_s,
+                self.max_wait_s, self.max_wait_ratio)
 
     def starving(self, job: JobView, now: float) -> bool:
         """Whether a waiting job has waited past its bound and is promoted."""

@@ -37,6 +37,9 @@ class FgsMemo(Memo):
         self.unplanned: set[str] = set()    # GPUs changed since ``free`` was last brought up to date
         self.config: tuple | None = None    # the settings and GPU size the queues are for
         self.now = -math.inf                # the latest decision time seen
+        # per-GPU indexes of the tenants (fgs_room, fgs_consolidate), by name; each
+        # has a ``stale`` set of the GPUs whose tenants' views changed since it was read
+        self.indexes: dict[str, object] = {}
         self._clear()
 
     def _clear(self) -> None:
@@ -58,6 +61,11 @@ class FgsMemo(Memo):
             self.changed(jid, None, v)
 
     def changed(self, jid: str, old: JobView | None, new: JobView | None) -> None:
+        if self.indexes:
+            for v in (old, new):
+                if v is not None and v.fragments:
+                    for index in self.indexes.values():
+                        index.stale.update(f.gpu for f in v.fragments)
         had = self.info.pop(jid, None)
         if had is not None:
             kind, key, size = had[1], had[2], had[3]

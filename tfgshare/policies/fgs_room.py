@@ -10,14 +10,20 @@ to other jobs this round).
 
 from __future__ import annotations
 
+import heapq
 import math
 
+from sortedcontainers import SortedList
+
 from .base import Action, JobState, JobView, Migrate, Start, Suspend
-from .fgs_round import util_of
+from .fgs_round import BANDS, util_of
 from .interference import room_for
-from .placement import EPS, reserve_fraction, to_fragments
+from .placement import (EPS, MIN_FRACTION, exclusive_fraction, free_fraction, reserve_fraction,
+                        to_fragments)
 from .prediction import remaining_s
 from .queueing import arrival_key
+
+SLACK = 1e-9   # rounding in a GPU's sums that a bound must allow for
 
 
 class RoomMixin:
@@ -124,6 +130,8 @@ class RoomMixin:
     def make_room(self, job: JobView) -> None:
         """Move small jobs off the GPUs that free soonest, or reserve those GPUs."""
         need, util = self.need(job), util_of(job)
+        if self.out_of_reach(job, need):
+            return
         ready = self.readiness(job.num_gpus)
         costs = []
         closed, order = self.free.closed, self.free.order
@@ -158,6 +166,55 @@ class RoomMixin:
         self.acted.add(job.id)
         self.failed.clear()
 
+    def out_of_reach(self, job: JobView, need) -> bool:
+        """Whether no ``num_gpus`` GPUs could be had within ``reserve_horizon_s`` (make_room does nothing).
+
+        Clearing a GPU waits for the tenants it moves, soonest-ready first, so
+        it is within the horizon only if its free room plus the room of its
+        tenants ready within the horizon fits the job. The GPUs picked cost at
+        least the ``num_gpus``-th cheapest; if fewer GPUs than that pass, the
+        picked ones are beyond the horizon (or none are picked) and nothing is
+        done. The round has only placed jobs before this (``max_reservations``
+        is counted down before), so the memo's per-GPU room (``RoomIndex``,
+        O(changed GPUs + log n)) bounds the round's.
+        """
+        k = job.num_gpus
+        if self.rep is None or not self.pol.shortcuts:
+            return False
+        f = need(self.rep)
+        if f < MIN_FRACTION or self.moves_left != self.pol.max_moves:
+            return False
+        # GPUs it fits on now: room, and calm (counted by band, a little generously)
+        lo = util_of(job) - EPS - SLACK
+        fitting = self.free.count_fitting(f - SLACK,
+                                          None if lo <= 0 else min(BANDS, int(lo * BANDS)))
+        if fitting >= k:
+            return False
+        memo, cluster = self.memo, self.cluster
+        key = (self.pol.room_key(), cluster.gpus, cluster.reserve_mb)
+        index = memo.indexes.get("room")
+        if index is None or index.key != key or self.now < index.now:
+            index = memo.indexes["room"] = RoomIndex(self.pol, key, cluster)
+        near = index.near(k, self.now, memo.holdings.by_gpu(), memo.holdings.use,
+                          f - EPS - SLACK, util_of(job) - EPS - SLACK)
+        if fitting + len(near) < k:
+            return True
+        # A gang's GPUs come from one node when some node has k candidates. Before
+        # any action this round, every up GPU is one (emptied, it fits the job), so
+        # that is so when a node has k up GPUs: then a node with fewer than k GPUs
+        # within reach cannot be picked within the horizon.
+        up = self.free.gpus
+        if (k == 1 or self.actions or self.free.closed
+                or exclusive_fraction(self.rep, self.reserve) < f - EPS + SLACK
+                or index.biggest_node(up, cluster.down_nodes) < k):
+            return False
+        per_node: dict[str, int] = {}
+        for gid in near:
+            g = up.get(gid)
+            if g is not None:
+                per_node[g.node] = per_node.get(g.node, 0) + 1
+        return fitting + max(per_node.values(), default=0) < k
+
     def relocate(self, job: JobView) -> Action:
         """Migrate a released job to room elsewhere, or suspend it if there is none."""
         self.acted.add(job.id)
@@ -171,6 +228,115 @@ class RoomMixin:
             return Suspend(job.id)
         self._take(job.id, util, placed)
         return Migrate(job.id, to_fragments(placed))
+
+
+class RoomIndex:
+    """Per gang size asked: each GPU's free room plus that of its tenants ready within the horizon.
+
+    Kept in the memo. A tenant's readiness (``ready_in``) is fixed by its view
+    but for one that may be moved once past its minimum run, whose readiness
+    falls one second per second: the moment it is ready within
+    ``reserve_horizon_s`` is an absolute time, queued in a heap; a GPU's room
+    is worked out again when one of its tenants passes that moment or its
+    tenants change.
+    """
+
+    def __init__(self, pol, key: tuple, cluster) -> None:
+        self.pol, self.key = pol, key
+        self.gpus = {g.id: g for g in cluster.gpus}
+        self.reserve = cluster.reserve_mb
+        self.now = -math.inf
+        # k -> (gid -> (room, util room), the two sorted, heap (moment, gid, then), stale GPUs)
+        self.by_size: dict[int, tuple] = {}
+        self.stale: set[str] = set()   # GPUs whose tenants changed (the memo adds them)
+        self._nodes: tuple[frozenset, int] | None = None   # (down nodes, most up GPUs on a node)
+
+    def biggest_node(self, up: dict, down: frozenset) -> int:
+        """The most up GPUs on one node."""
+        if self._nodes is None or self._nodes[0] != down:
+            sizes: dict[str, int] = {}
+            for g in up.values():
+                sizes[g.node] = sizes.get(g.node, 0) + 1
+            self._nodes = (down, max(sizes.values(), default=0))
+        return self._nodes[1]
+
+    def near(self, k: int, now: float, holders: dict[str, list[JobView]], use: dict,
+             room: float, util: float) -> list[str]:
+        """The GPUs that moving their tenants ready within the horizon (``k``-GPU job) clears
+        for ``room`` and a tenant of utilisation ``util``.
+
+        Per GPU: its free room plus that of those tenants, and the utilisation
+        room left beside the others (interference model). Both only grow as
+        more tenants go, so a GPU not cleared by all of them is not cleared
+        within the horizon.
+        """
+        self.now = now
+        if self.stale:
+            for *_, stale in self.by_size.values():
+                stale |= self.stale
+            self.stale = set()
+        got = self.by_size.get(k)
+        if got is None:
+            got = self.by_size[k] = ({}, SortedList(), SortedList(), [], set(holders))
+        rooms, by_mem, by_calm, moments, stale = got
+        while moments and moments[0][0] <= now:
+            _, gid, then = heapq.heappop(moments)
+            if rooms.get(gid) == then:   # else worked out again since
+                stale.add(gid)
+        pol = self.pol
+        for gid in stale:
+            old = rooms.pop(gid, None)
+            if old is not None:
+                by_mem.remove((old[0], gid))
+                by_calm.remove((old[1], gid))
+            g = self.gpus.get(gid)
+            hs = holders.get(gid)
+            if g is None or not hs:
+                continue
+            r = reserve_fraction(g, self.reserve)
+            u = use.get(gid)
+            mem = free_fraction(g, u, self.reserve)
+            left, left_util = (u.tenants, u.util) if u is not None else (0, 0.0)
+            later = []
+            for h in hs:
+                t = self.ready_from(h, k)
+                if t <= now:
+                    mem += _frac_on(h, gid) + r
+                    left -= 1
+                    left_util -= util_of(h)
+                elif t != math.inf:
+                    later.append(t)
+            if left <= 0:
+                calm = math.inf
+            elif left >= pol.max_cotenants:
+                calm = -math.inf
+            else:
+                calm = room_for(left, left_util, pol.slowdown_cap, pol.interference_overhead)
+            rooms[gid] = (mem, calm)
+            by_mem.add((mem, gid))
+            by_calm.add((calm, gid))
+            for t in later:
+                heapq.heappush(moments, (t, gid, (mem, calm)))
+        stale.clear()
+        i = by_mem.bisect_left((room, ""))
+        j = by_calm.bisect_left((util, ""))
+        if len(by_mem) - i <= len(by_calm) - j:
+            return [gid for _, gid in by_mem.islice(i) if rooms[gid][1] >= util]
+        return [gid for _, gid in by_calm.islice(j) if rooms[gid][0] >= room]
+
+    def ready_from(self, h: JobView, k: int) -> float:
+        """From when ``ready_in(h, k)`` is within the horizon (early, never late); inf: never."""
+        pol, horizon = self.pol, self.pol.reserve_horizon_s
+        if (h.state is JobState.RUNNING and h.num_gpus <= k
+                and not pol._overdue(h.waited_s, remaining_s(h), pol.promote_floor(h))):
+            if h.last_start is None:
+                return -math.inf
+            t = h.last_start + pol.min_run(h) - horizon
+            return t - 1e-6 * (1.0 + abs(t)) - 1e-6 * (1.0 + horizon)
+        if h.state is not JobState.RUNNING:
+            return -math.inf if 1.0 <= horizon else math.inf
+        left = remaining_s(h)
+        return -math.inf if left is not None and max(left, EPS) <= horizon else math.inf
 
 
 def _frac_on(job: JobView, gid: str) -> float:
