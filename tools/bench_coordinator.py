@@ -359,7 +359,11 @@ def submits_before(commit: str, tmp: Path, args, nodes: int) -> dict:
     agents = None
     try:
         agents = SimAgents(address, nodes, args.gpus_per_node)
-        agents.register()
+        try:
+            agents.register()
+        except RuntimeError as exc:
+            raise SystemExit(f"--before {commit}: {exc}: its coordinator does not accept today's "
+                             "agents (Register gained gang address and ports); use --before none")
         batch = raw_submits(address, agents, args.jobs, per_msg=100, window=20)
         settle(agents)
         single = raw_submits(address, agents, args.single_submits)
@@ -385,8 +389,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steady-s", type=float, default=15.0)
     p.add_argument("--finish-per-s", type=float, default=50.0)
     p.add_argument("--tick", type=float, default=1.0)
-    p.add_argument("--before", default=BEFORE_MSGSPEC, metavar="COMMIT",
-                   help="compare the wire schema with this commit's ('none': skip)")
+    p.add_argument("--before", default="none", metavar="COMMIT",
+                   help=f"compare the wire schema with this commit's (e.g. {BEFORE_MSGSPEC}, the "
+                        "last hand-written validator); its coordinator must accept today's "
+                        "agents' Register; default none: skip")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--profile", metavar="PATH", help="run the coordinator under cProfile")
     args = p.parse_args(argv)
