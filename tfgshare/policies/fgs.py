@@ -61,8 +61,8 @@ class Fgs:
     """Sampling, shortest-remaining-first with aging, best-fit fragments, suspend/migrate."""
 
     name: ClassVar[str] = "fgs"
-    # skip making room and consolidating when per-GPU bounds kept in the memo show
-    # they would do nothing (fgs_room, fgs_consolidate); off only to test that
+    # skip making room when per-GPU bounds kept in the memo show it would do
+    # nothing (fgs_room.RoomIndex); off only to test that
     shortcuts: ClassVar[bool] = True
     # steps measured by the sampling phase after its warm-up; read by the
     # simulator. The live runner's (tfgshare.sampling), so both sides measure alike.
