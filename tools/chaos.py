@@ -3,7 +3,8 @@
     python tools/chaos.py --seed 1 --jobs 6 --steps 300 --faults 10 --baseline
 
 starts a coordinator and two agents (virtual GPUs, real TF-Slim lenet runners on
-the CPU) as processes, submits a batch of small jobs and, while they train,
+the CPU) as processes (each agent in its own network namespace where ``--netns``
+allows, see ``cut_agent``), submits a batch of small jobs and, while they train,
 injects faults drawn from ``--seed``:
 
 - ``kill_runner``: SIGKILL one job's runner process;
