@@ -473,14 +473,20 @@ def agent_networks(mode: str, stack: contextlib.ExitStack) -> tuple[dict, str, s
     if mode == "off":
         return {}, "127.0.0.1", "none (--netns off): agents on loopback"
     why = netns.unavailable()
-    if why:
-        if mode == "on":
-            raise SystemExit(f"chaos: --netns on, but {why}")
-        print(f"chaos: agents on loopback, no network namespaces ({why})", flush=True)
-        return {}, "127.0.0.1", f"none ({why}): agents on loopback"
-    host = stack.enter_context(netns.host_address())
-    nets = {node: stack.enter_context(netns.namespace(i)) for i, node in enumerate(NODES)}
-    return nets, host, f"one per agent, coordinator at {host}"
+    if why is None:
+        try:
+            with contextlib.ExitStack() as made:
+                host = made.enter_context(netns.host_address())
+                nets = {node: made.enter_context(netns.namespace(i))
+                        for i, node in enumerate(NODES)}
+                stack.push(made.pop_all())
+            return nets, host, f"one per agent, coordinator at {host}"
+        except netns.NetnsUnavailable as e:    # a namespace, but no veth pair (say)
+            why = str(e)
+    if mode == "on":
+        raise SystemExit(f"chaos: --netns on, but {why}")
+    print(f"chaos: agents on loopback, no network namespaces ({why})", flush=True)
+    return {}, "127.0.0.1", f"none ({why}): agents on loopback"
 
 
 def run_batch(root: Path, args: argparse.Namespace, faults: bool) -> dict:
