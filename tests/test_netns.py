@@ -18,7 +18,7 @@ CONNECT = ("import socket, sys\n"
            "    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=2).close()\n"
            "    print('ok')\n"
            "except OSError as e:\n"
-           "    print(type(e).__name__)\n")
+           "    print(repr(e))\n")
 
 
 def test_without_iproute2_namespaces_are_unavailable_with_the_reason(monkeypatch):

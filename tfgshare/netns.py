@@ -19,8 +19,10 @@ import contextlib
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 
 class NetnsUnavailable(RuntimeError):
@@ -71,9 +73,20 @@ class Netns:
         """Cut the namespace off: set the host end of its veth pair down."""
         _ip("link", "set", self.host_if, "down")
 
-    def restore(self) -> None:
-        """Join the namespace again: set the host end up (its route comes back with it)."""
+    def restore(self, wait_s: float = 5.0) -> None:
+        """Join the namespace again: set the host end up (its route comes back with it),
+        wait, at most ``wait_s``, until the link reports itself up, then forget the
+        namespace's failed neighbour lookups of the cut (else connects fail with 'No route
+        to host' for a while)."""
         _ip("link", "set", self.host_if, "up")
+        state = Path("/sys/class/net") / self.host_if / "operstate"
+        end = time.monotonic() + wait_s
+        while time.monotonic() < end:
+            with contextlib.suppress(OSError):
+                if state.read_text().strip() == "up":
+                    break
+            time.sleep(0.02)
+        _ip("netns", "exec", self.name, "ip", "neigh", "flush", "dev", self.ns_if, check=False)
 
 
 @contextlib.contextmanager
