@@ -56,7 +56,11 @@ def test_profile_on_the_cpu_writes_a_profile_the_simulator_loads(tmp_path):
     assert doc["device"].startswith("CPU virtual GPU") and doc["tensorflow"] != "unknown"
     assert doc["date"] and doc["colocation"]["pairs"][0]["models"] == ["lenet/1", "cifarnet/1"]
     row = doc["models"]["lenet"]
-    assert row["startup_s"] > row["graph_build_s"] >= 0 and row["save_s"] > 0
+    assert row["startup_s"] > row["graph_build_s"] > 0 and row["save_s"] > 0
+    # started as the agent starts it, on a warm runner: a cold start adds the import
+    assert row["cold_startup_s"] == pytest.approx(row["startup_s"] + doc["import_tensorflow_s"],
+                                                  abs=0.02)
+    assert doc["load_average"]["before"] and "failed" not in doc
     prof = load_profiles(out)
     lenet = prof.get("lenet", 1)
     assert 0 < lenet.step_time_s < 30 and 0 < lenet.gpu_util <= 1
@@ -99,11 +103,18 @@ def test_replay_of_a_small_slice_finishes_every_job_and_reports_live_beside_sim(
     assert doc["live"]["report"]["finished"] == 4 == doc["sim"]["report"]["finished"]
     assert all(j["state"] == "finished" for j in doc["live"]["jobs"])
     assert doc["jct_mean_sim_vs_live"] is not None
+    # the simulator again with the start-ups measured live: one fresh start per job here
+    assert len(doc["live_startups_s"]["lenet"]) == 4
+    assert all(0 < s < 240 for s in doc["live_startups_s"]["lenet"])
+    assert doc["sim_live_startups"]["report"]["finished"] == 4
+    assert doc["jct_mean_sim_live_startups_vs_live"] is not None
+    spent = doc["live_time_spent"]
+    assert len(spent) == 4 and all(r["starting_s"] > 0 and r["checkpoints_s"] > 0 for r in spent)
     # steps follow the compressed durations: 66 s / 20000 is under a step; 159,721 s / 20000 / 0.02 s
     assert [j["total_steps"] for j in doc["mapping"]][:3] == [1, 1, 399]
     with open(out / "report.csv") as f:
         assert [line.split(",")[0] for line in f.read().splitlines()[1:]] == \
-            ["fifo live", "fifo sim"]
+            ["fifo live", "fifo sim", "fifo sim (live start-ups)"]
 
 
 def test_reproduce_four_models_records_match_the_coordinators_store(tmp_path):
@@ -181,3 +192,46 @@ def test_a_measured_profile_sets_the_simulators_colocation_and_checkpoint_bandwi
     path.write_text(TINY_PROFILE + "colocation: {overhead: -1, exponent: 1}\n")
     with pytest.raises(ValueError, match="colocation.overhead"):
         load_profiles(path)
+
+
+def test_start_costs_read_from_a_jobs_coordinator_log():
+    from tfgshare.repro.replay import checkpoint_seconds, start_costs
+
+    log = ["12:00:01.000 submitted",
+           "12:00:02.500 sample on n1:0 f=0.500 (attempt 1)",
+           "12:00:09.500 n1 #1 started global_step=0 restored=False device=/cpu:0",
+           "12:00:12.000 n1 #1 start_phases start_s=6.5 graph_s=3 first_step_s=2.5",
+           "12:00:20.000 n1 #1 suspended step=5",
+           "12:00:30.000 resume on n1:1 f=0.500 (attempt 2)",
+           "12:00:34.000 n1 #2 started global_step=5 restored=True device=/cpu:0",
+           "12:00:35.000 n1 #2 start_phases start_s=3 graph_s=1 first_step_s=0.4"]
+    # decision to started, plus the first step beyond a plain 0.5 s step
+    assert start_costs(log, 0.5) == [(pytest.approx(9.0), False), (pytest.approx(4.0), True)]
+    log += ["12:00:19.000 n1 #1 checkpoint step=5 path=/x/ckpt-5 seconds=1.25 size_mb=40",
+            "12:00:40.000 n1 #2 checkpoint step=9 path=/x/ckpt-9 seconds=0.5 size_mb=40"]
+    assert checkpoint_seconds(log) == pytest.approx(1.75)
+
+
+def test_runner_checkpoints_make_a_job_hold_its_gpu_while_it_saves(tmp_path):
+    from philly.jobs import TraceJob
+    from tfgshare.policies.registry import get_policy
+    from tfgshare.sim.cluster import load_cluster
+    from tfgshare.sim.config import SimConfig
+    from tfgshare.sim.engine import simulate
+
+    path = tmp_path / "p.yaml"
+    path.write_text(TINY_PROFILE + "storage_mb_s: 20\n")   # lenet: 40 MB -> 2 s per save
+    prof = load_profiles(path)
+    # a: 100 steps, its sample (10 steps) ends before it: a save then and one at the end;
+    # b: one step, only the last save
+    jobs = [TraceJob("a", 0.0, 1, 2.0, model="lenet", batch_size=2, total_steps=100),
+            TraceJob("b", 0.1, 1, 0.02, model="lenet", batch_size=2, total_steps=1)]
+    jct = {}
+    for saves in (False, True):
+        config = SimConfig(tick_s=0.5, runner_checkpoints=saves, step_noise=0.0,
+                           **prof.sim_overrides())
+        result = simulate(load_cluster("1x1"), jobs, prof, get_policy("fifo"), config)
+        jct[saves] = {r.id: r.jct for r in result.records}
+    # fifo on one GPU: a ends 4 s later; b, queued behind it, 4 s + its own 2 s later
+    assert jct[True]["a"] == pytest.approx(jct[False]["a"] + 4.0, abs=0.6)
+    assert jct[True]["b"] == pytest.approx(jct[False]["b"] + 6.0, abs=1.1)

@@ -76,3 +76,20 @@ def test_a_dead_spare_means_a_cold_start(tmp_path):
     sup.kill("j1")
     out, _ = wait_exit(sup, "j1", timeout=10)
     assert out.exit_code == 128 + 9
+
+
+def test_two_spares_take_a_burst_of_two_starts_and_are_both_replaced(tmp_path):
+    # a stand-in runner: as a spare it waits for its job line, then "trains" (sleeps)
+    sup = Supervisor(tmp_path / "work", warm=True, spares=2, runner_cmd=[
+        "/bin/sh", "-c", 'if [ "$0" = --warm ]; then read job; fi; exec sleep 30'])
+    try:
+        sup.keep_spare()
+        first = [p.pid for p in sup.spare_pool]
+        assert len(first) == 2
+        a = sup.start("j1", 1, ["--x"], tmp_path / "a", [(0, 1.0)], virtual=True)
+        b = sup.start("j2", 1, ["--x"], tmp_path / "b", [(1, 1.0)], virtual=True)
+        assert [a.pid, b.pid] == first                    # both warm, the oldest first
+        assert len(sup.spare_pool) == 2 and not {p.pid for p in sup.spare_pool} & set(first)
+    finally:
+        sup.stop_all(timeout_s=5)
+    assert sup.spare is None and sup.spare_pool == []

@@ -59,6 +59,9 @@ _KEY_EVENTS = frozenset({"started", "sample", "checkpoint", "suspended", "finish
                          "out_of_memory"})
 # share of the coordinator's node timeout after which a silent coordinator's runners are killed
 FENCE_SHARE = 0.5
+# default spare runners: one per GPU up to this (each holds ~0.4 GB of host memory and costs
+# an import of CPU time; two cover the common burst of starts on a node)
+MAX_SPARES = 2
 DEFAULT_GANG_PORTS = (47000, 47999)   # where gang members listen unless --gang-ports says
 
 
@@ -74,7 +77,8 @@ class AgentConfig:
     suspend_timeout_s: float = 60.0
     register_retry_s: float = 1.0
     runner_cmd: list[str] | None = None  # None: python -m tfgshare.runner
-    warm_runner: bool = True             # keep a spare runner with TensorFlow imported
+    warm_runner: bool = True             # keep spare runners with TensorFlow imported
+    spare_runners: int | None = None     # how many; None: one per GPU, at most MAX_SPARES
     #                                      (real runners only: not with runner_cmd)
     lost_after_s: float | None = None    # silence before fencing and reconnecting; None:
     #                                      FENCE_SHARE x the coordinator's node timeout
@@ -99,7 +103,9 @@ class Agent:
             Path(cfg.work_dir), threads=cfg.threads, suspend_timeout_s=cfg.suspend_timeout_s,
             runner_flags=["--intra_op_threads", str(cfg.threads),
                           "--inter_op_threads", str(cfg.threads)],
-            warm=cfg.warm_runner and not cfg.runner_cmd)
+            warm=cfg.warm_runner and not cfg.runner_cmd,
+            spares=cfg.spare_runners if cfg.spare_runners is not None
+            else max(1, min(MAX_SPARES, len(getattr(gpu_source, "gpus", ()) or ()))))
         if cfg.runner_cmd:
             self.sup.runner_cmd = list(cfg.runner_cmd)
         self.ctx = context or zmq.Context.instance()
@@ -463,8 +469,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="command that starts a job runner, split on spaces "
                         "(default: this Python with -m tfgshare.runner)")
     p.add_argument("--no-warm-runner", dest="warm_runner", action="store_false",
-                   help="start every runner cold (default: keep one spare runner with "
+                   help="start every runner cold (default: keep spare runners with "
                         "TensorFlow imported, so starts and resumes skip the import)")
+    p.add_argument("--spare-runners", type=int, default=None, metavar="N",
+                   help=f"spare runners to keep (default: one per GPU, at most {MAX_SPARES})")
     p.add_argument("--data-root", type=Path, action="append", metavar="DIR",
                    help="a folder job dataset dirs may be under, repeatable (default: the "
                         "shared data folder and the checkpoint root)")
@@ -514,6 +522,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads < 1:
         print("tfgshare agent: error: --threads must be >= 1", file=sys.stderr)
         return 2
+    if args.spare_runners is not None and args.spare_runners < 0:
+        print("tfgshare agent: error: --spare-runners must be >= 0", file=sys.stderr)
+        return 2
     try:
         ports = gang_ports(args.gang_ports)
     except ValueError as exc:
@@ -540,7 +551,8 @@ def main(argv: list[str] | None = None) -> int:
                       suspend_timeout_s=args.suspend_timeout,
                       runner_cmd=args.runner.split() if args.runner else None,
                       data_roots=args.data_root, key=args.key, server_key=args.server_key,
-                      warm_runner=args.warm_runner, gang_ports=ports,
+                      warm_runner=args.warm_runner and args.spare_runners != 0,
+                      spare_runners=args.spare_runners or None, gang_ports=ports,
                       gang_address=args.gang_address or default_gang_address(args.coordinator))
     stop: list[int] = []
     for sig in (signal.SIGTERM, signal.SIGINT):

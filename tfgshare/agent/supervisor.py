@@ -14,13 +14,16 @@ agent is killed its runners go too, so no orphan can write to a ``train_dir``
 that a new attempt elsewhere restores from. Runners survive a coordinator
 restart (they belong to the agent, not the coordinator).
 
-With ``warm`` on, the supervisor keeps one spare runner process per node that has
-imported TensorFlow and waits (``python -m tfgshare.runner --warm``); a start hands
-the job to it over stdin (flags, environment with the job's ``CUDA_VISIBLE_DEVICES``,
-log file) instead of starting a process, and a new spare is started at once. The spare
-holds no GPU memory (no device is initialised before its job arrives). One spare per
-node is enough because starts on a node are rare next to a spare's import time; when
-there is no live spare a start is cold, as without ``warm``.
+With ``warm`` on, the supervisor keeps ``spares`` spare runner processes (the agent:
+one per GPU, at most two) that have imported TensorFlow and wait
+(``python -m tfgshare.runner --warm``); a start hands the job to the oldest over stdin
+(flags, environment with the job's ``CUDA_VISIBLE_DEVICES``, log file) instead of
+starting a process, and a new spare is started at once. A spare holds no GPU memory (no
+device is initialised before its job arrives). More than one matters when starts come
+together (a batch submitted at once, a round that starts a job on each GPU): with one
+spare, the second start of such a burst was cold and paid the whole import (tens of
+seconds on a loaded 2-core machine); when there is no live spare a start is cold, as
+without ``warm``.
 """
 
 from __future__ import annotations
@@ -99,10 +102,16 @@ class Supervisor:
     cancel_timeout_s: float = 5.0
     exit_grace_s: float = 3.0      # a runner still alive this long after its final event is killed
     runner_flags: list[str] = field(default_factory=list)   # added to every runner
-    warm: bool = False             # keep a spare runner with TensorFlow imported (runner_cmd's)
+    warm: bool = False             # keep spare runners with TensorFlow imported (runner_cmd's)
+    spares: int = 1                # ... this many
     runners: dict[str, RunnerProc] = field(default_factory=dict)
-    spare: subprocess.Popen | None = None
+    spare_pool: list[subprocess.Popen] = field(default_factory=list)   # oldest first
     spare_died_at: float = -_SPARE_RETRY_S
+
+    @property
+    def spare(self) -> subprocess.Popen | None:
+        """The spare the next start gets (the oldest), or None."""
+        return self.spare_pool[0] if self.spare_pool else None
 
     def start(self, job: str, attempt: int, args: list[str], train_dir: str | Path,
               fragments: list[tuple[int, float]], virtual: bool,
@@ -166,54 +175,60 @@ class Supervisor:
         return env
 
     def keep_spare(self) -> None:
-        """With ``warm``, start a spare runner unless a live one waits (or one died lately)."""
-        if not self.warm or (self.spare is not None and self.spare.poll() is None):
+        """With ``warm``, start spare runners until ``spares`` live ones wait (none while one
+        died lately)."""
+        if not self.warm:
             return
-        if self.spare is not None:
+        for dead in [p for p in self.spare_pool if p.poll() is not None]:
             log.warning("spare runner %d exited %s before it got a job; see %s",
-                        self.spare.pid, self.spare.returncode, self._spare_log())
-            self.spare, self.spare_died_at = None, time.monotonic()
+                        dead.pid, dead.returncode, self._spare_log())
+            self.spare_pool.remove(dead)
+            self.spare_died_at = time.monotonic()
         if time.monotonic() - self.spare_died_at < _SPARE_RETRY_S:
             return
-        Path(self.work_dir).mkdir(parents=True, exist_ok=True)
-        with open(self._spare_log(), "ab") as out:
-            # CUDA_VISIBLE_DEVICES="" until the job's arrives: a spare that touched a GPU
-            # by mistake would see none, not all of them
-            self.spare = subprocess.Popen(
-                [*self.runner_cmd, rp.WARM_FLAG], stdin=subprocess.PIPE, stdout=out,
-                stderr=subprocess.STDOUT, env={**self._env(), "CUDA_VISIBLE_DEVICES": ""},
-                start_new_session=True, preexec_fn=die_with_parent(os.getpid()))
+        while len(self.spare_pool) < self.spares:
+            Path(self.work_dir).mkdir(parents=True, exist_ok=True)
+            with open(self._spare_log(), "ab") as out:
+                # CUDA_VISIBLE_DEVICES="" until the job's arrives: a spare that touched a GPU
+                # by mistake would see none, not all of them
+                self.spare_pool.append(subprocess.Popen(
+                    [*self.runner_cmd, rp.WARM_FLAG], stdin=subprocess.PIPE, stdout=out,
+                    stderr=subprocess.STDOUT, env={**self._env(), "CUDA_VISIBLE_DEVICES": ""},
+                    start_new_session=True, preexec_fn=die_with_parent(os.getpid())))
 
     def _spare_log(self) -> Path:
         return Path(self.work_dir) / "spare-runner.log"
 
     def _hand_to_spare(self, argv: list[str], env: dict[str, str],
                        log_file: Path) -> subprocess.Popen | None:
-        """Give a job to the waiting spare runner; None when there is none to take it."""
-        spare, self.spare = self.spare, None
-        if spare is None:
-            return None
-        if spare.poll() is not None:
-            self.spare_died_at = time.monotonic()
-            return None
-        try:
-            spare.stdin.write(rp.warm_job_line(argv, env, str(log_file)).encode())
-            spare.stdin.close()
-        except OSError:          # it died just now
-            _kill_quietly(spare)
-            return None
-        return spare
+        """Give a job to the oldest waiting spare runner; None when there is none to take it."""
+        while self.spare_pool:
+            spare = self.spare_pool.pop(0)
+            if spare.poll() is not None:
+                self.spare_died_at = time.monotonic()
+                continue
+            try:
+                spare.stdin.write(rp.warm_job_line(argv, env, str(log_file)).encode())
+                spare.stdin.close()
+            except OSError:          # it died just now
+                _kill_quietly(spare)
+                continue
+            return spare
+        return None
 
     def end_spare(self) -> None:
-        """Stop the spare runner, if any (an empty stdin ends it)."""
-        spare, self.spare = self.spare, None
-        if spare is None:
-            return
-        try:
-            spare.stdin.close()
-            spare.wait(timeout=5)
-        except (OSError, subprocess.TimeoutExpired):
-            _kill_quietly(spare)
+        """Stop the spare runners, if any (an empty stdin ends each)."""
+        pool, self.spare_pool = self.spare_pool, []
+        for spare in pool:
+            try:
+                spare.stdin.close()
+            except OSError:
+                pass
+        for spare in pool:
+            try:
+                spare.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                _kill_quietly(spare)
 
     def suspend(self, job: str) -> RunnerProc:
         """Ask ``job``'s runner to checkpoint and exit (SIGUSR1), with a deadline."""

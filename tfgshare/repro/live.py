@@ -3,7 +3,8 @@
 ``run_schedule`` submits each job at its time (seconds after the start), follows every
 job with a progress bar until all are done, and records which job held which fraction
 of which GPU at each poll (the Gantt chart's data). ``live_report`` turns the
-coordinator's run report into ``metrics.Report``.
+coordinator's run report into ``metrics.Report``. ``wait_warm`` waits until a local
+cluster's agents have their spare runner ready, so a run starts on a warmed-up cluster.
 """
 
 from __future__ import annotations
@@ -11,8 +12,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from pathlib import Path
+
 from tfgshare.client.api import Client
 from tfgshare.metrics import Report
+from tfgshare.runner import protocol as rp
 from tfgshare.schema import JobSpec
 
 DONE = {"finished", "failed", "cancelled"}
@@ -79,3 +83,16 @@ def live_report(metrics: dict) -> Report:
     known = set(Report.__dataclass_fields__)
     return Report(**{k: (float("nan") if v is None and k.startswith(("jct", "wait")) else v)
                      for k, v in summary.items() if k in known})
+
+
+def wait_warm(root: Path, nodes: set[str], spares: int = 1, timeout_s: float = 180.0) -> bool:
+    """Wait until each node's agent under ``LocalCluster`` root ``root`` has ``spares`` spare
+    runners with TensorFlow imported (their log says so); False if not in time."""
+    end = time.monotonic() + timeout_s
+    logs = [Path(root) / "agents" / n / "spare-runner.log" for n in sorted(nodes)]
+    while time.monotonic() < end:
+        if all(f.exists() and f.read_text(errors="replace").count(rp.WARM_READY) >= spares
+               for f in logs):
+            return True
+        time.sleep(0.2)
+    return False

@@ -2,12 +2,16 @@
 
 Every measurement is a real runner process (``python -m tfgshare.runner``) whose JSON
 events are read back (``runner.protocol``); this process never imports TensorFlow.
+Jobs are started as the node agent starts them: handed to a warm runner (``--warm``,
+TensorFlow already imported) once it is ready, so the start-up measured is the one a
+live cluster with a spare runner pays (the next one imports meanwhile on the cores the
+measured runner does not use, as the agent's spare does); a bare ``import tensorflow`` is timed once and
+``cold_startup_s`` = that plus the warm start-up (a start with no spare ready).
 
 Per model and batch size, one fresh run gives:
 
-- ``startup_s``: runner spawn to its ``started`` event (Python + TensorFlow import,
-  graph build, session initialisation); ``graph_build_s`` is that minus the time a
-  bare ``import tensorflow`` takes on the same machine (measured once);
+- ``startup_s``: hand-over to the warm runner until its ``started`` event (graph
+  build, session initialisation); ``graph_build_s`` is the runner's own ``graph_s``;
 - ``step_time_s``, ``images_per_s`` and ``memory_mb``: the runner's ``sample`` event
   (mean step time after the warm-up; peak GPU allocator memory on a GPU, peak RSS on
   the CPU); the step time is the mean over the steady steps after the sample (the
@@ -18,10 +22,14 @@ Per model and batch size, one fresh run gives:
 - ``save_s`` and ``checkpoint_mb``: the suspend that ends the run (its save ops already
   built by the post-sample checkpoint, as a real suspend pays);
 
-and a second run on the same train dir gives ``restore_s`` = its start-up minus the
-fresh run's (restore ops and reading the checkpoint). With ``--colocate`` each pair of
+and a second run on the same train dir gives ``resume_startup_s`` (its start-up: the
+exported graph imported, the checkpoint read) and ``restore_s`` (its runner's own
+restore phase). Few steps are run (``WARMUP``, ``SAMPLED``,
+``STEADY``: a slow model such as vgg_16 on a CPU takes seconds per step, and its
+1.5 GB checkpoint is written twice and read once), enough for a mean step time within
+a few per cent on these deterministic loops. With ``--colocate`` each pair of
 models runs at once on one device (half the memory each on a GPU) until both made
-enough steady steps together; ``slowdown`` = shared step time / alone step time, and
+``PAIR_STEPS`` steps together; ``slowdown`` = shared step time / alone step time, and
 ``sim.colocation.Colocation`` is fitted to those pairs (least squares on relative
 error); the fit error is printed and written.
 """
@@ -45,14 +53,14 @@ from pathlib import Path
 import psutil
 import yaml
 
-from tfgshare.agent.gpus import process_stat
-from tfgshare.agent.supervisor import die_with_parent
+from tfgshare.agent.gpus import core_sets, process_stat
+from tfgshare.agent.supervisor import die_with_parent, pin_threads
 from tfgshare.runner import protocol as rp
 
 # steps of a profiling run: warm-up, sampled, then steady steps measured for utilisation
-WARMUP, SAMPLED, STEADY = 2, 5, 6
-STEADY_MIN_S = 4.0       # ... and the steady steps span at least this long
-PAIR_STEPS = 6           # steady steps each job of a co-located pair makes alongside the other
+WARMUP, SAMPLED, STEADY = 1, 3, 3
+STEADY_MIN_S = 3.0       # ... and the steady steps span at least this long
+PAIR_STEPS = 3           # steady steps each job of a co-located pair makes alongside the other
 
 
 @dataclass
@@ -62,6 +70,12 @@ class Device:
     name: str
     gpu: bool
     threads: int = 1     # runner threads on the CPU (the agent's default is 1)
+    # CPU cores a virtual GPU's runners are pinned to, as the agent pins them (both jobs
+    # of a co-located pair share them, as two tenants of one virtual GPU do)
+    cores: tuple[int, ...] | None = None
+    # the next warm runner, importing TensorFlow ahead on the other cores (as the agent's
+    # spare does while its jobs run): (process, its log)
+    spare: tuple[subprocess.Popen, Path] | None = field(default=None, repr=False)
 
     def env(self) -> dict[str, str]:
         """Environment for a runner on this device."""
@@ -99,8 +113,9 @@ def find_device(force_cpu: bool = False, threads: int = 1) -> Device:
     except OSError:
         pass
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    sets = core_sets(max(1, (cores or 1) // threads))   # the agent's split, one set per vGPU
     return Device(f"CPU virtual GPU ({threads} thread{'s' * (threads > 1)} of {cores} cores: "
-                  f"{cpu})", False, threads)
+                  f"{cpu})", False, threads, sets.get(0) or None)
 
 
 class _NvmlUtil:
@@ -159,20 +174,60 @@ class Run:
         return "\n".join(out.read_text(errors="replace").splitlines()[-12:]) if out.exists() else ""
 
 
+def _warm_runner(device: Device, work: Path) -> tuple[subprocess.Popen, Path]:
+    """A runner process importing TensorFlow to wait for a job (``--warm``), on the cores
+    the measured runners do not use (any core when there is no other)."""
+    others = None
+    if device.cores and hasattr(os, "sched_getaffinity"):
+        others = tuple(sorted(set(os.sched_getaffinity(0)) - set(device.cores))) or None
+    log_path = work / f"spare-{time.time_ns()}.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "tfgshare.runner", rp.WARM_FLAG],
+                                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
+                                env=device.env(), preexec_fn=die_with_parent(os.getpid(), others))
+    return proc, log_path
+
+
+def end_spare(device: Device) -> None:
+    """Stop the warm runner waiting ahead, if any (an empty stdin ends it)."""
+    spare, device.spare = device.spare, None
+    if spare is not None:
+        spare[0].stdin.close()
+        try:
+            spare[0].wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            spare[0].kill()
+            spare[0].wait()
+
+
 def _spawn(name: str, device: Device, model: str, batch: int, image_size: int | None,
-           steps: int, train_dir: Path, extra: list[str]) -> Run:
+           steps: int, train_dir: Path, extra: list[str], timeout_s: float = 900.0) -> Run:
+    """Start one job as the agent does: handed to a warm runner once it has imported
+    TensorFlow (``spawned`` is the hand-over), pinned to the virtual GPU's cores; the
+    next warm runner then starts importing on the other cores."""
     events = train_dir.parent / f"{train_dir.name}.{int(time.time() * 1e3)}.events"
-    cmd = [sys.executable, "-m", "tfgshare.runner", "--model_name", model,
-           "--batch_size", str(batch), "--max_number_of_steps", str(steps),
-           "--train_dir", str(train_dir), "--events_file", str(events),
-           "--save_interval_secs", "0", "--max_sample_share", "1.0", *device.flags(), *extra]
+    argv = ["--model_name", model, "--batch_size", str(batch), "--max_number_of_steps",
+            str(steps), "--train_dir", str(train_dir), "--events_file", str(events),
+            "--save_interval_secs", "0", "--max_sample_share", "1.0", *device.flags(), *extra]
     if image_size:
-        cmd += ["--image_size", str(image_size)]
-    log = open(str(events) + ".log", "wb")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=device.env(),
-                            stdin=subprocess.DEVNULL, preexec_fn=die_with_parent(os.getpid()))
-    log.close()
-    return Run(name, proc, events, time.time())
+        argv += ["--image_size", str(image_size)]
+    proc, spare_log = device.spare or _warm_runner(device, train_dir.parent)
+    device.spare = None
+    end = time.monotonic() + timeout_s
+    while rp.WARM_READY not in spare_log.read_text(errors="replace"):
+        if proc.poll() is not None or time.monotonic() > end:
+            proc.kill()
+            proc.wait()
+            raise RuntimeError(f"warm runner for {name} did not get ready:\n"
+                               + spare_log.read_text(errors="replace")[-2000:])
+        time.sleep(0.05)
+    if device.cores:
+        pin_threads(proc.pid, device.cores)
+    spawned = time.time()
+    proc.stdin.write(rp.warm_job_line(argv, {}, str(events) + ".log").encode())
+    proc.stdin.close()
+    device.spare = _warm_runner(device, train_dir.parent)
+    return Run(name, proc, events, spawned)
 
 
 def _wait(runs: list[Run], nvml: _NvmlUtil | None, timeout_s: float, until=None) -> None:
@@ -252,7 +307,8 @@ def profile_one(device: Device, model: str, batch: int, image_size: int | None, 
     train_dir = work / f"{model}-b{batch}"
     extra = ["--warmup_steps", str(WARMUP), "--num_sample_steps", str(SAMPLED),
              "--log_every_n_steps", "1"]
-    run = _spawn(f"{model}/{batch}", device, model, batch, image_size, 10**6, train_dir, extra)
+    run = _spawn(f"{model}/{batch}", device, model, batch, image_size, 10**6, train_dir, extra,
+                 timeout_s)
 
     def steady_start() -> float | None:
         ckpt = run.first("checkpoint")      # the save right after the sample
@@ -280,21 +336,25 @@ def profile_one(device: Device, model: str, batch: int, image_size: int | None, 
     # restore: start again on the same train dir for one more step
     done = ckpts[-1]["step"]
     again = _spawn(f"{model}/{batch} restore", device, model, batch, image_size, done + 1,
-                   train_dir, ["--warmup_steps", "0", "--num_sample_steps", "1"])
+                   train_dir, ["--warmup_steps", "0", "--num_sample_steps", "1"], timeout_s)
     _wait([again], nvml, timeout_s)
     restarted = again.first("started")
     if restarted is None or not restarted.get("restored"):
         raise RuntimeError(f"{model}/{batch}: the restore run did not restore:\n"
                            + again.log_tail())
     startup = started["time"] - run.spawned
+    phases = run.first("start_phases") or {}
     return {
         "model": model, "batch_size": batch, "image_size": image_size,
         "step_time_s": step_time, "sampled_step_time_s": sample["step_time_mean_s"],
         "images_per_s": batch / step_time, "memory_mb": sample["peak_memory_mb"],
         "memory_source": sample["memory_source"],
         "gpu_util": None if util is None else min(1.0, max(util, 0.01)),
-        "startup_s": startup,
-        "restore_s": max(0.0, (restarted["time"] - again.spawned) - startup),
+        "startup_s": startup, "graph_build_s": phases.get("graph_s"),
+        # the runner's own restore phase (a restart also imports the exported graph
+        # instead of building it, so its start-up less the fresh one can be negative)
+        "restore_s": float((again.first("start_phases") or {}).get("restore_s") or 0.0),
+        "resume_startup_s": restarted["time"] - again.spawned,
         "save_s": ckpts[-1]["seconds"], "first_save_s": ckpts[0]["seconds"],
         "checkpoint_mb": ckpts[-1]["size_mb"],
     }
@@ -308,7 +368,7 @@ def colocate_pair(device: Device, a: tuple[str, int, int | None], b: tuple[str, 
     if device.gpu:
         extra += ["--memory_fraction", "0.45"]
     runs = [_spawn(f"{m}/{bs} pair", device, m, bs, size, 100000,
-                   work / f"pair-{m}-{bs}-{i}", extra)
+                   work / f"pair-{m}-{bs}-{i}", extra, timeout_s)
             for i, (m, bs, size) in enumerate((a, b))]
 
     def overlap_start() -> float | None:
@@ -370,18 +430,22 @@ def build_profile(device: Device, rows: list[dict], pairs: list[dict], fit: dict
         m = models.setdefault(r["model"], {
             "image_size": r["image_size"], "optimizer_slots": 2,
             "checkpoint_mb": round(r["checkpoint_mb"], 2), "startup_s": [],
-            "graph_build_s": [], "save_s": [], "restore_s": [], "batches": {}})
+            "graph_build_s": [], "save_s": [], "restore_s": [], "resume_startup_s": [],
+            "batches": {}})
         m["startup_s"].append(r["startup_s"])
-        m["graph_build_s"].append(max(0.0, r["startup_s"] - import_s))
+        m["graph_build_s"].append(r["graph_build_s"] or 0.0)
         m["save_s"].append(r["save_s"])
         m["restore_s"].append(r["restore_s"])
+        m["resume_startup_s"].append(r["resume_startup_s"])
         m["batches"][r["batch_size"]] = {
             "step_time_s": round(r["step_time_s"], 4), "images_per_s": round(r["images_per_s"], 2),
             "memory_mb": round(r["memory_mb"], 1),
             "gpu_util": round(r["gpu_util"] if r["gpu_util"] is not None else 1.0, 3)}
     for m in models.values():
-        for k in ("startup_s", "graph_build_s", "save_s", "restore_s"):
+        for k in ("startup_s", "graph_build_s", "save_s", "restore_s", "resume_startup_s"):
             m[k] = round(sum(m[k]) / len(m[k]), 2)
+        # a start with no warm spare ready also pays the import
+        m["cold_startup_s"] = round(m["startup_s"] + import_s, 2)
     mb = sum(r["checkpoint_mb"] for r in rows)
     secs = sum(r["save_s"] for r in rows)
     doc = {
@@ -409,13 +473,15 @@ def _parser() -> argparse.ArgumentParser:
         description="Measure TF-Slim models on this machine's device (the first NVML GPU, "
                     "else the CPU as a virtual GPU) and write a simulator profile YAML.")
     p.add_argument("models", nargs="+", metavar="MODEL",
-                   help="model names; MODEL@SIZE sets the image size (e.g. vgg_16@224)")
+                   help="model names; MODEL@SIZE sets the image size (e.g. vgg_16@224), "
+                        "MODEL:B/B its own batch sizes instead of --batch-sizes (lenet:8)")
     p.add_argument("--batch-sizes", default="16,32,64", help="comma-separated (default 16,32,64)")
     p.add_argument("--colocate", action="store_true",
                    help="also run each pair of models at once on one device and fit the "
                         "co-location model")
-    p.add_argument("--pairs", type=int, default=None,
-                   help="with --colocate: only the first N pairs")
+    p.add_argument("--pairs", default=None,
+                   help="with --colocate: only the first N pairs, or the pairs named as "
+                        "A+B,C+D (model names)")
     p.add_argument("--out", default=None, help="profile YAML to write (default: print it)")
     p.add_argument("--cpu", action="store_true", help="profile the CPU even if a GPU is present")
     p.add_argument("--threads", type=int, default=1,
@@ -424,12 +490,38 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _model_arg(text: str) -> tuple[str, int | None]:
+def choose_pairs(models: list[tuple], spec: str | None) -> list[tuple[tuple, tuple]]:
+    """The pairs to co-locate: all, the first N (``spec`` a number) or ``A+B,C+D``."""
+    combos = list(itertools.combinations(models, 2))
+    if spec is None:
+        return combos
+    if spec.strip().isdigit():
+        return combos[:int(spec)]
+    by_name = {m[0]: m for m in models}
+    out = []
+    for item in spec.split(","):
+        a, _, b = item.strip().partition("+")
+        if a not in by_name or b not in by_name or a == b:
+            raise ValueError(f"--pairs: {item!r} is not two different profiled models A+B "
+                             f"(profiled: {', '.join(by_name)})")
+        out.append((by_name[a], by_name[b]))
+    return out
+
+
+def _model_arg(text: str) -> tuple[str, int | None, list[int] | None]:
+    """``MODEL[@SIZE][:B/B...]``: name, image size, this model's own batch sizes (or None)."""
     from slim_models import nets_factory
-    name, _, size = text.partition("@")
-    image = int(size) if size else None
+    head, _, sizes = text.partition(":")
+    name, _, size = head.partition("@")
+    try:
+        image = int(size) if size else None
+        own = [int(b) for b in sizes.split("/")] if sizes else None
+    except ValueError:
+        raise ValueError(f"{text!r}: expected MODEL[@SIZE][:BATCH/BATCH...]") from None
+    if own is not None and min(own) < 1:
+        raise ValueError(f"{text!r}: batch sizes must be positive")
     nets_factory.check_model(name, image)
-    return name, image
+    return name, image, own
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -437,6 +529,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         models = [_model_arg(m) for m in args.models]
+        if args.colocate:
+            choose_pairs(models, args.pairs)          # a bad --pairs fails before measuring
         batches = [int(b) for b in args.batch_sizes.split(",") if b.strip()]
         if not batches or min(batches) < 1:
             raise ValueError(f"--batch-sizes needs positive integers, got {args.batch_sizes!r}")
@@ -450,45 +544,67 @@ def main(argv: list[str] | None = None) -> int:
     nvml = _NvmlUtil() if device.gpu else None
     command = "tfgshare profile " + " ".join(argv if argv is not None else sys.argv[1:])
     t_all = time.monotonic()
+    load_before = _load_average()
+    failed: list[str] = []
+    rows, pairs, fit = [], [], None
     try:
         with tempfile.TemporaryDirectory(prefix="tfgshare-profile-") as tmp:
             work = Path(tmp)
             import_s = import_seconds(device)
-            print(f"import tensorflow: {import_s:.1f} s", flush=True)
-            rows = []
-            for (model, size), batch in itertools.product(models, batches):
-                row = profile_one(device, model, batch, size, work, nvml, args.timeout)
+            print(f"import tensorflow: {import_s:.1f} s (load average {load_before})", flush=True)
+            for (model, size, own), batch in ((m, b) for m in models for b in (m[2] or batches)):
+                try:
+                    row = profile_one(device, model, batch, size, work, nvml, args.timeout)
+                except (RuntimeError, TimeoutError) as err:   # the other models still count
+                    print(f"{model:>14} b{batch:<4} failed: {err}", file=sys.stderr, flush=True)
+                    failed.append(f"{model}/{batch}: {str(err).splitlines()[0]}")
+                    continue
                 rows.append(row)
                 print(f"{model:>14} b{batch:<4} {row['step_time_s']:.3f} s/step "
                       f"{row['images_per_s']:7.1f} img/s  {row['memory_mb']:7.0f} MB  "
-                      f"util {row['gpu_util'] or 0:.2f}  start {row['startup_s']:.1f} s  "
-                      f"save {row['save_s']:.2f} s  restore {row['restore_s']:.1f} s  "
+                      f"util {row['gpu_util'] or 0:.2f}  start {row['startup_s']:.1f} s "
+                      f"(graph {row['graph_build_s'] or 0:.1f})  "
+                      f"save {row['save_s']:.2f} s  restore {row['restore_s']:.1f} s "
+                      f"(resume start {row['resume_startup_s']:.1f} s)  "
                       f"ckpt {row['checkpoint_mb']:.0f} MB", flush=True)
-            pairs, fit = [], None
             if args.colocate and len(models) > 1:
                 alone = {(r["model"], r["batch_size"]): r["step_time_s"] for r in rows}
                 utils = {f"{r['model']}/{r['batch_size']}": r["gpu_util"] or 1.0 for r in rows}
-                b = min(batches)
-                combos = list(itertools.combinations(models, 2))[:args.pairs]
-                for (ma, sa), (mb, sb) in combos:
-                    pair = colocate_pair(device, (ma, b, sa), (mb, b, sb), alone, work, nvml,
-                                         args.timeout)
+                for (ma, sa, oa), (mb, sb, ob) in choose_pairs(models, args.pairs):
+                    a, b = (ma, min(oa or batches), sa), (mb, min(ob or batches), sb)
+                    if (ma, a[1]) not in alone or (mb, b[1]) not in alone:
+                        continue          # one of them failed alone: no baseline
+                    try:   # each at its smallest batch
+                        pair = colocate_pair(device, a, b, alone, work, nvml, args.timeout)
+                    except (RuntimeError, TimeoutError) as err:
+                        print(f"pair {ma} + {mb} failed: {err}", file=sys.stderr, flush=True)
+                        failed.append(f"pair {ma}+{mb}: {str(err).splitlines()[0]}")
+                        continue
                     pairs.append(pair)
                     print(f"pair {' + '.join(pair['models'])}: slowdown "
                           + ", ".join(f"{s:.2f}" for s in pair["slowdown"]), flush=True)
-                fit = fit_colocation(pairs, utils)
-                print(f"co-location fit: overhead {fit['overhead']:.2f}, exponent "
-                      f"{fit['exponent']:.2f}; fit error mean {100 * fit['fit_error_mean']:.1f} %, "
-                      f"max {100 * fit['fit_error_max']:.1f} % over {fit['points']} jobs",
-                      flush=True)
+                if pairs:
+                    fit = fit_colocation(pairs, utils)
+                    print(f"co-location fit: overhead {fit['overhead']:.2f}, exponent "
+                          f"{fit['exponent']:.2f}; fit error mean "
+                          f"{100 * fit['fit_error_mean']:.1f} %, max "
+                          f"{100 * fit['fit_error_max']:.1f} % over {fit['points']} jobs",
+                          flush=True)
     except (RuntimeError, TimeoutError) as err:
         print(f"tfgshare profile: measurement failed: {err}", file=sys.stderr)
         return 1
     finally:
+        end_spare(device)
         if nvml is not None:
             nvml.close()
+    if not rows:
+        print("tfgshare profile: no model could be measured", file=sys.stderr)
+        return 1
     doc = build_profile(device, rows, pairs, fit, command, import_s)
     doc["profiling_wall_s"] = round(time.monotonic() - t_all, 1)
+    doc["load_average"] = {"before": load_before, "after": _load_average()}
+    if failed:
+        doc["failed"] = failed
     text = yaml.safe_dump(doc, sort_keys=False)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -497,4 +613,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {args.out} ({doc['profiling_wall_s']:.0f} s)")
     else:
         print(text)
-    return 0
+    return 1 if failed else 0
+
+
+def _load_average() -> str:
+    """The machine's 1/5/15-minute load averages, as ``uptime`` shows them."""
+    try:
+        return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "unknown"

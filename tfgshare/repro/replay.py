@@ -19,6 +19,8 @@ import csv
 import dataclasses
 import json
 import math
+import re
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -83,8 +85,8 @@ def cluster_shape(nodes: list[dict]) -> str:
 
 
 def simulate_same(jobs: list, profiles, policy_name: str, spec: str, seed: int = 0):
-    """The same jobs through the simulator (the profile's measured costs, the live tick and
-    the runner's default sampling warm-up and share)."""
+    """The same jobs through the simulator (the profile's measured costs, the live tick,
+    the runner's default sampling warm-up and share, and its final checkpoint)."""
     from tfgshare.policies.registry import get_policy
     from tfgshare.sim.cluster import load_cluster
     from tfgshare.sim.config import SimConfig
@@ -94,31 +96,144 @@ def simulate_same(jobs: list, profiles, policy_name: str, spec: str, seed: int =
 
     # the live runner's sampling phase: its default warm-up and share of the job
     config = SimConfig(seed=seed, tick_s=RUNNER_TICK_S, warmup_steps=TrainConfig.warmup_steps,
-                       sample_share=TrainConfig.max_sample_share, **profiles.sim_overrides())
+                       sample_share=TrainConfig.max_sample_share, runner_checkpoints=True,
+                       **profiles.sim_overrides())
     return simulate(load_cluster(spec), jobs, profiles, get_policy(policy_name), config)
 
 
-def side_by_side(live: Report, sim: Report) -> str:
-    """Live and simulated figures per line, with the relative difference."""
-    rows = [("jobs finished", live.finished, sim.finished),
-            ("JCT mean s", live.jct_mean, sim.jct_mean),
-            ("JCT median s", live.jct_median, sim.jct_median),
-            ("JCT p95 s", live.jct_p95, sim.jct_p95),
-            ("wait mean s", live.wait_mean, sim.wait_mean),
-            ("makespan s", live.makespan, sim.makespan),
-            ("allocated util %", 100 * live.util_allocated, 100 * sim.util_allocated),
-            ("effective util %", 100 * live.util_effective, 100 * sim.util_effective),
-            ("suspends", live.suspends, sim.suspends),
-            ("migrations", live.migrations, sim.migrations)]
+_STAMP = r"^(\d\d):(\d\d):(\d\d)\.(\d{3}) "
+_DECIDED = re.compile(_STAMP + r".*\(attempt (\d+)\)$")
+_EVENT = re.compile(_STAMP + r"\S+ #(\d+) (started|start_phases) (.*)$")
+
+
+def _seconds(m: re.Match) -> float:
+    h, mi, s, ms = (int(x) for x in m.groups()[:4])
+    return h * 3600 + mi * 60 + s + ms / 1000
+
+
+def start_costs(lines: list[str], step_time_s: float) -> list[tuple[float, bool]]:
+    """``(seconds, restored)`` per attempt in a job's coordinator log: from the start
+    decision to the runner's ``started`` event, plus what its first step took beyond a
+    plain step (``step_time_s``), i.e. what the simulator's ``startup_s`` stands for."""
+    decided: dict[int, float] = {}
+    started: dict[int, tuple[float, bool]] = {}
+    first_step: dict[int, float] = {}
+    for line in lines:
+        m = _DECIDED.match(line)
+        if m and " #" not in line:
+            decided[int(m.group(5))] = _seconds(m)
+            continue
+        m = _EVENT.match(line)
+        if not m:
+            continue
+        attempt, what, details = int(m.group(5)), m.group(6), m.group(7)
+        fields = dict(kv.split("=", 1) for kv in details.split() if "=" in kv)
+        if what == "started":
+            started[attempt] = (_seconds(m), fields.get("restored") == "True")
+        else:
+            try:
+                first_step[attempt] = float(fields.get("first_step_s", "nan"))
+            except ValueError:
+                pass
+    out = []
+    for attempt, (t, restored) in sorted(started.items()):
+        if attempt not in decided:
+            continue
+        cost = (t - decided[attempt]) % 86400          # the stamps are times of day
+        extra = first_step.get(attempt, math.nan)
+        if math.isfinite(extra):
+            cost += max(0.0, extra - step_time_s)
+        out.append((cost, restored))
+    return out
+
+
+_CHECKPOINT = re.compile(_STAMP + r"\S+ #\d+ checkpoint .*\bseconds=([0-9.eE+-]+)")
+
+
+def checkpoint_seconds(lines: list[str]) -> float:
+    """Seconds a job's runners spent writing checkpoints, from its coordinator log."""
+    return sum(float(m.group(5)) for m in map(_CHECKPOINT.match, lines) if m)
+
+
+def live_startups(client, ids: list[str], jobs: list, profiles
+                  ) -> tuple[dict[str, list[float]], list[dict]]:
+    """Each model's measured fresh start-ups (``start_costs``) over the live run's jobs,
+    and where each finished job's time went (waiting, starting, checkpoints, training)."""
+    by_name = {f"replay-{j.id}": j for j in jobs}
+    out: dict[str, list[float]] = {}
+    spent = []
+    for record in client.jobs():
+        if record["id"] not in ids or record["name"] not in by_name:
+            continue
+        j = by_name[record["name"]]
+        step = profiles.get(j.model, j.batch_size).step_time_s
+        lines = client.logs(record["id"])
+        costs = start_costs(lines, step)
+        for cost, restored in costs:
+            if not restored:
+                out.setdefault(j.model, []).append(cost)
+        if record.get("finish_time"):
+            jct = record["finish_time"] - record["submit_time"]
+            starting = sum(c for c, _ in costs)
+            saving = checkpoint_seconds(lines)
+            spent.append({"job": j.id, "model": j.model, "jct_s": jct,
+                          "waiting_s": record["waited_s"], "starting_s": starting,
+                          "checkpoints_s": saving,
+                          "training_s": jct - record["waited_s"] - starting - saving})
+    return out, spent
+
+
+def time_spent_line(spent: list[dict]) -> str:
+    """Mean JCT of the finished jobs split into waiting, starting, checkpoints, training."""
+    if not spent:
+        return "no job finished live"
+    n = len(spent)
+    parts = {k: sum(r[k] for r in spent) / n
+             for k in ("jct_s", "waiting_s", "starting_s", "checkpoints_s", "training_s")}
+    return (f"live JCT of the {n} finished jobs, mean {parts['jct_s']:.1f} s = waiting "
+            f"{parts['waiting_s']:.1f} + starting {parts['starting_s']:.1f} + checkpoints "
+            f"{parts['checkpoints_s']:.1f} + training and exit {parts['training_s']:.1f}")
+
+
+def with_startups(profiles, startups: dict[str, list[float]]):
+    """``profiles`` with each model's ``startup_s`` set to the median of ``startups``."""
+    from tfgshare.sim.profiles import Profiles
+
+    medians = {m: statistics.median(v) for m, v in startups.items() if v}
+    by_key = {k: (dataclasses.replace(p, startup_s=medians[p.model]) if p.model in medians
+                  else p) for k, p in profiles.by_key.items()}
+    return Profiles(profiles.reference_gpu, by_key, profiles.colocation, profiles.storage_mb_s)
+
+
+def side_by_side(live: Report, sim: Report, calibrated: Report | None = None) -> str:
+    """Live and simulated figures per line, with the relative difference; ``calibrated``
+    (the simulator with the start-ups measured live) as two more columns when given."""
+    fields = [("jobs finished", "finished", 1), ("JCT mean s", "jct_mean", 1),
+              ("JCT median s", "jct_median", 1), ("JCT p95 s", "jct_p95", 1),
+              ("wait mean s", "wait_mean", 1), ("makespan s", "makespan", 1),
+              ("allocated util %", "util_allocated", 100),
+              ("effective util %", "util_effective", 100),
+              ("suspends", "suspends", 1), ("migrations", "migrations", 1)]
     for extra in ("util_device", "util_device_busy"):      # the operator's figures, if defined
         if hasattr(live, extra) and hasattr(sim, extra):
-            rows.append((f"{extra.replace('_', ' ')} %", 100 * getattr(live, extra),
-                         100 * getattr(sim, extra)))
-    lines = [f"{'':18} {'live':>10} {'simulated':>10} {'sim vs live':>12}"]
-    for name, a, b in rows:
-        diff = (b - a) / a if a and not (math.isnan(a) or math.isnan(b)) else math.nan
-        lines.append(f"{name:18} {a:10.1f} {b:10.1f} "
-                     + (f"{100 * diff:+11.1f}%" if not math.isnan(diff) else f"{'-':>12}"))
+            fields.append((f"{extra.replace('_', ' ')} %", extra, 100))
+
+    def diff(a: float, b: float) -> str:
+        d = (b - a) / a if a and not (math.isnan(a) or math.isnan(b)) else math.nan
+        return f"{100 * d:+11.1f}%" if not math.isnan(d) else f"{'-':>12}"
+
+    head = f"{'':18} {'live':>10} {'simulated':>10} {'sim vs live':>12}"
+    if calibrated is not None:
+        head += f" {'sim, live':>10} {'vs live':>12}"
+        head += "\n" + f"{'':18} {'':>10} {'':>10} {'':>12} {'start-ups':>10}"
+    lines = [head]
+    for name, attr, scale in fields:
+        a, b = scale * getattr(live, attr), scale * getattr(sim, attr)
+        line = f"{name:18} {a:10.1f} {b:10.1f} {diff(a, b)}"
+        if calibrated is not None:
+            c = scale * getattr(calibrated, attr)
+            line += f" {c:10.1f} {diff(a, c)}"
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -197,12 +312,20 @@ def main(argv: list[str] | None = None) -> int:
             from .live import live_report, run_schedule
             run = run_schedule(client, job_specs(jobs, profiles), args.timeout)
             metrics = client.metrics()
+            startups, spent = live_startups(client, run.ids, jobs, profiles)
     except (ClientError, ValueError) as err:
         print(f"tfgshare replay: error: {err}", file=sys.stderr)
         return 2
     live = live_report(metrics)
     sim = simulate_same(jobs, profiles, policy, spec, args.seed)
-    return write_report(out, args, jobs, run, metrics, live, sim, policy, spec)
+    calibrated = simulate_same(jobs, with_startups(profiles, startups), policy, spec, args.seed)
+    for model, costs in sorted(startups.items()):
+        print(f"start-up of {model}: live median {statistics.median(costs):.1f} s over "
+              f"{len(costs)} fresh starts (min {min(costs):.1f}, max {max(costs):.1f}); "
+              f"profile {profiles.get(*next(k for k in profiles.by_key if k[0] == model)).startup_s:.1f} s")
+    print(time_spent_line(spent))
+    return write_report(out, args, jobs, run, metrics, live, sim, policy, spec,
+                        calibrated, startups, spent)
 
 
 def per_job(live_jobs: list[dict], sim_records: list) -> list[dict]:
@@ -218,20 +341,28 @@ def per_job(live_jobs: list[dict], sim_records: list) -> list[dict]:
 
 
 def write_report(out: Path, args, jobs: list, run, metrics: dict, live: Report, sim,
-                 policy: str, spec: str) -> int:
-    """Print and write report.csv / report.json (the simulate report's form, live + sim)."""
+                 policy: str, spec: str, calibrated=None,
+                 startups: dict[str, list[float]] | None = None,
+                 spent: list[dict] | None = None) -> int:
+    """Print and write report.csv / report.json (the simulate report's form, live + sim,
+    and the simulator again with the start-ups measured live when given)."""
     out.mkdir(parents=True, exist_ok=True)
     reports = {f"{policy} live": live, f"{policy} sim": sim.report}
+    if calibrated is not None:
+        reports[f"{policy} sim (live start-ups)"] = calibrated.report
     print(format_table(reports, baseline=f"{policy} live"))
     print()
-    print(side_by_side(live, sim.report))
+    print(side_by_side(live, sim.report, calibrated.report if calibrated else None))
     rows = table_rows(reports, baseline=f"{policy} live")
     with open(out / "report.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
         writer.writeheader()
         writer.writerows(rows)
-    diff = (sim.report.jct_mean - live.jct_mean) / live.jct_mean \
-        if live.jct_mean and not math.isnan(live.jct_mean) else None
+    def rel(report) -> float | None:
+        return (report.jct_mean - live.jct_mean) / live.jct_mean \
+            if live.jct_mean and not math.isnan(live.jct_mean) else None
+    diff = rel(sim.report)
+    diff_cal = rel(calibrated.report) if calibrated is not None else None
     pairs = per_job(run.jobs, sim.records)
     both = [p for p in pairs if p["live_jct_s"] is not None and p["sim_jct_s"] is not None]
     if both and len(both) < len(jobs):   # a run cut short: compare the jobs that finished
@@ -243,9 +374,15 @@ def write_report(out: Path, args, jobs: list, run, metrics: dict, live: Report, 
         "trace": args.trace, "speedup": args.speedup, "cluster": spec, "policy": policy,
         "jobs": len(jobs), "seed": args.seed, "live_wall_s": run.wall_s,
         "timed_out": run.timed_out, "jct_mean_sim_vs_live": diff,
+        "jct_mean_sim_live_startups_vs_live": diff_cal,
+        "live_startups_s": startups or {},
+        "live_time_spent": spent or [],
         "live": {"report": live.as_dict(), "jobs": metrics["jobs"]},
         "sim": {"report": sim.report.as_dict(),
                 "jobs": [dataclasses.asdict(r) for r in sim.records]},
+        "sim_live_startups": None if calibrated is None else {
+            "report": calibrated.report.as_dict(),
+            "jobs": [dataclasses.asdict(r) for r in calibrated.records]},
         "mapping": [dataclasses.asdict(j) for j in jobs],
         "per_job": pairs,
     }
@@ -253,5 +390,7 @@ def write_report(out: Path, args, jobs: list, run, metrics: dict, live: Report, 
     states = [j["state"] for j in run.jobs]
     print(f"live: {states.count('finished')}/{len(jobs)} finished in {run.wall_s:.0f} s; "
           f"mean JCT simulated vs live: "
-          + ("-" if diff is None else f"{100 * diff:+.1f} %") + f"; wrote {out}")
+          + ("-" if diff is None else f"{100 * diff:+.1f} %")
+          + ("" if diff_cal is None else f" (with the live start-ups: {100 * diff_cal:+.1f} %)")
+          + f"; wrote {out}")
     return 0 if states.count("finished") == len(jobs) and not run.timed_out else 1

@@ -27,6 +27,11 @@ from tfgshare.runner.events import EventSink
 from tfgshare.runner.timing import SamplePlan, StepTimer, plan_sampling
 
 SAMPLE_FILE = rp.SAMPLE_FILE
+# set by ``python -m tfgshare.runner``: called with the exit code right after the final
+# event (``finished`` or ``suspended``, its checkpoint written), to end the process there
+# instead of closing the session and tearing down TensorFlow first (seconds on a loaded
+# machine, with the job's GPU still held); None in-process (tests, ``tfgshare train``)
+EXIT_AT_FINAL_EVENT: Callable[[int], None] | None = None
 
 
 @dataclass
@@ -353,12 +358,16 @@ def train_loop(config: TrainConfig, built, session, sink: EventSink,
         save(final=True)
     if step >= total:
         sink.emit("finished", step=step, loss=loss)
+        if EXIT_AT_FINAL_EVENT is not None:
+            EXIT_AT_FINAL_EVENT(rp.EXIT_OK)
         return TrainResult("finished", rp.EXIT_OK, step, loss, latest, last_saved_path,
                            sample, built.devices)
     requested = getattr(stop_event, "set_at", None)
     sink.emit("stop_phases", stop_wait_s=None if requested is None else stopped_at - requested,
               save_s=time.monotonic() - stopped_at)
     sink.emit("suspended", step=step)
+    if EXIT_AT_FINAL_EVENT is not None:
+        EXIT_AT_FINAL_EVENT(rp.EXIT_SUSPENDED)
     return TrainResult("suspended", rp.EXIT_SUSPENDED, step, loss, latest, last_saved_path,
                        sample, built.devices)
 

@@ -86,6 +86,8 @@ class FencedError(CheckpointError):
 
 
 WARM_FLAG = "--warm"
+# what a warm runner prints (stdout) once TensorFlow is imported and it waits for its job
+WARM_READY = "tfgshare runner: warm, waiting for a job on stdin"
 
 
 def warm_job_line(argv: list[str], env: dict[str, str], log: str | None) -> str:

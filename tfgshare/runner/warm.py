@@ -23,7 +23,7 @@ import time
 from tfgshare.runner import main as runner_main
 from tfgshare.runner import protocol as rp
 
-READY = "tfgshare runner: warm, waiting for a job on stdin"
+READY = rp.WARM_READY
 
 
 def preload() -> None:

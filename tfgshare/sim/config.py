@@ -35,6 +35,10 @@ class SimConfig:
     check: bool = False                  # validate every action list and invariant (slow)
     startup_s: float | None = None       # every (re)start's start-up time; None: the profile's
     checkpoint_s: float | None = None    # each checkpoint save or restore; None: by bandwidth
+    # the live runner's own checkpoints, each holding the job's GPUs while written: the last
+    # one before a job ends, and the one a fresh run (not sample-only, no checkpoint yet)
+    # writes after its sampling phase (off by default: the shipped figures predate it)
+    runner_checkpoints: bool = False
 
     def __post_init__(self) -> None:
         for name in ("storage_mb_s", "refresh_s"):

@@ -547,6 +547,19 @@ class Simulator:
         c = self.config.checkpoint_s
         return prof.checkpoint_mb / self.config.storage_mb_s if c is None else c
 
+    def _runner_saves_s(self, job: SimJob, prof: ModelProfile) -> float:
+        """With ``runner_checkpoints``, a run's own saves: its last checkpoint, and the one
+        after its sampling phase when it starts fresh and the sample ends before the job."""
+        cfg = self.config
+        if not cfg.runner_checkpoints:
+            return 0.0
+        saves = 1
+        sample = min(cfg.warmup_steps + self.sample_steps,
+                     max(1, math.ceil(cfg.sample_share * job.total_steps)))
+        if not job.has_checkpoint and job.steps <= 0 and sample < job.total_steps:
+            saves += 1
+        return saves * self._checkpoint_s(prof)
+
     def _startup_s(self, prof: ModelProfile) -> float:
         c = self.config.startup_s
         return prof.startup_s if c is None else c
@@ -613,12 +626,12 @@ class Simulator:
             length = min(cfg.warmup_steps + self.sample_steps,
                          max(1, math.ceil(cfg.sample_share * job.total_steps)))
             job.target = min(float(job.total_steps), job.steps + length)
-            job.tail_s = (self._checkpoint_s(prof)
-                          if job.target < job.total_steps else 0.0)
+            job.tail_s = (self._checkpoint_s(prof) if job.target < job.total_steps
+                          or self.config.runner_checkpoints else 0.0)
             job.state = JobState.SAMPLING
         else:
             job.target = float(job.total_steps)
-            job.tail_s = 0.0
+            job.tail_s = self._runner_saves_s(job, prof)
             job.state = JobState.RUNNING
         job.begin_hold(now)
         if resuming:
