@@ -18,7 +18,8 @@ def test_seeded_faults_leave_every_job_finished_from_its_checkpoints(tmp_path):
     args = chaos.parser().parse_args(
         # long enough jobs and a short full disk, so the five faults usually fit in the batch
         ["--seed", "3", "--jobs", "3", "--steps", "300", "--save-every", "20", "--faults", "5",
-         "--node-timeout", "5", "--gap-s", "5", "--disk-full-s", "6", "--timeout", "800"])
+         "--node-timeout", "5", "--gap-s", "5", "--disk-full-s", "6", "--timeout", "800",
+         "--netns", "off"])     # the loopback cluster it was sized on; tools/chaos.py runs netns
     result = chaos.run_batch(tmp_path, args, faults=True)
     print(chaos.report(result, None, args.steps))
     assert chaos.check(result, args.steps) == []

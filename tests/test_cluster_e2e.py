@@ -9,15 +9,14 @@ check step continuity across suspends, migrations and crashes.
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import signal
 import subprocess
 import time
 
 import pytest
 
+from tfgshare import netns as tfgnetns
 from tfgshare.localcluster import LocalCluster
 from tfgshare.schema import JobSpec
 
@@ -214,35 +213,14 @@ def test_coordinator_killed_and_restarted_loses_no_job_and_readopts_runners(make
         assert progress_steps(cluster, j) == list(range(1, 301))
 
 
-def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)
-
-
 @pytest.fixture
 def netns():
     """A network namespace joined to this one by a veth pair on link-local addresses."""
-    if shutil.which("ip") is None:
-        pytest.skip("the 'ip' tool (iproute2) is not installed")
-    tag = f"{os.getpid() % 100000}"
-    ns, host_if, ns_if = f"tfgshare{tag}", f"tfgh{tag}", f"tfgn{tag}"
-    a, b = (os.getpid() // 64) % 250 + 1, (os.getpid() % 64) * 4
-    host_ip, ns_ip = f"169.254.{a}.{b + 1}", f"169.254.{a}.{b + 2}"
-    made = _ip("netns", "add", ns, check=False)
-    if made.returncode != 0:
-        pytest.skip(f"cannot create a network namespace here: {made.stderr.strip()}")
-    try:
-        for cmd in (["link", "add", host_if, "type", "veth", "peer", "name", ns_if],
-                    ["link", "set", ns_if, "netns", ns],
-                    ["addr", "add", f"{host_ip}/30", "dev", host_if],
-                    ["link", "set", host_if, "up"],
-                    ["netns", "exec", ns, "ip", "addr", "add", f"{ns_ip}/30", "dev", ns_if],
-                    ["netns", "exec", ns, "ip", "link", "set", ns_if, "up"],
-                    ["netns", "exec", ns, "ip", "link", "set", "lo", "up"]):
-            _ip(*cmd)
-        yield ns, host_ip
-    finally:
-        _ip("link", "del", host_if, check=False)
-        _ip("netns", "del", ns, check=False)
+    why = tfgnetns.unavailable()
+    if why:
+        pytest.skip(f"cannot create a network namespace here: {why}")
+    with tfgnetns.namespace() as ns:
+        yield ns.name, ns.host_ip
 
 
 def test_agent_in_another_network_namespace_joins_over_tcp_and_runs_a_job(make_cluster, netns):

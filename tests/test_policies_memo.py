@@ -1,5 +1,7 @@
 """A policy's memo is a cache: a fresh memo each round gives the same decisions as a reused one."""
 
+import dataclasses
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -236,3 +238,38 @@ def test_fgs_memo_keeps_changes_seen_in_a_round_with_nothing_waiting():
     assert reused == pol.decide(40, c, list(jobs))
     assert not any(isinstance(a, Start) and a.job == "w" and
                    any(f.gpu == y_gpu for f in a.fragments) for a in reused)
+
+
+class FullSearch:
+    """Wraps fgs: every round also decides without its shortcuts, on a memo of its own."""
+
+    def __init__(self, policy):
+        self.policy = policy
+        self.name = policy.name
+        self.full = type("Full", (type(policy),), {"shortcuts": False})(
+            **{f.name: getattr(policy, f.name) for f in dataclasses.fields(policy)})
+        self.full_memo = self.full.new_memo()
+        self.rounds = 0
+
+    def __getattr__(self, attr):
+        return getattr(self.policy, attr)
+
+    def decide(self, now, cluster, jobs, memo=None):
+        got = self.policy.decide(now, cluster, jobs, memo)
+        want = self.full.decide(now, cluster, list(jobs), self.full_memo)
+        assert got == want, f"round {self.rounds} at t={now}: a shortcut changed the decision"
+        self.rounds += 1
+        return got
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(scenario=scenarios(), reservations=st.sampled_from([1, 2]))
+def test_fgs_shortcuts_decide_as_the_full_search(scenario, reservations, profiles):
+    # short bounds, so promotions, reservations and consolidations happen in small runs
+    spec, jobs = scenario
+    pol = FullSearch(get_policy("fgs", max_wait_s=600.0, promote_floor_s=30.0, min_run_s=30.0,
+                                reserve_horizon_s=120.0, max_reservations=reservations))
+    res = simulate(load_cluster(spec), jobs, profiles, pol, SimConfig(tick_s=30.0, seed=2))
+    assert pol.rounds > 0
+    assert len(res.records) == len(jobs)

@@ -3,17 +3,23 @@
     python tools/chaos.py --seed 1 --jobs 6 --steps 300 --faults 10 --baseline
 
 starts a coordinator and two agents (virtual GPUs, real TF-Slim lenet runners on
-the CPU) as processes, submits a batch of small jobs and, while they train,
+the CPU) as processes (each agent in its own network namespace where ``--netns``
+allows, see ``cut_agent``), submits a batch of small jobs and, while they train,
 injects faults drawn from ``--seed``:
 
 - ``kill_runner``: SIGKILL one job's runner process;
 - ``kill_agent``: SIGKILL an agent (its runners die with it), restart it 2 s later;
 - ``kill_coordinator``: SIGKILL the coordinator, restart it 2 s later;
-- ``cut_agent``: SIGSTOP an agent (on loopback the stand-in for a cut network: the
-  coordinator hears nothing, while the agent's runners go on training and saving) until
-  the coordinator has declared the node lost and a new attempt of the job has started on
-  the other node (at least 1.5 node timeouts, at most ``--timeout``), then SIGCONT it: the
-  stale runner is fenced off the new attempt's checkpoints, and the agent kills it;
+- ``cut_agent``: cut an agent's network until the coordinator has declared the node
+  lost and a new attempt of the job has started on the other node (at least 1.5 node
+  timeouts, at most ``--timeout``), then join it again. With ``--netns`` (default
+  ``auto``: where the machine allows) each agent runs in its own network namespace
+  (``tfgshare.netns``) and the cut sets its veth link down: the agent, hearing nothing,
+  stops its runners at half the node timeout, and re-registers once the link is up.
+  Without namespaces the cut is a stand-in: SIGSTOP the agent (the coordinator hears
+  nothing, while its runners go on training and saving), then SIGCONT it: the stale
+  runner is fenced off the new attempt's checkpoints, and the agent kills it. The report
+  says which kind of cut was used;
 - ``fill_disk``: fill the checkpoint file system (a tmpfs mounted for the run; skipped,
   with a message, where it cannot be mounted) for ``--disk-full-s``, then free it;
 - ``stall_runner``: SIGSTOP one job's runner and its agent (a stalled node: the runner
@@ -54,6 +60,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from tfgshare import netns  # noqa: E402
 from tfgshare.localcluster import LocalCluster  # noqa: E402
 from tfgshare.schema import JobSpec  # noqa: E402
 
@@ -140,10 +147,12 @@ def checkpoint_fs(path: Path, size_mb: int):
 class Chaos:
     """One chaos run: the cluster, the jobs, the faults and their outcomes."""
 
-    def __init__(self, root: Path, args: argparse.Namespace, disk: bool) -> None:
+    def __init__(self, root: Path, args: argparse.Namespace, disk: bool,
+                 nets: dict[str, netns.Netns] | None = None, host: str = "127.0.0.1") -> None:
         self.args = args
         self.rng = random.Random(args.seed + 1)
-        self.cluster = LocalCluster(root, node_timeout=args.node_timeout,
+        self.nets = nets or {}             # node -> its network namespace (none: loopback)
+        self.cluster = LocalCluster(root, host=host, node_timeout=args.node_timeout,
                                     coordinator_flags=["--max-retries", str(args.max_retries)])
         kinds = tuple(args.kinds.split(",")) if getattr(args, "kinds", None) else KINDS
         self.kinds = plan(args.seed, args.faults, disk, kinds) if args.faults else []
@@ -160,7 +169,7 @@ class Chaos:
         c = self.cluster
         c.start_coordinator(timeout_s=120)
         for node in NODES:
-            c.start_agent(node, self.gpus)
+            self._start_agent(node)
         c.wait_nodes(set(NODES), timeout_s=120)
         with c.client(timeout_s=10) as client:
             self.ids = client.submit([lenet_job(self.args.steps, self.args.save_every, i)
@@ -185,6 +194,10 @@ class Chaos:
                     self._inject(self.kinds[len(self.faults)], training)
                     quiet_until = time.monotonic() + self.args.gap_s
             time.sleep(0.3)
+
+    def _start_agent(self, node: str) -> None:
+        net = self.nets.get(node)
+        self.cluster.start_agent(node, self.gpus, prefix=net.prefix if net else None)
 
     def _training(self, job: dict, steps: int = 3) -> bool:
         """Whether ``job``'s current runner has trained ``steps`` steps past its start."""
@@ -212,7 +225,7 @@ class Chaos:
     def _due_restarts(self, now: float) -> None:
         for item in [x for x in self.later if x[0] <= now]:
             _, what, arg = item
-            if what in ("sigcont", "wake_runner") and not self._moved(*arg[-2:]) and \
+            if what in ("sigcont", "link_up", "wake_runner") and not self._moved(*arg[-2:]) and \
                     now < self.start + self.args.timeout / 2:
                 continue                   # the cut lasts until the job runs elsewhere
             if what == "wake_agent" and not self._stale_done(*arg) and now < item[0] + \
@@ -220,11 +233,13 @@ class Chaos:
                 continue                   # the old runner goes on alone until it has exited
             self.later.remove(item)
             if what == "agent":
-                self.cluster.start_agent(arg, self.gpus)
+                self._start_agent(arg)
             elif what == "coordinator":
                 self.cluster.start_coordinator(timeout_s=120)
             elif what == "sigcont":
                 os.kill(arg[0], signal.SIGCONT)
+            elif what == "link_up":
+                self.nets[arg[0]].restore()
             elif what == "free":
                 arg.unlink(missing_ok=True)
             elif what == "wake_runner":    # the old runner alone: its agent stays stopped
@@ -281,9 +296,16 @@ class Chaos:
             self.later.append((now + RESTART_AFTER_S, "coordinator", None))
             fault.target, fault.jobs = "coordinator", [j["id"] for j in training]
         elif kind == "cut_agent":
-            os.kill(agent.pid, signal.SIGSTOP)
-            self.later.append((now + 1.5 * self.args.node_timeout, "sigcont",
-                               (agent.pid, job["id"], job["attempt"])))
+            if node in self.nets:          # a real cut: the agent's veth link down
+                self.nets[node].cut()
+                self.later.append((now + 1.5 * self.args.node_timeout, "link_up",
+                                   (node, job["id"], job["attempt"])))
+                fault.note = "network cut: veth link down"
+            else:                          # the stand-in: the agent stopped
+                os.kill(agent.pid, signal.SIGSTOP)
+                self.later.append((now + 1.5 * self.args.node_timeout, "sigcont",
+                                   (agent.pid, job["id"], job["attempt"])))
+                fault.note = "SIGSTOP stand-in for a network cut"
             fault.target, fault.jobs = f"agent {node}", self._on(node, training)
         elif kind == "stall_runner":
             pid = runner_pid(agent.pid, self.cluster.log(f"agent-{node}"), job["id"],
@@ -445,12 +467,35 @@ def fill(path: Path) -> None:
             pass
 
 
+def agent_networks(mode: str, stack: contextlib.ExitStack) -> tuple[dict, str, str]:
+    """Per ``--netns`` (auto, on, off): each node's namespace (none: all on loopback), the
+    coordinator's address, and the words for the report."""
+    if mode == "off":
+        return {}, "127.0.0.1", "none (--netns off): agents on loopback"
+    why = netns.unavailable()
+    if why is None:
+        try:
+            with contextlib.ExitStack() as made:
+                host = made.enter_context(netns.host_address())
+                nets = {node: made.enter_context(netns.namespace(i))
+                        for i, node in enumerate(NODES)}
+                stack.push(made.pop_all())
+            return nets, host, f"one per agent, coordinator at {host}"
+        except netns.NetnsUnavailable as e:    # a namespace, but no veth pair (say)
+            why = str(e)
+    if mode == "on":
+        raise SystemExit(f"chaos: --netns on, but {why}")
+    print(f"chaos: agents on loopback, no network namespaces ({why})", flush=True)
+    return {}, "127.0.0.1", f"none ({why}): agents on loopback"
+
+
 def run_batch(root: Path, args: argparse.Namespace, faults: bool) -> dict:
     """One batch (with the seeded faults, or none): its seconds, faults and job outcomes."""
     size = max(256, args.jobs * 3 * 16 + 64)
-    with checkpoint_fs(root / "checkpoints", size) as disk:
+    with checkpoint_fs(root / "checkpoints", size) as disk, contextlib.ExitStack() as stack:
+        nets, host, net_words = agent_networks(getattr(args, "netns", "auto"), stack)
         run_args = argparse.Namespace(**{**vars(args), "faults": args.faults if faults else 0})
-        chaos = Chaos(root, run_args, disk)
+        chaos = Chaos(root, run_args, disk, nets, host)
         try:
             seconds = chaos.run()
             jobs = chaos.outcomes()
@@ -458,6 +503,7 @@ def run_batch(root: Path, args: argparse.Namespace, faults: bool) -> dict:
         finally:
             chaos.cluster.stop_all(timeout_s=10)
     return {"seconds": round(seconds, 1), "disk": disk, "planned": chaos.kinds,
+            "netns": net_words,
             "faults": chaos.faults, "jobs": jobs, "fenced": chaos.fenced(),
             "logs": getattr(chaos, "logs", {})}
 
@@ -502,6 +548,7 @@ def report(result: dict, baseline: float | None, steps: int) -> str:
               f"{all(j.resumed_right for j in jobs)})",
               f"attempts: {sum(j.attempts for j in jobs)} for {len(jobs)} jobs; stale runners "
               f"fenced off a newer attempt's checkpoints: {result['fenced']}",
+              f"network namespaces: {result.get('netns', 'none')}",
               f"batch time: {result['seconds']:.1f} s"]
     stalls = [f for f in result["faults"] if f.kind == "stall_runner" and not f.note]
     if stalls:
@@ -538,6 +585,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--kinds", default="",
                    help=f"comma-separated fault kinds to draw from (default {','.join(KINDS)}; "
                         f"also {','.join(EXTRA_KINDS)})")
+    p.add_argument("--netns", choices=("auto", "on", "off"), default="auto",
+                   help="run each agent in its own network namespace, so that cut_agent "
+                        "cuts its link (auto: where the machine allows; off: SIGSTOP stand-in)")
     p.add_argument("--timeout", type=float, default=1800.0, help="give up after (s)")
     p.add_argument("--baseline", action="store_true",
                    help="also run the batch without faults, for the extra time")
@@ -568,6 +618,7 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps(
             {"args": {k: str(v) for k, v in vars(args).items()}, "baseline_s": baseline,
              "seconds": result["seconds"], "problems": problems, "fenced": result["fenced"],
+             "netns": result["netns"],
              "faults": [asdict(f) for f in result["faults"]],
              "jobs": [asdict(j) for j in result["jobs"]]}, indent=1))
     print(f"chaos: cluster files in {root}")

@@ -1,0 +1,173 @@
+"""fgs's waiting queues and promotion, kept between rounds in its memo.
+
+Waiting jobs live in sorted lists in the orders fgs walks them (jobs to
+sample by arrival, the others by predicted remaining time, promoted jobs by
+arrival), updated only for jobs whose view changed; each job's promotion is a
+timed event at the moment its wait passes its bound. ``Rest`` tells a walk
+over one of these queues the smallest job not reached yet, so the walk can
+stop once nothing left could fit.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+from sortedcontainers import SortedList
+
+from .base import JobState, JobView
+from .memo import Memo
+from .placement import fraction_for
+from .prediction import remaining_s
+from .queueing import WAITING
+
+
+class FgsMemo(Memo):
+    """fgs's state between rounds: the tenants, a plan-ready FreeMap and the waiting queues.
+
+    Waiting jobs are kept in the orders fgs walks them: jobs to sample by
+    arrival, the others by predicted remaining time, the promoted ones by
+    arrival; each job's promotion is a timed event at the moment its wait
+    passes its bound. Sizes are kept sorted too, so a round can tell in
+    O(log n) that none of the jobs left could fit anywhere.
+    """
+
+    def reset(self) -> None:
+        self.free: tuple | None = None      # (key, GPU tuple, FreeMap as the holders hold it)
+        self.unplanned: set[str] = set()    # GPUs changed since ``free`` was last brought up to date
+        self.config: tuple | None = None    # the settings and GPU size the queues are for
+        self.now = -math.inf                # the latest decision time seen
+        # per-GPU indexes of the tenants (fgs_room, fgs_consolidate), by name; each
+        # has a ``stale`` set of the GPUs whose tenants' views changed since it was read
+        self.indexes: dict[str, object] = {}
+        self._clear()
+
+    def _clear(self) -> None:
+        self.info: dict[str, tuple] = {}    # id -> (view, kind, order key, size, wait)
+        self.to_sample = SortedList()       # (submit, id)
+        self.sample_fs = SortedList()       # (fraction, id) of those
+        self.ordinary = SortedList()        # (remaining or inf, submit, id): all others
+        self.fs = SortedList()              # (fraction, id) of those
+        self.us = SortedList()              # (utilisation, id) of those
+        self.promoted = SortedList()        # (submit, id): waited past their bound
+        self.pending: list = []             # heap (about when promoted, id, view)
+        self.near: dict[str, JobView] = {}  # due, but not past the bound yet to the bit
+
+    def rebuild(self, config: tuple) -> None:
+        """Refill the queues from every waiting view, for these settings."""
+        self.config = config
+        self._clear()
+        for jid, v in self.tracker.views.items():
+            self.changed(jid, None, v)
+
+    def changed(self, jid: str, old: JobView | None, new: JobView | None) -> None:
+        if self.indexes:
+            for v in (old, new):
+                if v is not None and v.fragments:
+                    for index in self.indexes.values():
+                        index.stale.update(f.gpu for f in v.fragments)
+        had = self.info.pop(jid, None)
+        if had is not None:
+            kind, key, size = had[1], had[2], had[3]
+            if kind == 0:
+                self.to_sample.remove(key)
+                self.sample_fs.remove((size[0], jid))
+            else:
+                self.ordinary.remove(key)
+                self.fs.remove((size[0], jid))
+                self.us.remove((size[1], jid))
+                self.promoted.discard((had[0].submit_time, jid))
+                self.near.pop(jid, None)
+        if new is None or new.state not in WAITING or self.config is None:
+            return
+        (ratio, cap_s, floor, *_), rep, headroom, reserve, sample_default = self.config
+        if (new.state is JobState.QUEUED and new.sample is None
+                and new.predicted_remaining_s is None):
+            size = (math.inf if rep is None else
+                    fraction_for(new, rep, headroom, reserve, sample_default), -1.0)
+            key = (new.submit_time, jid)
+            self.to_sample.add(key)
+            self.sample_fs.add((size[0], jid))
+            self.info[jid] = (new, 0, key, size, None)
+            return
+        left = remaining_s(new)
+        u = new.sample.gpu_util if new.sample is not None else 1.0
+        size = (math.inf if rep is None else fraction_for(new, rep, headroom, reserve), u)
+        key = (math.inf if left is None else left, new.submit_time, jid)
+        self.ordinary.add(key)
+        self.fs.add((size[0], jid))
+        self.us.add((u, jid))
+        # it has waited a + max(0, now - b) (total_wait_s); promoted once past bound
+        if new.last_wait_start is None and new.last_start is None:
+            a, b = 0.0, new.submit_time
+        else:
+            a = new.waited_s
+            b = new.last_wait_start if new.last_wait_start is not None else new.submit_time
+        bound = max(floor(new), cap_s if left is None else min(cap_s, ratio * left))
+        self.info[jid] = (new, 1, key, size, (a, b, bound))
+        due = -math.inf if a > bound else b + (bound - a)
+        due -= 1e-6 * (1.0 + abs(due)) if due != -math.inf else 0.0   # early, never late
+        heapq.heappush(self.pending, (due, jid, new))
+
+    def next_promotion(self, now: float) -> float | None:
+        """About when the next waiting job is promoted (never late), or None."""
+        if self.near:
+            return now
+        pending, info = self.pending, self.info
+        while pending:
+            due, jid, view = pending[0]
+            had = info.get(jid)
+            if had is not None and had[0] is view:
+                return due
+            heapq.heappop(pending)   # that view is gone
+        return None
+
+    def promote_until(self, now: float) -> None:
+        """Move the jobs whose wait has passed their bound by ``now`` to ``promoted``."""
+        pending, info = self.pending, self.info
+        while pending and pending[0][0] <= now:
+            _, jid, view = heapq.heappop(pending)
+            had = info.get(jid)
+            if had is not None and had[0] is view:
+                self.near[jid] = view
+        for jid in list(self.near):
+            a, b, bound = info[jid][4]
+            if a + (now - b if now > b else 0.0) > bound:
+                del self.near[jid]
+                self.promoted.add((info[jid][0].submit_time, jid))
+        self.now = now
+
+
+class Rest:
+    """The smallest fraction and utilisation among a walk's jobs not passed yet.
+
+    The walk calls ``passed(id)`` for each job it reaches; the answer is worked
+    out again only when one of the two smallest jobs was passed.
+    """
+
+    def __init__(self, fs: SortedList, us: SortedList | None, gone: set[str]):
+        self.fs, self.us, self.gone = fs, us, gone
+        self.i = self.j = 0
+        self._known: tuple[float, float] | None = None
+        self._ids: tuple[str | None, str | None] = (None, None)
+
+    def passed(self, jid: str) -> None:
+        self.gone.add(jid)
+        if jid in self._ids:
+            self._known = None
+
+    def smallest(self) -> tuple[float, float]:
+        if self._known is not None:
+            return self._known
+        fs, us, gone = self.fs, self.us, self.gone
+        while self.i < len(fs) and fs[self.i][1] in gone:
+            self.i += 1
+        f, fid = fs[self.i] if self.i < len(fs) else (math.inf, None)
+        if us is None:   # sampling: no utilisation check
+            self._known, self._ids = (f, -1.0 if fid is not None else math.inf), (fid, None)
+            return self._known
+        while self.j < len(us) and us[self.j][1] in gone:
+            self.j += 1
+        u, uid = us[self.j] if self.j < len(us) else (math.inf, None)
+        self._known, self._ids = (f, u), (fid, uid)
+        return self._known

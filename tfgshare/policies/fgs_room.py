@@ -1,0 +1,368 @@
+"""fgs making room for a promoted job: move small tenants off, or reserve GPUs.
+
+A promoted job that does not fit is given the GPUs cheapest to clear: each
+GPU's cost is when its tenants (soonest-ready first) could all be moved, and
+how many; the gang's GPUs are picked on one node if it can. If they can be
+cleared now, the tenants are migrated elsewhere or suspended and the job
+starts; if they free within ``reserve_horizon_s``, they are reserved (closed
+to other jobs this round).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+from sortedcontainers import SortedList
+
+from .base import Action, JobState, JobView, Migrate, Start, Suspend
+from .fgs_round import BANDS, util_of
+from .interference import room_for
+from .placement import (EPS, MIN_FRACTION, exclusive_fraction, free_fraction, reserve_fraction,
+                        to_fragments)
+from .prediction import remaining_s
+from .queueing import arrival_key
+
+SLACK = 1e-9   # rounding in a GPU's sums that a bound must allow for
+
+
+class RoomMixin:
+    """The making-room part of an fgs round (mixed into the round in ``fgs``)."""
+
+    def movable(self, holder: JobView, size: int) -> bool:
+        """Whether a running job may be moved now for a job of ``size`` GPUs."""
+        return holder.id not in self.acted and self._may_move(holder, size)[0]
+
+    def evictable(self, holder: JobView, size: int) -> bool:
+        """Whether a running job may ever be moved for a job of ``size`` GPUs.
+
+        Not one that already waited past its own bound (it was promoted once):
+        otherwise promoted jobs would take turns suspending each other.
+        """
+        return holder.id not in self.acted and self._may_move(holder, size)[1]
+
+    def _may_move(self, holder: JobView, size: int) -> tuple[bool, bool]:
+        """(movable, evictable) as if the job were not acted on this round (kept per round)."""
+        key = (holder.id, size)
+        got = self._movable.get(key)
+        if got is None:
+            ever = (holder.state is JobState.RUNNING and holder.num_gpus <= size
+                    and not self.pol._overdue(holder.waited_s, remaining_s(holder),
+                                              self.pol.promote_floor(holder)))
+            got = self._movable[key] = (ever and self.settled(holder), ever)
+        return got
+
+    def settled(self, job: JobView) -> bool:
+        """Whether the job has run at least its ``min_run`` since its last start."""
+        return job.last_start is None or self.now - job.last_start >= self.pol.min_run(job)
+
+    def readiness(self, size: int) -> dict[str, float]:
+        """``ready_in`` for every job holding a GPU, by job id, as if not acted on this round.
+
+        Only read for holders not acted on, so it is kept for the round.
+        """
+        seen = self._ready.get(size)
+        if seen is not None:
+            return seen
+        seen = self._ready[size] = {}
+        acted, self.acted = self.acted, set()
+        try:
+            for hs in self.holders.values():
+                for h in hs:
+                    if h.id not in seen:
+                        seen[h.id] = self.ready_in(h, size)
+        finally:
+            self.acted = acted
+        return seen
+
+    def ready_in(self, holder: JobView, size: int) -> float:
+        """Seconds until this tenant's room could be had: 0 if it may move now."""
+        if self.movable(holder, size):
+            return 0.0
+        if self.evictable(holder, size):
+            return self.pol.min_run(holder) - (self.now - holder.last_start)
+        if holder.state is not JobState.RUNNING:
+            return 1.0   # sampling or suspending: gone soon, but not movable
+        left = remaining_s(holder)
+        return math.inf if left is None else max(left, EPS)
+
+    def clear_cost(self, gid: str, f: float, util: float, ready: dict[str, float]):
+        """(seconds until free, tenants to move, those tenants) to fit one more job on ``gid``.
+
+        Tenants go soonest-ready first, larger first on ties. None if even an
+        empty GPU would not do.
+        """
+        free = self.free.free(gid)
+        use = self.free.use.get(gid)
+        if use is None:   # idle
+            return (0.0, 0, ()) if free >= f - EPS else None
+        tenants = use.tenants
+        pol = self.pol
+        cap = pol.max_cotenants
+        if free >= f - EPS and tenants < cap and (   # calm(gid, util), inline
+                tenants <= 0 or util <= room_for(tenants, use.util, pol.slowdown_cap,
+                                                 pol.interference_overhead) + EPS):
+            return (0.0, 0, ())
+        acted = self.acted
+        hs = self.holders.get(gid, ())
+        if acted:
+            hs = [h for h in hs if h.id not in acted]
+        if not hs:
+            return None
+        r = reserve_fraction(self.free.gpus[gid], self.reserve)
+        if len(hs) == 1 and tenants == 1:   # the common case: one tenant to move
+            h = hs[0]
+            if free + _frac_on(h, gid) + r >= f - EPS:
+                return (ready[h.id], 1, hs)
+            return None
+        hs = sorted(hs, key=lambda h: (ready[h.id], -_frac_on(h, gid), h.id))
+        gone: list[JobView] = []
+        wait = 0.0
+        for h in hs:
+            gone.append(h)
+            wait = max(wait, ready[h.id])
+            free += _frac_on(h, gid) + r
+            tenants -= 1
+            if free >= f - EPS and tenants < cap and self.calm(gid, util, gone):
+                return (wait, len(gone), hs[:len(gone)])
+        return None
+
+    def make_room(self, job: JobView) -> None:
+        """Move small jobs off the GPUs that free soonest, or reserve those GPUs."""
+        need, util = self.need(job), util_of(job)
+        if self.out_of_reach(job, need):
+            return
+        ready = self.readiness(job.num_gpus)
+        costs = []
+        closed, order = self.free.closed, self.free.order
+        fractions: dict[int, float] = {}   # memory size -> the job's fraction
+        for gid, gpu in self.free.gpus.items():
+            if gid in closed:
+                continue
+            f = fractions.get(gpu.memory_mb)
+            if f is None:
+                f = fractions[gpu.memory_mb] = need(gpu)
+            c = self.clear_cost(gid, f, util, ready)
+            if c is not None:
+                costs.append((c[0], c[1], order[gid], gid, c[2]))
+                if job.num_gpus == 1 and c[0] == 0 and c[1] <= 1:
+                    break   # one move, now: nothing cheaper for a 1-GPU job
+        chosen = _pick_gpus(costs, job.num_gpus, self.free.gpus)
+        if chosen is None:
+            return
+        victims = {v.id: v for c in chosen for v in c[4]}
+        wait = max(c[0] for c in chosen)
+        if wait > 0 or len(victims) > self.moves_left:
+            if wait <= self.pol.reserve_horizon_s:
+                self.free.close(c[3] for c in chosen)
+            return
+        for v in victims.values():
+            self._release(v)
+        placed = [(c[3], need(self.free.gpus[c[3]])) for c in chosen]
+        self._take(job.id, util, placed)
+        moves = [self.relocate(v) for v in sorted(victims.values(), key=arrival_key)]
+        self.actions.extend(moves)
+        self.actions.append(Start(job.id, to_fragments(placed)))
+        self.acted.add(job.id)
+        self.failed.clear()
+
+    def out_of_reach(self, job: JobView, need) -> bool:
+        """Whether no ``num_gpus`` GPUs could be had within ``reserve_horizon_s`` (make_room does nothing).
+
+        Clearing a GPU waits for the tenants it moves, soonest-ready first, so
+        it is within the horizon only if its free room plus the room of its
+        tenants ready within the horizon fits the job. The GPUs picked cost at
+        least the ``num_gpus``-th cheapest; if fewer GPUs than that pass, the
+        picked ones are beyond the horizon (or none are picked) and nothing is
+        done. The round has only placed jobs before this (``max_reservations``
+        is counted down before), so the memo's per-GPU room (``RoomIndex``,
+        O(changed GPUs + log n)) bounds the round's.
+        """
+        k = job.num_gpus
+        if self.rep is None or not self.pol.shortcuts:
+            return False
+        f = need(self.rep)
+        if f < MIN_FRACTION or self.moves_left != self.pol.max_moves:
+            return False
+        # GPUs it fits on now: room, and calm (counted by band, a little generously)
+        lo = util_of(job) - EPS - SLACK
+        fitting = self.free.count_fitting(f - SLACK,
+                                          None if lo <= 0 else min(BANDS, int(lo * BANDS)))
+        if fitting >= k:
+            return False
+        memo, cluster = self.memo, self.cluster
+        key = (self.pol.room_key(), cluster.gpus, cluster.reserve_mb)
+        index = memo.indexes.get("room")
+        if index is None or index.key != key or self.now < index.now:
+            index = memo.indexes["room"] = RoomIndex(self.pol, key, cluster)
+        near = index.near(k, self.now, memo.holdings.by_gpu(), memo.holdings.use,
+                          f - EPS - SLACK, util_of(job) - EPS - SLACK)
+        if fitting + len(near) < k:
+            return True
+        # A gang's GPUs come from one node when some node has k candidates. Before
+        # any action this round, every up GPU is one (emptied, it fits the job), so
+        # that is so when a node has k up GPUs: then a node with fewer than k GPUs
+        # within reach cannot be picked within the horizon.
+        up = self.free.gpus
+        if (k == 1 or self.actions or self.free.closed
+                or exclusive_fraction(self.rep, self.reserve) < f - EPS + SLACK
+                or index.biggest_node(up, cluster.down_nodes) < k):
+            return False
+        per_node: dict[str, int] = {}
+        for gid in near:
+            g = up.get(gid)
+            if g is not None:
+                per_node[g.node] = per_node.get(g.node, 0) + 1
+        return fitting + max(per_node.values(), default=0) < k
+
+    def relocate(self, job: JobView) -> Action:
+        """Migrate a released job to room elsewhere, or suspend it if there is none."""
+        self.acted.add(job.id)
+        self.moves_left -= 1
+        util = util_of(job)
+        own = {f.gpu for f in job.fragments}
+        frac = job.fragments[0].fraction
+        placed = self.free.gang_place(
+            job.num_gpus, frac, lambda gid: gid not in own and self.calm(gid, util))
+        if placed is None:
+            return Suspend(job.id)
+        self._take(job.id, util, placed)
+        return Migrate(job.id, to_fragments(placed))
+
+
+class RoomIndex:
+    """Per gang size asked: each GPU's free room plus that of its tenants ready within the horizon.
+
+    Kept in the memo. A tenant's readiness (``ready_in``) is fixed by its view
+    but for one that may be moved once past its minimum run, whose readiness
+    falls one second per second: the moment it is ready within
+    ``reserve_horizon_s`` is an absolute time, queued in a heap; a GPU's room
+    is worked out again when one of its tenants passes that moment or its
+    tenants change.
+    """
+
+    def __init__(self, pol, key: tuple, cluster) -> None:
+        self.pol, self.key = pol, key
+        self.gpus = {g.id: g for g in cluster.gpus}
+        self.reserve = cluster.reserve_mb
+        self.now = -math.inf
+        # k -> (gid -> (room, util room), the two sorted, heap (moment, gid, then), stale GPUs)
+        self.by_size: dict[int, tuple] = {}
+        self.stale: set[str] = set()   # GPUs whose tenants changed (the memo adds them)
+        self._nodes: tuple[frozenset, int] | None = None   # (down nodes, most up GPUs on a node)
+
+    def biggest_node(self, up: dict, down: frozenset) -> int:
+        """The most up GPUs on one node."""
+        if self._nodes is None or self._nodes[0] != down:
+            sizes: dict[str, int] = {}
+            for g in up.values():
+                sizes[g.node] = sizes.get(g.node, 0) + 1
+            self._nodes = (down, max(sizes.values(), default=0))
+        return self._nodes[1]
+
+    def near(self, k: int, now: float, holders: dict[str, list[JobView]], use: dict,
+             room: float, util: float) -> list[str]:
+        """The GPUs that moving their tenants ready within the horizon (``k``-GPU job) clears
+        for ``room`` and a tenant of utilisation ``util``.
+
+        Per GPU: its free room plus that of those tenants, and the utilisation
+        room left beside the others (interference model). Both only grow as
+        more tenants go, so a GPU not cleared by all of them is not cleared
+        within the horizon.
+        """
+        self.now = now
+        if self.stale:
+            for *_, stale in self.by_size.values():
+                stale |= self.stale
+            self.stale = set()
+        got = self.by_size.get(k)
+        if got is None:
+            got = self.by_size[k] = ({}, SortedList(), SortedList(), [], set(holders))
+        rooms, by_mem, by_calm, moments, stale = got
+        while moments and moments[0][0] <= now:
+            _, gid, then = heapq.heappop(moments)
+            if rooms.get(gid) == then:   # else worked out again since
+                stale.add(gid)
+        pol = self.pol
+        for gid in stale:
+            old = rooms.pop(gid, None)
+            if old is not None:
+                by_mem.remove((old[0], gid))
+                by_calm.remove((old[1], gid))
+            g = self.gpus.get(gid)
+            hs = holders.get(gid)
+            if g is None or not hs:
+                continue
+            r = reserve_fraction(g, self.reserve)
+            u = use.get(gid)
+            mem = free_fraction(g, u, self.reserve)
+            left, left_util = (u.tenants, u.util) if u is not None else (0, 0.0)
+            later = []
+            for h in hs:
+                t = self.ready_from(h, k)
+                if t <= now:
+                    mem += _frac_on(h, gid) + r
+                    left -= 1
+                    left_util -= util_of(h)
+                elif t != math.inf:
+                    later.append(t)
+            if left <= 0:
+                calm = math.inf
+            elif left >= pol.max_cotenants:
+                calm = -math.inf
+            else:
+                calm = room_for(left, left_util, pol.slowdown_cap, pol.interference_overhead)
+            rooms[gid] = (mem, calm)
+            by_mem.add((mem, gid))
+            by_calm.add((calm, gid))
+            for t in later:
+                heapq.heappush(moments, (t, gid, (mem, calm)))
+        stale.clear()
+        i = by_mem.bisect_left((room, ""))
+        j = by_calm.bisect_left((util, ""))
+        if len(by_mem) - i <= len(by_calm) - j:
+            return [gid for _, gid in by_mem.islice(i) if rooms[gid][1] >= util]
+        return [gid for _, gid in by_calm.islice(j) if rooms[gid][0] >= room]
+
+    def ready_from(self, h: JobView, k: int) -> float:
+        """From when ``ready_in(h, k)`` is within the horizon (early, never late); inf: never."""
+        pol, horizon = self.pol, self.pol.reserve_horizon_s
+        if (h.state is JobState.RUNNING and h.num_gpus <= k
+                and not pol._overdue(h.waited_s, remaining_s(h), pol.promote_floor(h))):
+            if h.last_start is None:
+                return -math.inf
+            t = h.last_start + pol.min_run(h) - horizon
+            return t - 1e-6 * (1.0 + abs(t)) - 1e-6 * (1.0 + horizon)
+        if h.state is not JobState.RUNNING:
+            return -math.inf if 1.0 <= horizon else math.inf
+        left = remaining_s(h)
+        return -math.inf if left is not None and max(left, EPS) <= horizon else math.inf
+
+
+def _frac_on(job: JobView, gid: str) -> float:
+    for f in job.fragments:
+        if f.gpu == gid:
+            return f.fraction
+    return 0.0
+
+
+def _pick_gpus(costs, k: int, gpus) -> list | None:
+    """The ``k`` GPUs cheapest to clear: one node if it can, else across nodes."""
+    if len(costs) < k:
+        return None
+    costs.sort(key=lambda c: c[:4])
+    if k == 1:
+        return costs[:1]
+    by_node: dict[str, list] = {}
+    for c in costs:
+        by_node.setdefault(gpus[c[3]].node, []).append(c)
+    best = None
+    for node, cs in by_node.items():
+        if len(cs) >= k:
+            pick = cs[:k]
+            score = (max(c[0] for c in pick), sum(c[1] for c in pick), pick[0][2])
+            if best is None or score < best[0]:
+                best = (score, pick)
+    if best:
+        return best[1]
+    return costs[:k]
