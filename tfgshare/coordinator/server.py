@@ -99,6 +99,7 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, GangControl, Rounds):
                     f"token: run `tfgshare keys --keys-dir {self.keys_dir} init` (it writes "
                     f"{self.keys_dir / keys_mod.METRICS_TOKEN})")
         self.store = StateStore(config.state)
+        self._db_refused_at: float | None = None   # when a commit was last refused and said
         self.cluster = Cluster(config.reserve_mb)
         self.metrics = CoordinatorMetrics()
         self.peers: dict[bytes, str] = {}            # agent routing id -> node name
@@ -211,7 +212,9 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, GangControl, Rounds):
             if auth is not None:
                 auth.stop()
             ctx.term()
-            self.store.close()
+            if not self.store.close():
+                log.error("stopped with %d writes the state database refused (%s): they are "
+                          "lost", self.store.pending, self.store.error)
             log.info("stopped")
             flush_logs()
 
@@ -279,9 +282,24 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, GangControl, Rounds):
         if self._logs:
             self.store.append_logs(self._logs)
             self._logs.clear()
-        self.store.commit()
+        self._commit()
         self._out.extend(self._cmds)
         self._cmds.clear()
+
+    def _commit(self) -> None:
+        """Commit the database; while it refuses (a full disk), go on from memory and say so."""
+        was_broken = self._db_refused_at is not None
+        if self.store.commit():
+            if was_broken:
+                log.warning("the state database takes writes again; the kept writes are saved")
+                self._db_refused_at = None
+            return
+        now = time.monotonic()
+        if not was_broken or now - self._db_refused_at >= 30.0:
+            log.error("the state database refused a commit (%s): the coordinator goes on from "
+                      "memory with %d writes kept and retried each step; a restart now would "
+                      "lose them", self.store.error, self.store.pending)
+            self._db_refused_at = now
 
     def tick(self, now: float) -> None:
         """Periodic work: lost nodes, jobs nobody re-adopted, metrics, a policy round."""

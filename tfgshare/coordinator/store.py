@@ -70,42 +70,86 @@ class StateStore:
         except sqlite3.DatabaseError as exc:
             raise ValueError(f"cannot use {self.path} as the state database: {exc}") from None
         self._in_tx = False
+        # every write since the last durable commit, replayed after the database
+        # refused one (a full disk): the coordinator goes on from memory meanwhile
+        self._journal: list[tuple[str, Any, bool]] = []
+        self._broken = False
+        self.error: str | None = None     # why the last write or commit failed
 
-    def _tx(self) -> sqlite3.Connection:
-        if not self._in_tx:
-            self.db.execute("BEGIN")
-            self._in_tx = True
-        return self.db
+    def _write(self, sql: str, params: Any, many: bool = False) -> None:
+        """Run one write in the open transaction; kept for a replay if the database refuses."""
+        self._journal.append((sql, params, many))
+        if self._broken:
+            return                       # replayed by the next commit
+        try:
+            if not self._in_tx:
+                self.db.execute("BEGIN")
+                self._in_tx = True
+            (self.db.executemany if many else self.db.execute)(sql, params)
+        except sqlite3.OperationalError as exc:
+            self._fail(exc)
 
-    def commit(self) -> None:
-        """Make every write since the last commit durable."""
-        if self._in_tx:
-            self.db.execute("COMMIT")
-            self._in_tx = False
+    def _fail(self, exc: sqlite3.Error) -> None:
+        try:
+            self.db.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass                         # SQLite rolled it back itself
+        self._in_tx = False
+        self._broken = True
+        self.error = str(exc)
 
-    def close(self) -> None:
-        """Commit and close."""
-        self.commit()
+    @property
+    def pending(self) -> int:
+        """Writes not yet durable (more than a step's worth only while the database refuses)."""
+        return len(self._journal)
+
+    def commit(self) -> bool:
+        """Make every write since the last durable commit durable.
+
+        False when the database refused (e.g. a full disk): the writes are kept
+        in memory and replayed by the next commit, and ``error`` says why.
+        """
+        try:
+            if self._broken:
+                self.db.execute("BEGIN")
+                self._in_tx = True
+                for sql, params, many in self._journal:
+                    (self.db.executemany if many else self.db.execute)(sql, params)
+            if self._in_tx:
+                self.db.execute("COMMIT")
+                self._in_tx = False
+        except sqlite3.OperationalError as exc:
+            self._fail(exc)
+            return False
+        self._journal.clear()
+        self._broken = False
+        self.error = None
+        return True
+
+    def close(self) -> bool:
+        """Commit and close; False if the last writes could not be made durable."""
+        ok = self.commit()
         self.db.close()
+        return ok
 
     # ---- jobs --------------------------------------------------------------
 
     def insert_jobs(self, jobs: Iterable[tuple[str, int, dict[str, Any]]]) -> None:
         """Add new jobs given as (id, seq, record)."""
-        self._tx().executemany("INSERT INTO jobs (id, seq, data, state) VALUES (?, ?, ?, ?)",
-                               ((i, s, json.dumps(r), r["state"]) for i, s, r in jobs))
+        self._write("INSERT INTO jobs (id, seq, data, state) VALUES (?, ?, ?, ?)",
+                    [(i, s, json.dumps(r), r["state"]) for i, s, r in jobs], many=True)
 
     def save_job(self, job_id: str, record: dict[str, Any],
                  report: dict[str, Any] | None = None) -> None:
         """Overwrite one job's record (and, once it is done, its report record)."""
-        self._tx().execute("UPDATE jobs SET data = ?, state = ?, report = ? WHERE id = ?",
-                           (json.dumps(record), record["state"],
-                            None if report is None else json.dumps(report), job_id))
+        self._write("UPDATE jobs SET data = ?, state = ?, report = ? WHERE id = ?",
+                    (json.dumps(record), record["state"],
+                     None if report is None else json.dumps(report), job_id))
 
     def save_done(self, seq: int, r: dict[str, Any], pred_err: float | None) -> None:
         """A done job's report figures (a ``JobRecord``'s fields), for ``done_summary``."""
         finish = r["finish_time"]
-        self._tx().execute(
+        self._write(
             "INSERT OR REPLACE INTO done VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (seq, r["submit_time"], finish, None if finish is None else finish - r["submit_time"],
              r["waited_s"], r["num_gpus"], r["suspends"], r["resumes"], r["migrations"],
@@ -198,8 +242,8 @@ class StateStore:
 
     def save_node(self, name: str, record: dict[str, Any]) -> None:
         """Remember a node and its GPUs."""
-        self._tx().execute("INSERT OR REPLACE INTO nodes (name, data) VALUES (?, ?)",
-                           (name, json.dumps(record)))
+        self._write("INSERT OR REPLACE INTO nodes (name, data) VALUES (?, ?)",
+                    (name, json.dumps(record)))
 
     def load_nodes(self) -> dict[str, dict[str, Any]]:
         """Every node ever registered: name -> record."""
@@ -209,7 +253,7 @@ class StateStore:
 
     def append_logs(self, lines: Iterable[tuple[str, float, str]]) -> None:
         """Add (job, time, line) log lines."""
-        self._tx().executemany("INSERT INTO log (job, time, line) VALUES (?, ?, ?)", lines)
+        self._write("INSERT INTO log (job, time, line) VALUES (?, ?, ?)", list(lines), many=True)
 
     def logs(self, job_id: str, tail: int | None = None) -> list[str]:
         """A job's log lines, oldest first (the last ``tail`` when given)."""
@@ -237,7 +281,7 @@ class StateStore:
     def add_timeline(self, time: float, allocated: float, effective: float,
                      queued: float, device: float = 0.0, busy: float = 0.0) -> None:
         """Record the cluster usage from ``time`` on (see ``tfgshare.metrics.Timeline``)."""
-        self._tx().execute(
+        self._write(
             "INSERT INTO timeline (time, allocated, effective, queued, device, busy) "
             "VALUES (?, ?, ?, ?, ?, ?)", (time, allocated, effective, queued, device, busy))
 

@@ -1,0 +1,73 @@
+"""A state database that refuses writes (a full disk) neither stops the coordinator nor loses
+what it was told: the writes wait in memory and are saved once the database takes them again.
+
+SQLite's ``max_page_count`` stands in for the full disk: past it every write fails with
+"database or disk is full", as on a full filesystem.
+"""
+
+from __future__ import annotations
+
+from coordinator_fakes import CoordinatorThread
+from tfgshare.client.api import Client
+from tfgshare.coordinator.store import StateStore
+from tfgshare.policies.registry import get_policy
+from tfgshare.schema import JobSpec
+
+
+def cap_at_current_size(store: StateStore) -> None:
+    pages = store.db.execute("PRAGMA page_count").fetchone()[0]
+    store.db.execute(f"PRAGMA max_page_count = {pages}")
+
+
+def uncap(store: StateStore) -> None:
+    store.db.execute("PRAGMA max_page_count = 1073741823")
+
+
+def test_refused_writes_are_kept_and_saved_when_the_database_takes_them_again(tmp_path):
+    store = StateStore(tmp_path / "state.db")
+    cap_at_current_size(store)
+    store.insert_jobs([(f"j{i}", i, {"state": "queued", "pad": "x" * 1500}) for i in range(300)])
+    assert store.commit() is False
+    assert "full" in store.error
+    store.append_logs([("j1", 1.0, "a line written while the disk is full")])
+    assert store.commit() is False and store.pending == 2
+    uncap(store)
+    assert store.commit() is True and store.pending == 0 and store.error is None
+    store.close()
+    again = StateStore(tmp_path / "state.db")
+    assert again.db.execute("SELECT count(*) FROM jobs").fetchone()[0] == 300
+    assert again.logs("j1") == ["a line written while the disk is full"]
+
+
+def test_coordinator_serves_through_a_full_disk_and_keeps_every_submit(tmp_path, caplog):
+    state = tmp_path / "state.db"
+    ct = CoordinatorThread(state, policy=get_policy("fifo"))
+    client = Client(ct.address, timeout_s=5.0)
+    try:
+        cap_at_current_size(ct.coord.store)
+        specs = [JobSpec(model_name="lenet", name=f"full-{i}", max_number_of_steps=10)
+                 for i in range(200)]
+        ids = client.submit(specs)
+        assert len(ids) == 200
+        # still answering, from memory (jobs not done are listed from memory; the full
+        # listing reads the database, which has not got them yet)
+        assert {j["id"] for j in client.status(active=True)["jobs"]} == set(ids)
+        assert client.status(ids[7])["job"]["name"] == "full-7"
+        assert ct.coord.store.pending > 0 and "full" in ct.coord.store.error
+        assert any("refused a commit" in r.getMessage() for r in caplog.records)
+        uncap(ct.coord.store)
+        ids += client.submit([JobSpec(model_name="lenet", name="after", max_number_of_steps=10)])
+        assert ct.coord.store.pending == 0
+    finally:
+        client.close()
+        ct.close()
+    restarted = CoordinatorThread(state, policy=get_policy("fifo"))
+    try:
+        assert _stored_ids(restarted) == set(ids)
+        assert set(restarted.coord.cluster.jobs) == set(ids)   # all queued: loaded back
+    finally:
+        restarted.close()
+
+
+def _stored_ids(ct: CoordinatorThread) -> set[str]:
+    return {row[0] for row in ct.coord.store.db.execute("SELECT id FROM jobs")}
