@@ -72,4 +72,12 @@ def test_a_node_without_gang_ports_takes_no_part_in_a_gang(make, agents):
     a.pump(0.1)
     assert not [c for c in a.commands if isinstance(c, s.StartJob)]
     assert client.job(jid)["state"] == "queued"
-    assert client.metrics()["refused"].get("spans_nodes", 0) >= 1
+    # the policy sees which nodes take gang members: it plans nothing the coordinator refuses
+    assert client.metrics()["refused"].get("spans_nodes", 0) == 0
+    c = agents(ct.address, "c")
+    c.register()                                       # a second node that does
+    starts = {x.node: x.wait_command(s.StartJob, jid) for x in (a, c)}
+    assert {m.gang.task for m in starts.values()} == {0, 1}
+    b.pump(0.1)
+    assert not [m for m in b.commands if isinstance(m, s.StartJob)]
+    assert client.metrics()["refused"] == {}

@@ -1,9 +1,12 @@
 """Fragment accounting, placement and validation on hand-built clusters."""
 
+from dataclasses import replace
+
 import pytest
 
 from tfgshare.policies.base import Fragment, JobState, Migrate, Start, Suspend
 from tfgshare.policies.builders import make_cluster, make_job
+from tfgshare.policies.registry import POLICY_NAMES, get_policy
 from tfgshare.policies.placement import (FreeMap, best_fit, exclusive_fraction, fraction_for,
                                          free_fraction, gang_place, usage, validate)
 
@@ -125,3 +128,14 @@ def test_validate_checks_cotenant_cap_and_down_nodes():
     assert any("2 tenants" in e for e in errs)
     errs = validate([Start("b", (Fragment("n1:0", 0.2),))], c, jobs)
     assert any("down node n1" in e for e in errs)
+
+
+@pytest.mark.parametrize("name", POLICY_NAMES)
+def test_a_job_spanning_nodes_uses_only_nodes_that_take_gang_members(name):
+    c = replace(make_cluster(nodes=3, gpus_per_node=1), gang_nodes=frozenset({"n0", "n2"}))
+    job = make_job("big", gpus=2, memory_mb=2000.0)
+    starts = [a for a in get_policy(name).decide(0.0, c, [job]) if isinstance(a, Start)]
+    assert starts, f"{name} did not start the 2-GPU job"
+    assert {f.gpu.split(":")[0] for f in starts[0].fragments} == {"n0", "n2"}
+    closed = replace(c, gang_nodes=frozenset({"n0"}))
+    assert not [a for a in get_policy(name).decide(0.0, closed, [job]) if isinstance(a, Start)]

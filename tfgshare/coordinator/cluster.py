@@ -258,9 +258,14 @@ class Cluster:
     def snapshot(self) -> ClusterSnapshot:
         """The GPUs of every up node, as the policy sees them."""
         if self._snapshot is None:   # one object while nodes stay: its layout is kept on it
+            up = list(self.up_nodes())
             gpus = tuple(GPU(id=n.gpu_id(i), node=n.name, index=i, memory_mb=g.memory_mb)
-                         for n in self.up_nodes() for i, g in sorted(n.gpus.items()))
-            self._snapshot = ClusterSnapshot(gpus=gpus, reserve_mb=self.reserve_mb)
+                         for n in up for i, g in sorted(n.gpus.items()))
+            # a node whose agent offers no gang address and ports takes one-node jobs only
+            open_ = frozenset(n.name for n in up if n.address and n.ports)
+            self._snapshot = ClusterSnapshot(
+                gpus=gpus, reserve_mb=self.reserve_mb,
+                gang_nodes=None if len(open_) == len(up) else open_)
         return self._snapshot
 
     def gpu(self, gpu_id: str) -> GpuInfo | None:

@@ -111,6 +111,13 @@ class ClusterSnapshot:
     gpus: tuple[GPU, ...]
     reserve_mb: float = 300.0    # per-process CUDA context reserve on each GPU
     down_nodes: frozenset[str] = field(default_factory=frozenset)
+    # nodes that may hold a member of a job spanning nodes (None: every node); a
+    # live node whose agent offers no gang address and ports runs one-node jobs only
+    gang_nodes: frozenset[str] | None = None
+
+    def spans_onto(self, node: str) -> bool:
+        """Whether a job spanning nodes may have a member on ``node``."""
+        return self.gang_nodes is None or node in self.gang_nodes
 
     def gpu(self, gpu_id: str) -> GPU:
         for g in self.gpus:

@@ -31,6 +31,7 @@ class IdleMap:
                  memo: Memo | None = None):
         """From the jobs holding GPUs, or from a memo's tenants and idle GPUs if given."""
         self.reserve_mb = cluster.reserve_mb
+        self.cluster = cluster
         self.gpus = up_gpus(cluster)
         self._order = by_room(cluster)
         self._rank = room_rank(cluster)
@@ -83,6 +84,10 @@ class IdleMap:
         whole = [c for c in by_node.values() if len(c) >= k]
         if whole:
             return min(whole, key=lambda c: len(c))[:k]
+        if self.cluster.gang_nodes is not None:
+            by_node = {n: c for n, c in by_node.items() if self.cluster.spans_onto(n)}
+            if sum(map(len, by_node.values())) < k:
+                return None
         chosen: list[GPU] = []
         nodes = sorted(by_node.values(), key=len, reverse=True)
         while len(chosen) < k:

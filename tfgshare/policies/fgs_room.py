@@ -15,7 +15,7 @@ import math
 
 from sortedcontainers import SortedList
 
-from .base import Action, JobState, JobView, Migrate, Start, Suspend
+from .base import Action, ClusterSnapshot, JobState, JobView, Migrate, Start, Suspend
 from .fgs_round import BANDS, util_of
 from .interference import room_for
 from .placement import (EPS, MIN_FRACTION, exclusive_fraction, free_fraction, reserve_fraction,
@@ -147,7 +147,7 @@ class RoomMixin:
                 costs.append((c[0], c[1], order[gid], gid, c[2]))
                 if job.num_gpus == 1 and c[0] == 0 and c[1] <= 1:
                     break   # one move, now: nothing cheaper for a 1-GPU job
-        chosen = _pick_gpus(costs, job.num_gpus, self.free.gpus)
+        chosen = _pick_gpus(costs, job.num_gpus, self.free.gpus, self.free.cluster)
         if chosen is None:
             return
         victims = {v.id: v for c in chosen for v in c[4]}
@@ -346,8 +346,8 @@ def _frac_on(job: JobView, gid: str) -> float:
     return 0.0
 
 
-def _pick_gpus(costs, k: int, gpus) -> list | None:
-    """The ``k`` GPUs cheapest to clear: one node if it can, else across nodes."""
+def _pick_gpus(costs, k: int, gpus, cluster: ClusterSnapshot) -> list | None:
+    """The ``k`` GPUs cheapest to clear: one node if it can, else across the nodes a gang may span."""
     if len(costs) < k:
         return None
     costs.sort(key=lambda c: c[:4])
@@ -365,4 +365,6 @@ def _pick_gpus(costs, k: int, gpus) -> list | None:
                 best = (score, pick)
     if best:
         return best[1]
-    return costs[:k]
+    if cluster.gang_nodes is not None:
+        costs = [c for c in costs if cluster.spans_onto(gpus[c[3]].node)]
+    return costs[:k] if len(costs) >= k else None

@@ -414,6 +414,8 @@ class FreeMap:
         whole = [c for c in by_node.values() if len(c) >= k]
         if whole:
             return min(whole, key=lambda c: (len(c), self.order[c[0][0]]))[:k]
+        if self.cluster.gang_nodes is not None:
+            by_node = {n: c for n, c in by_node.items() if self.cluster.spans_onto(n)}
         if sum(map(len, by_node.values())) < k:
             return None
         chosen: list[tuple[str, float]] = []
