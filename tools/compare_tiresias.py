@@ -4,7 +4,7 @@ Run (their checkout and a Python 2.7 with numpy are yours to provide; this
 fetches nothing)::
 
     .venv/bin/python tools/compare_tiresias.py --tiresias /path/to/Tiresias \\
-        --python /path/to/python2.7 --trace /tmp/philly-5k.csv --nodes 32
+        --python /path/to/python2.7 --trace philly-5k.csv --nodes 32
 
 For each pair (their ``--schedule`` / our policy: ``fifo`` / ``fifo``,
 ``dlas-gpu`` / ``tiresias``) it runs their ``run_sim.py --scheme=count`` on a

@@ -1,7 +1,7 @@
 """Write a window of the Philly trace as a Tiresias-simulator job CSV.
 
 Run: ``.venv/bin/python tools/tiresias_trace.py --start 2017-10-03 --jobs 5000
---max-gpus 256 --out /tmp/philly-5k.csv``
+--max-gpus 256 --out philly-5k.csv``
 
 Each row keeps a Philly job's real arrival (seconds since the window's first
 job), GPU count and duration (whole seconds, at least 1: the Tiresias simulator
