@@ -597,6 +597,10 @@ class Simulator:
         prof = job.prof
         restore = self._checkpoint_s(prof) if job.has_checkpoint else 0.0
         startup = self._startup_s(prof)
+        if (job.has_checkpoint and prof.resume_startup_s is not None
+                and self.config.startup_s is None and self.config.checkpoint_s is None):
+            # a measured restart: the exported graph is imported, not built again
+            startup, restore = prof.resume_startup_s, 0.0
         resuming = False
         if not migrating:
             if job.state is JobState.SUSPENDED:
