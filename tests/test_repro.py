@@ -235,3 +235,65 @@ def test_runner_checkpoints_make_a_job_hold_its_gpu_while_it_saves(tmp_path):
     # fifo on one GPU: a ends 4 s later; b, queued behind it, 4 s + its own 2 s later
     assert jct[True]["a"] == pytest.approx(jct[False]["a"] + 4.0, abs=0.6)
     assert jct[True]["b"] == pytest.approx(jct[False]["b"] + 6.0, abs=1.1)
+
+
+def test_a_restart_from_a_checkpoint_pays_the_profiles_measured_resume_startup(tmp_path):
+    from philly.jobs import TraceJob
+    from tfgshare.policies.registry import get_policy
+    from tfgshare.sim.cluster import load_cluster
+    from tfgshare.sim.config import SimConfig
+    from tfgshare.sim.engine import simulate
+
+    jct = {}
+    for resume in (None, 1.0):
+        path = tmp_path / "p.yaml"
+        text = TINY_PROFILE + "storage_mb_s: 20\n"        # lenet: 40 MB -> 2 s per read
+        if resume is not None:
+            text = text.replace("    startup_s: 10\n",
+                                f"    startup_s: 10\n    resume_startup_s: {resume}\n")
+        path.write_text(text)
+        prof = load_profiles(path)
+        assert prof.get("lenet", 2).resume_startup_s == resume
+        config = SimConfig(tick_s=0.5, step_noise=0.0, **prof.sim_overrides())
+        # fgs samples the job first, then restarts it from the sample's checkpoint
+        job = TraceJob("a", 0.0, 1, 2.0, model="lenet", batch_size=2, total_steps=100)
+        result = simulate(load_cluster("1x1"), [job], prof, get_policy("fgs"), config)
+        jct[resume] = result.records[0].jct
+    # the restart: start-up 10 s + 2 s read without a measured resume, 1 s with one
+    assert jct[None] - jct[1.0] == pytest.approx(11.0, abs=0.6)
+
+
+def test_the_share_probe_measures_what_a_runner_below_the_agent_got():
+    from tfgshare.repro.cpushare import RunnerShareProbe, ran_waited
+
+    # a stand-in agent whose child is a busy "runner" (the probe finds runners by name)
+    # (1.5 CPU seconds of work, however loaded the machine is)
+    code = ("import subprocess, sys; "
+            "p = subprocess.Popen([sys.executable, '-c', 'import time\\n"
+            "while time.process_time() < 1.5: pass', 'tfgshare.runner']); p.wait()")
+    agent = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        probe = RunnerShareProbe(agent.pid, period_s=0.2).start()
+        agent.wait(timeout=30)
+    finally:
+        agent.kill()
+    share = probe.stop()
+    assert 0.5 < probe.ran < 1.6      # it saw the child's busy seconds ...
+    assert share is not None and 0 < share <= 1
+    assert ran_waited(agent.pid) is None      # ... and a process gone reads as None
+
+
+def test_a_profile_at_another_cpu_share_scales_the_cpu_bound_times(tmp_path):
+    from tfgshare.repro.replay import at_share, profile_shares
+
+    path = tmp_path / "p.yaml"
+    path.write_text(TINY_PROFILE.replace("    startup_s: 10\n",
+                                         "    startup_s: 10\n    cpu_share: 0.9\n"))
+    shares = profile_shares(path)
+    assert shares == {"lenet": 0.9}           # alexnet_v2 has none: left as it is
+    slow = at_share(load_profiles(path), shares, 0.45)
+    lenet, alex = slow.get("lenet", 2), slow.get("alexnet_v2", 1)
+    assert lenet.step_time_s == pytest.approx(0.04) and lenet.startup_s == pytest.approx(20)
+    assert lenet.checkpoint_mb == 40 and alex.step_time_s == 0.3 and alex.startup_s == 12
+    with pytest.raises(ValueError, match="CPU share"):
+        at_share(load_profiles(path), shares, 0.0)
