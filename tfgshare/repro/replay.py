@@ -415,7 +415,8 @@ def main(argv: list[str] | None = None, share_probe=None) -> int:
               + ", ".join(f"{m} {shares[m]:.3f}" for m in used if m in shares))
     elif share_probe is not None:
         print("CPU share of the live runners: "
-              + ("not measured" if not live_share else "measured, but the profile has none"))
+              + ("not measured" if not live_share else
+                 f"{live_share:.3f}; the profile has none (profiled before shares were)"))
     for model, costs in sorted(startups.items()):
         prof = profiles.get(*next(k for k in profiles.by_key if k[0] == model))
         line = (f"start-up of {model}: live median {statistics.median(costs):.1f} s over "
