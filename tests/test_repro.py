@@ -57,6 +57,8 @@ def test_profile_on_the_cpu_writes_a_profile_the_simulator_loads(tmp_path):
     assert doc["date"] and doc["colocation"]["pairs"][0]["models"] == ["lenet/1", "cifarnet/1"]
     row = doc["models"]["lenet"]
     assert row["startup_s"] > row["graph_build_s"] > 0 and row["save_s"] > 0
+    # the share of its core the runner got while measured (the times are at that share)
+    assert 0 < row["cpu_share"] <= 1 and row["first_step_extra_s"] >= 0
     # started as the agent starts it, on a warm runner: a cold start adds the import
     assert row["cold_startup_s"] == pytest.approx(row["startup_s"] + doc["import_tensorflow_s"],
                                                   abs=0.02)
