@@ -151,6 +151,8 @@ def test_reproduce_four_models_records_match_the_coordinators_store(tmp_path):
             assert j["submit_time"] == pytest.approx(s["submit_time"])
             assert j["steps_done"] == s["steps_done"] == s["spec"]["max_number_of_steps"]
         assert doc["policies"][policy]["report"]["finished"] == 2
+        # the reset between policies deleted the batch's checkpoints
+        assert not (out / "clusters" / policy / "checkpoints").exists()
 
 
 @pytest.mark.timeout(1500)   # about 4 minutes idle: a dozen TensorFlow start-ups

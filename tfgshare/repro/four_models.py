@@ -3,7 +3,7 @@
 The batch (models, batch sizes, step counts, arrivals, cluster) is
 ``tfgshare/data/four_models.yaml`` (its comments give the reasoning). For each policy a
 fresh ``LocalCluster`` (new coordinator state, checkpoints and agents) runs the batch to
-the end; then the folder gets ``report.txt`` / ``report.csv`` (the metrics table with
+the end (its checkpoints are deleted once its records are read); then the folder gets ``report.txt`` / ``report.csv`` (the metrics table with
 ratios against fifo, or the first policy), ``jobs.json`` (every job's record as the
 coordinator reported it, per policy), ``jct.png`` (JCT per job per policy) and
 ``gantt.png`` (which job held which fraction of which GPU when, per policy).
@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -92,6 +93,9 @@ def run_policy(policy: str, batch: dict, root: Path, quiet: bool = False) -> dic
                                quiet=quiet)
             metrics = client.metrics()
             records = {j["id"]: j for j in client.jobs()}
+    # the reset before the next policy: the batch's checkpoints are not needed once its
+    # records are read (vgg_16 leaves up to 3 x 1.5 GB per job; a full disk stopped a run)
+    shutil.rmtree(cluster.checkpoints, ignore_errors=True)
     report = live_report(metrics)
     return {"policy": policy, "report": report, "wall_s": run.wall_s,
             "timed_out": run.timed_out, "fragments": run.fragments,
