@@ -251,7 +251,8 @@ def main(argv: list[str] | None = None) -> int:
         r = results[name]
         print(f"{name}: {r['report'].finished}/{r['report'].jobs} finished in "
               f"{r['wall_s']:.0f} s", file=sys.stderr)
-    write_outputs(out, results)
+        # written after each policy, so a run stopped part-way keeps the policies it finished
+        write_outputs(out, results)
     print((out / "report.txt").read_text())
     print(f"{len(names)} policies in {time.monotonic() - t0:.0f} s; wrote report.txt, "
           f"report.csv, jobs.json, jct.png and gantt.png to {out}")
