@@ -92,13 +92,18 @@ def test_replay_of_a_small_slice_finishes_every_job_and_reports_live_beside_sim(
                                                                                   tmp_path):
     from tfgshare.repro import replay
 
+    from tfgshare.repro.cpushare import RunnerShareProbe
+
     profile = tmp_path / "tiny.yaml"
-    profile.write_text(TINY_PROFILE)
+    profile.write_text(TINY_PROFILE.replace("    startup_s: 10\n",
+                                            "    startup_s: 10\n    cpu_share: 0.5\n"))
     out = tmp_path / "replay"
+    # the CPU share of the agent's runners, measured as tools/replay_local.py measures it
+    probe = RunnerShareProbe(cluster.procs["agent-n1"].pid)
     code = replay.main(["--coordinator", cluster.address, "--speedup", "20000", "--jobs", "4",
                         "--as-model", "lenet:2",
                         "--start", "2017-10-09", "--profile", str(profile), "--out", str(out),
-                        "--timeout", "240"])
+                        "--timeout", "240"], share_probe=probe)
     assert code == 0
     doc = json.loads((out / "report.json").read_text())
     assert doc["jobs"] == 4 and doc["policy"] == "fifo" and doc["cluster"] == "1x2:16384"
@@ -114,9 +119,13 @@ def test_replay_of_a_small_slice_finishes_every_job_and_reports_live_beside_sim(
     assert len(spent) == 4 and all(r["starting_s"] > 0 and r["checkpoints_s"] > 0 for r in spent)
     # steps follow the compressed durations: 66 s / 20000 is under a step; 159,721 s / 20000 / 0.02 s
     assert [j["total_steps"] for j in doc["mapping"]][:3] == [1, 1, 399]
+    # and the profile simulated at the share the live runners got
+    assert 0 < doc["live_cpu_share"] <= 1
+    assert doc["sim_live_share"]["report"]["finished"] == 4
+    assert doc["jct_mean_sim_live_share_vs_live"] is not None
     with open(out / "report.csv") as f:
         assert [line.split(",")[0] for line in f.read().splitlines()[1:]] == \
-            ["fifo live", "fifo sim", "fifo sim (live start-ups)"]
+            ["fifo live", "fifo sim", "fifo sim (live CPU share)", "fifo sim (live start-ups)"]
 
 
 def test_reproduce_four_models_records_match_the_coordinators_store(tmp_path):
