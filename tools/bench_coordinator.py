@@ -287,7 +287,8 @@ def steady(address: str, agents: SimAgents, seconds: float, finish_per_s: float,
     queued = sum(j["state"] in ("queued", "sampled", "suspended") for j in jobs)
     running = sum(j["state"] in ("running", "sampling") for j in jobs)
     return {"rounds": report["rounds"], "decide": report["decide"],
-            "decide_cpu": report["decide_cpu"], "queued": queued,
+            "decide_cpu": report["decide_cpu"], "round_parts": report.get("round_parts"),
+            "queued": queued,
             "running": running,
             "jobs": len(jobs), "finished": sum(j["state"] == "finished" for j in jobs)}
 
@@ -452,6 +453,14 @@ def main(argv: list[str] | None = None) -> int:
               f"over {r['count']} rounds (wall time; the policy runs beside the serving loop)"
               f"\n    of which policy.decide p50 {d['p50_ms']:.2f} ms, p99 {d['p99_ms']:.2f} ms; "
               f"its CPU time p50 {c['p50_ms']:.2f} ms, p99 {c['p99_ms']:.2f} ms")
+        parts = res.get("steady_round_parts")
+        if parts:
+            print("    the rest, p50 / p99 ms: " + "; ".join(
+                f"{label} {parts[k]['p50_ms']:.2f} / {parts[k]['p99_ms']:.2f}"
+                for k, label in (("plan", "snapshot and views"),
+                                 ("wait", "answer waiting for the loop"),
+                                 ("apply", "carrying it out"),
+                                 ("loop_cpu", "the loop's other CPU meanwhile"))))
         if "before" in res:
             b = res["before"]
             print(f"  wire schema, hand-written ({args.before}) -> msgspec: decode+validate "

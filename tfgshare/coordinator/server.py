@@ -110,6 +110,9 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, GangControl, Rounds):
         self.round_times = array("d")                # seconds per scheduling round
         self.decide_times = array("d")               # ... of which in policy.decide
         self.decide_cpu_times = array("d")           # CPU seconds of policy.decide
+        # the rest of each round: snapshot and views, the wait for the loop to take the
+        # policy's answer, carrying it out, and the loop's other CPU meanwhile (seconds)
+        self.round_parts = {k: array("d") for k in ("plan", "wait", "apply", "loop_cpu")}
         self.refusals: dict[str, int] = {}           # policy actions refused, by reason
         self.gangs: dict[str, Gang] = {}             # jobs across nodes: their members
         self.gang_ports = PortBook()
@@ -231,9 +234,11 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, GangControl, Rounds):
         try:
             while not stop.is_set():
                 now = self.clock()
-                wait = next_tick - now
-                if self._dirty and in_flight is None:
-                    wait = min(wait, next_round - now)
+                wait = 0.2                    # a round in flight wakes the poll when decided
+                if in_flight is None:
+                    wait = next_tick - now
+                    if self._dirty:
+                        wait = min(wait, next_round - now)
                 if poller.poll(min(max(wait, 0.0), 0.2) * 1000):
                     keyed = self.registry is not None
                     for _ in range(self.config.max_batch):
@@ -247,7 +252,9 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, GangControl, Rounds):
                         else:
                             self.handle(frames[:-1], frames[-1])
                 now = self.clock()
-                if now >= next_tick:
+                # the tick's work (gauges, a garbage collection) waits for the gap after
+                # a round: on the policy's thread's time it would lengthen the round
+                if now >= next_tick and in_flight is None:
                     next_tick = now + self.config.tick
                     _guarded(self.tick, now)
                 self._flush(sock)            # replies go out before any round's commands
@@ -463,6 +470,11 @@ def main(argv: list[str] | None = None) -> int:
     # The policy decides on a worker thread; a short GIL switch interval lets the
     # serving loop take the interpreter back within 0.5 ms instead of 5 ms per wake-up.
     sys.setswitchinterval(0.0005)
+    # Nearly everything the coordinator allocates is freed by reference counting;
+    # the collector's default (a young collection every 700 net allocations) ran
+    # five times a policy round at 10,000 jobs (about 2 ms of a 25 ms round) and
+    # found nothing. The tick collects once a second anyway (``tick``).
+    gc.set_threshold(10_000, 10, 10)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
