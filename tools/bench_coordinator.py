@@ -461,6 +461,8 @@ def main(argv: list[str] | None = None) -> int:
                                  ("wait", "answer waiting for the loop"),
                                  ("apply", "carrying it out"),
                                  ("loop_cpu", "the loop's other CPU meanwhile"))))
+            print(f"    the round's CPU time (both threads) p50 {parts['cpu']['p50_ms']:.2f} ms, "
+                  f"p99 {parts['cpu']['p99_ms']:.2f} ms")
         if "before" in res:
             b = res["before"]
             print(f"  wire schema, hand-written ({args.before}) -> msgspec: decode+validate "

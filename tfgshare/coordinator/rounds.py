@@ -89,6 +89,8 @@ class Rounds:
             loop = time.thread_time() - plan.started_cpu
             parts["loop_cpu"].append(max(0.0, loop - (time.thread_time() - c_apply)
                                          - plan.plan_s))
+            # the CPU of both threads over the round: its wall time on a core of its own
+            parts["cpu"].append(loop + plan.decide_cpu_s)
         self.metrics.rounds.observe(took)
         return actions
 

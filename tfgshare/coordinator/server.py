@@ -111,8 +111,9 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, GangControl, Rounds):
         self.decide_times = array("d")               # ... of which in policy.decide
         self.decide_cpu_times = array("d")           # CPU seconds of policy.decide
         # the rest of each round: snapshot and views, the wait for the loop to take the
-        # policy's answer, carrying it out, and the loop's other CPU meanwhile (seconds)
-        self.round_parts = {k: array("d") for k in ("plan", "wait", "apply", "loop_cpu")}
+        # policy's answer, carrying it out, the loop's other CPU meanwhile, and the CPU
+        # of both threads over the round (seconds)
+        self.round_parts = {k: array("d") for k in ("plan", "wait", "apply", "loop_cpu", "cpu")}
         self.refusals: dict[str, int] = {}           # policy actions refused, by reason
         self.gangs: dict[str, Gang] = {}             # jobs across nodes: their members
         self.gang_ports = PortBook()
