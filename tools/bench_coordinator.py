@@ -390,6 +390,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steady-s", type=float, default=15.0)
     p.add_argument("--finish-per-s", type=float, default=50.0)
     p.add_argument("--tick", type=float, default=1.0)
+    p.add_argument("--settle-s", type=float, default=1.0,
+                   help="the GPUs count as filled once no command came for this long (a "
+                        "loaded machine needs more: its rounds take seconds)")
     p.add_argument("--before", default="none", metavar="COMMIT",
                    help=f"compare the wire schema with this commit's (e.g. {BEFORE_MSGSPEC}, the "
                         "last hand-written validator); its coordinator must accept today's "
@@ -419,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
             # fill the queue, let the GPUs fill up, then measure submits at that load
             res["raw_batch100_submits_per_s"] = round(raw_submits(address, agents, args.jobs,
                                                                   per_msg=100, window=20))
-            settle(agents)
+            settle(agents, args.settle_s)
             res["raw_submits_per_s"] = round(raw_submits(address, agents, args.single_submits))
             res["client_submits_per_s"] = round(client_submits(address, agents,
                                                                args.client_submits))
