@@ -163,6 +163,7 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, GangControl, Rounds):
             self.store.latest_prediction_errors(self.cluster.prediction_errors.maxlen))
         self._last_submit = max(self._last_submit, self.store.last_submit())
         self.seq = self.store.max_seq()
+        self._restore_gangs()
         self._awaiting_readoption = unknown > 0
         for point in self.store.load_timeline():   # None: not recorded by an older version
             self.metrics.timeline.add(*(0.0 if v is None else v for v in point))
@@ -323,6 +324,7 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, GangControl, Rounds):
                 job.unknown = False
                 self._requeue(job, now, f"node {job.node} did not report it within "
                                         f"{timeout:g}s of the restart")
+            self._gangs_not_readopted(now, f"not reported within {timeout:g}s of the restart")
         self._dirty = True
         self._record_usage(now)
         # Long-lived jobs and views would make every full garbage collection walk
