@@ -145,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
             coord.handle([b"client"], s.encode(s.Submit(jobs=[spec] * 100)))
             coord.step()
             coord._out.clear()
+        fill = time.thread_time()
         for i in range(400):                  # fill the GPUs: sample and start
             clock.t += 0.05
             if i % 20 == 0:
@@ -154,7 +155,9 @@ def main(argv: list[str] | None = None) -> int:
             agents.deliver()
             if len(agents.running) >= NODES * GPUS_PER_NODE * 3 and not agents.inbox:
                 break
+        fill = time.thread_time() - fill
         res = measure(coord, agents, clock, args)
+        res["fill_cpu_s"] = round(fill, 2)     # submits, sampling runs and starts
         res["waiting"] = sum(j.state.waiting for j in coord.cluster.active.values())
         res["running"] = len(agents.running)
     print(json.dumps(res, indent=1))
