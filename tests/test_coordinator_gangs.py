@@ -139,6 +139,12 @@ def test_a_gang_member_not_back_after_a_restart_brings_the_gang_to_its_checkpoin
         a.register(jobs=[s.RunningJob(jid, pid=100, step=5, attempt=attempt)])
         a.wait_command(s.AdoptJob, jid)
         # the member's node never comes back: past the node timeout the gang is stopped
+        # (the chief's node heartbeats meanwhile: it stays up, only the member is missing)
+        deadline = time.monotonic() + 5
+        while not any(isinstance(c, s.KillJob) for c in a.commands):
+            assert time.monotonic() < deadline, "the chief was not stopped"
+            a.heartbeat()
+            time.sleep(0.05)
         a.wait_command(s.KillJob, jid)
         log = "\n".join(client.logs(jid))
         assert f"gang member on {other} not reported within 0.5s of the restart" in log
