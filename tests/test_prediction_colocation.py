@@ -16,7 +16,7 @@ from philly.jobs import TraceJob
 from tfgshare import schema as s
 from tfgshare.policies.base import Fragment, JobState, Start
 from tfgshare.policies.prediction import (ColocationForecast, predict_remaining_s, run_time_s,
-                                          sharing_factor, solo_step_s)
+                                          sharing_factor, solo_step_s, work_ahead_s)
 from tfgshare.policies.registry import get_policy
 from tfgshare.sim.cluster import load_cluster
 from tfgshare.sim.engine import simulate
@@ -80,6 +80,11 @@ def test_the_forecast_agrees_with_its_own_promotion_bound():
     # promoted only after the sampling is over: it runs alone
     assert f.remaining_s(100, 0.1, restart, 2.0, unsampled, gpus,
                          lambda left: 61.0) == pytest.approx(alone)
+    # promoted at once, but behind 96 s of others' runs on 2 GPUs: its steps begin at
+    # 48 + 2 s, 10 s before the sampling ends (50 steps at 0.2 s), then 50 at 0.1 s
+    assert f.remaining_s(100, 0.1, restart, 2.0, unsampled, gpus, lambda left: 0.0,
+                         ahead_s=96.0) == pytest.approx(restart + 10.0 + 50 * 0.1)
+    assert work_ahead_s([30.0, None, 50.0, 70.0], enough=60.0) == 80.0   # stops past 60
 
 
 STEPS = (100, 200, 300, 400, 150)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Iterable
 
 from .base import JobView
 from .queueing import HOLDING, WAITING
@@ -145,12 +145,14 @@ class ColocationForecast:
 
     def remaining_s(self, steps_left: float, solo_step_s: float, restart_s: float,
                     prior: float, unsampled: int, gpus: int,
-                    promoted_in: Callable[[float], float] | None) -> float:
+                    promoted_in: Callable[[float], float] | None, ahead_s: float = 0.0) -> float:
         """A sampled job's predicted run time: a start, then its steps, beside
         sampling runs if it is promoted while newcomers still sample.
 
         ``promoted_in(left)`` is the seconds until the policy would promote it
-        were its prediction ``left`` (None: never while newcomers sample). The
+        were its prediction ``left`` (None: never while newcomers sample);
+        ``ahead_s`` the run time of the jobs before it once promoted (running,
+        and waiting since longer), spread over the GPUs it cannot start before. The
         promotion bound grows with the prediction and the prediction shrinks as
         the promotion comes later, so the prediction is the one consistent with
         its own bound (found by bisection). ``predict_remaining_s`` from the
@@ -163,8 +165,10 @@ class ColocationForecast:
         if promoted_in is None or left_s <= 0 or sharing <= 1.0:
             return alone
 
+        turn = max(0.0, ahead_s) / max(1, gpus)
+
         def given(left: float) -> float:
-            start = max(0.0, promoted_in(left)) + restart
+            start = max(0.0, promoted_in(left), turn) + restart
             return restart + run_time_s(steps_left, solo_step_s, sharing, start, left_s)
 
         lo, hi = alone, given(alone)   # given() never passes given(alone), nor falls below alone
@@ -195,3 +199,15 @@ def promotion_in(policy: object, job: JobView, now: float) -> Callable[[float], 
         return None
     waited = total_wait_s(job, now)
     return lambda left: bound(job, left) - waited
+
+
+def work_ahead_s(lefts: Iterable[float | None], enough: float) -> float:
+    """The summed predicted remaining times ``lefts`` of the jobs ahead of one
+    (None: not predicted), summing no further once past ``enough``."""
+    total = 0.0
+    for left in lefts:
+        if left is not None:
+            total += left
+            if total > enough:
+                break
+    return total

@@ -43,7 +43,8 @@ from tfgshare.policies.jobset import JobSet
 from tfgshare.policies.movecost import move_cost_s
 from tfgshare.policies.interference import max_slowdown
 from tfgshare.policies.prediction import (ColocationForecast, predict_remaining_s,
-                                          promotion_in, sharing_factor, solo_step_s)
+                                          promotion_in, sharing_factor, solo_step_s,
+                                          work_ahead_s)
 
 from .cluster import SimCluster
 from .config import SimConfig
@@ -347,10 +348,21 @@ class Simulator:
         if steps <= 0:
             return solo
         restart = job.restart_s or 0.0
+        gpus = self.cluster.num_gpus
+        sampling_left = self.forecast.sampling_left_s(self.unsampled, gpus)
+        ahead = 0.0
+        if sampling_left > 0:   # before it once promoted: running jobs, longer waiting ones
+            mine = (job.submit_time, job.id)
+            ahead = work_ahead_s(
+                ((j.total_steps - j.steps) * j.measured_step_s for j in self.live.values()
+                 if j is not job and j.measured_step_s is not None
+                 and j.state is not JobState.SAMPLING
+                 and (j.state.holds_gpu or (j.submit_time, j.id) < mine)),
+                enough=sampling_left * gpus)
         prior = max_slowdown([job.sample.gpu_util, 1.0])   # beside a busy newcomer
-        total = self.forecast.remaining_s(steps, solo, restart, prior, self.unsampled,
-                                          self.cluster.num_gpus,
-                                          promotion_in(self.policy, self._view(job), self.now))
+        total = self.forecast.remaining_s(steps, solo, restart, prior, self.unsampled, gpus,
+                                          promotion_in(self.policy, self._view(job), self.now),
+                                          ahead)
         return max(0.0, total - restart) / steps
 
     def _set_state(self, job: SimJob, state: JobState) -> None:
