@@ -43,22 +43,25 @@ def test_forecast_without_sampling_left_is_the_plain_prediction():
     f = ColocationForecast()
     f.note_sampling(20.0)
     plain = predict_remaining_s(90, 0.2, 1, 3.0)
-    assert f.remaining_s(90, 0.2, 3.0, 2.0, 0, 2, lambda left: 0.0) == pytest.approx(plain)
-    assert f.remaining_s(90, 0.2, 3.0, 2.0, 10, 2, None) == pytest.approx(plain)
+    f.note_sharing(2.0)
+    assert f.remaining_s(90, 0.2, 3.0, 0, 2, lambda left: 0.0) == pytest.approx(plain)
+    assert f.remaining_s(90, 0.2, 3.0, 10, 2, None) == pytest.approx(plain)
 
 
 def test_a_job_promoted_while_newcomers_sample_is_predicted_beside_them():
     f = ColocationForecast()
     f.note_sampling(20.0)
-    # 10 jobs left to sample on 2 GPUs: 100 s of sampling runs; promoted at once,
-    # 90 steps of 0.2 s beside them at the prior's 2x take 36 s, then 3 s to start
-    left = f.remaining_s(90, 0.2, 3.0, 2.0, 10, 2, lambda left: 0.0)
-    assert left == pytest.approx(3.0 + 36.0)
-    # a measured sharing factor replaces the prior
+    # 10 jobs left to sample on 2 GPUs: 100 s of sampling runs. No sharing measured
+    # yet: none assumed
+    alone = predict_remaining_s(90, 0.2, 1, 3.0)
+    assert f.remaining_s(90, 0.2, 3.0, 10, 2, lambda left: 0.0) == pytest.approx(alone)
+    # measured: a running job ran 1.5x and 1.7x slower beside sampling runs. Promoted
+    # at once, its 90 steps of 0.2 s run beside them, 1.6x slower, after its 3 s start
     f.note_sharing(1.5)
+    f.note_sharing(None)
     f.note_sharing(1.7)
-    assert f.sharing_now(2.0) == pytest.approx(1.6)
-    assert f.remaining_s(90, 0.2, 3.0, 2.0, 10, 2, lambda left: 0.0) == pytest.approx(
+    assert f.sharing_now() == pytest.approx(1.6)
+    assert f.remaining_s(90, 0.2, 3.0, 10, 2, lambda left: 0.0) == pytest.approx(
         3.0 + 90 * 0.2 * 1.6)
 
 
@@ -67,22 +70,23 @@ def test_the_forecast_agrees_with_its_own_promotion_bound():
     promotion leaves exactly the predicted share of its run beside sampling."""
     f = ColocationForecast()
     f.note_sampling(20.0)
+    f.note_sharing(2.0)
     restart, unsampled, gpus = 2.0, 6, 2              # 60 s of sampling left
 
     def promoted_in(left: float) -> float:
         return 2.0 * left
 
-    left = f.remaining_s(100, 0.1, restart, 2.0, unsampled, gpus, promoted_in)
+    left = f.remaining_s(100, 0.1, restart, unsampled, gpus, promoted_in)
     alone = predict_remaining_s(100, 0.1, 1, restart)
     assert alone < left < predict_remaining_s(100, 0.2, 1, restart)
     again = restart + run_time_s(100, 0.1, 2.0, promoted_in(left) + restart, 60.0)
     assert again == pytest.approx(left, abs=0.01)
     # promoted only after the sampling is over: it runs alone
-    assert f.remaining_s(100, 0.1, restart, 2.0, unsampled, gpus,
+    assert f.remaining_s(100, 0.1, restart, unsampled, gpus,
                          lambda left: 61.0) == pytest.approx(alone)
     # promoted at once, but behind 96 s of others' runs on 2 GPUs: its steps begin at
     # 48 + 2 s, 10 s before the sampling ends (50 steps at 0.2 s), then 50 at 0.1 s
-    assert f.remaining_s(100, 0.1, restart, 2.0, unsampled, gpus, lambda left: 0.0,
+    assert f.remaining_s(100, 0.1, restart, unsampled, gpus, lambda left: 0.0,
                          ahead_s=96.0) == pytest.approx(restart + 10.0 + 50 * 0.1)
     assert work_ahead_s([30.0, None, 50.0, 70.0], enough=60.0) == 80.0   # stops past 60
 

@@ -10,7 +10,6 @@ from tfgshare.coordinator.errors import REPLIED, RequestError, number, short
 from tfgshare.coordinator.gangs import spans_nodes
 from tfgshare.coordinator.logs import log
 from tfgshare.policies.base import JobState, SampleRecord
-from tfgshare.policies.interference import max_slowdown
 from tfgshare.policies.prediction import (promotion_in, sharing_factor, solo_step_s,
                                           work_ahead_s)
 from tfgshare.runner import protocol as rp
@@ -280,8 +279,7 @@ class AgentProtocol:
                                   and j.state is not JobState.SAMPLING
                                   and (j.state.holds_gpu or (j.submit_time, j.id) < mine)),
                                  enough=sampling_left * gpus)
-        prior = max_slowdown([job.sample.gpu_util, 1.0])   # beside a busy newcomer
-        total = cluster.forecast.remaining_s(steps, solo, restart, prior, unsampled, gpus,
+        total = cluster.forecast.remaining_s(steps, solo, restart, unsampled, gpus,
                                              promotion_in(self.policy, job.view(), now), ahead)
         return max(0.0, total - restart) / steps
 

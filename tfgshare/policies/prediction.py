@@ -113,9 +113,10 @@ class ColocationForecast:
     over its step time alone) and sampling-run durations, and predicts a
     sampled job's remaining run time from its step time alone, the sampling
     still to come (jobs not yet sampled x the mean sampling run, one per GPU
-    at a time) and when it would be promoted. Until a sharing factor is
-    measured, ``prior`` (the policies' interference model) stands in. The live
-    coordinator and the simulator each keep one and feed it their measurements.
+    at a time) and when it would be promoted. No sharing is assumed before one
+    is measured (the interference model's 2.1 for two busy jobs was measured
+    1.0-1.45 live on a loaded machine). The live coordinator and the simulator
+    each keep one and feed it their measurements.
     """
 
     def __init__(self) -> None:
@@ -132,9 +133,9 @@ class ColocationForecast:
         if seconds > 0:
             self.sampling_s = (self.sampling_s + [seconds])[-SAMPLING_KEPT:]
 
-    def sharing_now(self, prior: float) -> float:
-        """The mean of the latest measured sharing factors, else ``prior``."""
-        return sum(self.sharing) / len(self.sharing) if self.sharing else max(1.0, prior)
+    def sharing_now(self) -> float:
+        """The mean of the latest measured sharing factors (1 before any)."""
+        return sum(self.sharing) / len(self.sharing) if self.sharing else 1.0
 
     def sampling_left_s(self, unsampled: int, gpus: int) -> float:
         """How long newcomers will keep sampling: one sampling run per GPU at a time."""
@@ -144,7 +145,7 @@ class ColocationForecast:
         return rounds * sum(self.sampling_s) / len(self.sampling_s)
 
     def remaining_s(self, steps_left: float, solo_step_s: float, restart_s: float,
-                    prior: float, unsampled: int, gpus: int,
+                    unsampled: int, gpus: int,
                     promoted_in: Callable[[float], float] | None, ahead_s: float = 0.0) -> float:
         """A sampled job's predicted run time: a start, then its steps, beside
         sampling runs if it is promoted while newcomers still sample.
@@ -161,7 +162,7 @@ class ColocationForecast:
         restart = max(0.0, restart_s)
         alone = predict_remaining_s(steps_left, solo_step_s, 1, restart)
         left_s = self.sampling_left_s(unsampled, gpus)
-        sharing = self.sharing_now(prior)
+        sharing = self.sharing_now()
         if promoted_in is None or left_s <= 0 or sharing <= 1.0:
             return alone
 

@@ -41,7 +41,6 @@ from tfgshare.policies.base import (ClusterSnapshot, Fragment, JobState, JobView
                                     Policy, SampleRecord, Start, Suspend)
 from tfgshare.policies.jobset import JobSet
 from tfgshare.policies.movecost import move_cost_s
-from tfgshare.policies.interference import max_slowdown
 from tfgshare.policies.prediction import (ColocationForecast, predict_remaining_s,
                                           promotion_in, sharing_factor, solo_step_s,
                                           work_ahead_s)
@@ -359,8 +358,7 @@ class Simulator:
                  and j.state is not JobState.SAMPLING
                  and (j.state.holds_gpu or (j.submit_time, j.id) < mine)),
                 enough=sampling_left * gpus)
-        prior = max_slowdown([job.sample.gpu_util, 1.0])   # beside a busy newcomer
-        total = self.forecast.remaining_s(steps, solo, restart, prior, self.unsampled, gpus,
+        total = self.forecast.remaining_s(steps, solo, restart, self.unsampled, gpus,
                                           promotion_in(self.policy, self._view(job), self.now),
                                           ahead)
         return max(0.0, total - restart) / steps
