@@ -87,7 +87,7 @@ def test_the_forecast_agrees_with_its_own_promotion_bound():
     # promoted at once, but behind 96 s of others' runs on 2 GPUs: its steps begin at
     # 48 + 2 s, 10 s before the sampling ends (50 steps at 0.2 s), then 50 at 0.1 s
     assert f.remaining_s(100, 0.1, restart, unsampled, gpus, lambda left: 0.0,
-                         ahead_s=96.0) == pytest.approx(restart + 10.0 + 50 * 0.1)
+                         lambda enough: 96.0) == pytest.approx(restart + 10.0 + 50 * 0.1)
     assert work_ahead_s([30.0, None, 50.0, 70.0], enough=60.0) == 80.0   # stops past 60
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from itertools import islice
 from typing import Any
 
 from tfgshare import schema as s
@@ -10,8 +11,8 @@ from tfgshare.coordinator.errors import REPLIED, RequestError, number, short
 from tfgshare.coordinator.gangs import spans_nodes
 from tfgshare.coordinator.logs import log
 from tfgshare.policies.base import JobState, SampleRecord
-from tfgshare.policies.prediction import (promotion_in, sharing_factor, solo_step_s,
-                                          work_ahead_s)
+from tfgshare.policies.prediction import (AHEAD_SCAN, promotion_in, sharing_factor,
+                                          solo_step_s, work_ahead_s)
 from tfgshare.runner import protocol as rp
 
 MARKS_KEPT = 64   # progress marks kept per job (co-tenants' step time while a job samples)
@@ -269,17 +270,17 @@ class AgentProtocol:
             return solo
         restart = job.start_cost_s if job.start_cost_s is not None else (job.restart_s or 0.0)
         unsampled = cluster.counts.get("queued", 0) + cluster.counts.get("sampling", 0)
-        gpus = len(cluster.snapshot().gpus)
-        sampling_left = cluster.forecast.sampling_left_s(unsampled, gpus)
-        ahead = 0.0
-        if sampling_left > 0:   # before it once promoted: running jobs, longer waiting ones
-            mine = (job.submit_time, job.id)
-            ahead = work_ahead_s((j.predicted_remaining_s for j in cluster.active.values()
-                                  if j is not job and j.sample is not None
-                                  and j.state is not JobState.SAMPLING
-                                  and (j.state.holds_gpu or (j.submit_time, j.id) < mine)),
-                                 enough=sampling_left * gpus)
-        total = cluster.forecast.remaining_s(steps, solo, restart, unsampled, gpus,
+        mine = (job.submit_time, job.id)
+
+        def ahead(enough: float) -> float:   # once promoted: running jobs, longer waiting ones
+            return work_ahead_s((j.predicted_remaining_s for j in islice(cluster.active.values(), AHEAD_SCAN)
+                                 if j is not job and j.sample is not None
+                                 and j.state is not JobState.SAMPLING
+                                 and (j.state.holds_gpu or (j.submit_time, j.id) < mine)),
+                                enough)
+
+        total = cluster.forecast.remaining_s(steps, solo, restart, unsampled,
+                                             len(cluster.snapshot().gpus),
                                              promotion_in(self.policy, job.view(), now), ahead)
         return max(0.0, total - restart) / steps
 

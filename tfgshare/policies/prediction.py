@@ -146,14 +146,16 @@ class ColocationForecast:
 
     def remaining_s(self, steps_left: float, solo_step_s: float, restart_s: float,
                     unsampled: int, gpus: int,
-                    promoted_in: Callable[[float], float] | None, ahead_s: float = 0.0) -> float:
+                    promoted_in: Callable[[float], float] | None,
+                    ahead: Callable[[float], float] | None = None) -> float:
         """A sampled job's predicted run time: a start, then its steps, beside
         sampling runs if it is promoted while newcomers still sample.
 
         ``promoted_in(left)`` is the seconds until the policy would promote it
         were its prediction ``left`` (None: never while newcomers sample);
-        ``ahead_s`` the run time of the jobs before it once promoted (running,
-        and waiting since longer), spread over the GPUs it cannot start before. The
+        ``ahead(enough)`` the run time of the jobs before it once promoted
+        (running, and waiting since longer; ``work_ahead_s``), spread over the
+        GPUs it cannot start before; asked only when it may share. The
         promotion bound grows with the prediction and the prediction shrinks as
         the promotion comes later, so the prediction is the one consistent with
         its own bound (found by bisection). ``predict_remaining_s`` from the
@@ -163,10 +165,10 @@ class ColocationForecast:
         alone = predict_remaining_s(steps_left, solo_step_s, 1, restart)
         left_s = self.sampling_left_s(unsampled, gpus)
         sharing = self.sharing_now()
-        if promoted_in is None or left_s <= 0 or sharing <= 1.0:
+        if promoted_in is None or left_s <= 0 or sharing <= 1.0 \
+                or promoted_in(alone) + restart >= left_s:   # promoted after the sampling
             return alone
-
-        turn = max(0.0, ahead_s) / max(1, gpus)
+        turn = 0.0 if ahead is None else max(0.0, ahead(left_s * gpus)) / max(1, gpus)
 
         def given(left: float) -> float:
             start = max(0.0, promoted_in(left), turn) + restart
@@ -200,6 +202,9 @@ def promotion_in(policy: object, job: JobView, now: float) -> Callable[[float], 
         return None
     waited = total_wait_s(job, now)
     return lambda left: bound(job, left) - waited
+
+
+AHEAD_SCAN = 1000   # most jobs a caller examines for the work ahead of one (bounds its cost)
 
 
 def work_ahead_s(lefts: Iterable[float | None], enough: float) -> float:

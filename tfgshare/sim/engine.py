@@ -33,6 +33,7 @@ import random
 import time
 from array import array
 from dataclasses import dataclass
+from itertools import islice
 from typing import Callable, Iterable, Sequence
 
 from tfgshare.metrics import (JobAccount, JobRecord, Report, Timeline, compute_report,
@@ -41,9 +42,9 @@ from tfgshare.policies.base import (ClusterSnapshot, Fragment, JobState, JobView
                                     Policy, SampleRecord, Start, Suspend)
 from tfgshare.policies.jobset import JobSet
 from tfgshare.policies.movecost import move_cost_s
-from tfgshare.policies.prediction import (ColocationForecast, predict_remaining_s,
-                                          promotion_in, sharing_factor, solo_step_s,
-                                          work_ahead_s)
+from tfgshare.policies.prediction import (AHEAD_SCAN, ColocationForecast,
+                                          predict_remaining_s, promotion_in, sharing_factor,
+                                          solo_step_s, work_ahead_s)
 
 from .cluster import SimCluster
 from .config import SimConfig
@@ -347,18 +348,17 @@ class Simulator:
         if steps <= 0:
             return solo
         restart = job.restart_s or 0.0
-        gpus = self.cluster.num_gpus
-        sampling_left = self.forecast.sampling_left_s(self.unsampled, gpus)
-        ahead = 0.0
-        if sampling_left > 0:   # before it once promoted: running jobs, longer waiting ones
-            mine = (job.submit_time, job.id)
-            ahead = work_ahead_s(
-                ((j.total_steps - j.steps) * j.measured_step_s for j in self.live.values()
+        mine = (job.submit_time, job.id)
+
+        def ahead(enough: float) -> float:   # once promoted: running jobs, longer waiting ones
+            return work_ahead_s(
+                ((j.total_steps - j.steps) * j.measured_step_s for j in islice(self.live.values(), AHEAD_SCAN)
                  if j is not job and j.measured_step_s is not None
                  and j.state is not JobState.SAMPLING
-                 and (j.state.holds_gpu or (j.submit_time, j.id) < mine)),
-                enough=sampling_left * gpus)
-        total = self.forecast.remaining_s(steps, solo, restart, self.unsampled, gpus,
+                 and (j.state.holds_gpu or (j.submit_time, j.id) < mine)), enough)
+
+        total = self.forecast.remaining_s(steps, solo, restart, self.unsampled,
+                                          self.cluster.num_gpus,
                                           promotion_in(self.policy, self._view(job), self.now),
                                           ahead)
         return max(0.0, total - restart) / steps
