@@ -273,7 +273,8 @@ class AgentProtocol:
         mine = (job.submit_time, job.id)
 
         def ahead(enough: float) -> float:   # once promoted: running jobs, longer waiting ones
-            return work_ahead_s((j.predicted_remaining_s for j in islice(cluster.active.values(), AHEAD_SCAN)
+            return work_ahead_s((j.predicted_remaining_s
+                                 for j in islice(cluster.active.values(), AHEAD_SCAN)
                                  if j is not job and j.sample is not None
                                  and j.state is not JobState.SAMPLING
                                  and (j.state.holds_gpu or (j.submit_time, j.id) < mine)),

@@ -115,8 +115,8 @@ class ColocationForecast:
     still to come (jobs not yet sampled x the mean sampling run, one per GPU
     at a time) and when it would be promoted. No sharing is assumed before one
     is measured (the interference model's 2.1 for two busy jobs was measured
-    1.0-1.45 live on a loaded machine). The live coordinator and the simulator
-    each keep one and feed it their measurements.
+    1.0-1.9 live on a loaded machine, see docs/benchmarks.md). The live
+    coordinator and the simulator each keep one and feed it their measurements.
     """
 
     def __init__(self) -> None:

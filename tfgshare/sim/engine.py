@@ -352,7 +352,8 @@ class Simulator:
 
         def ahead(enough: float) -> float:   # once promoted: running jobs, longer waiting ones
             return work_ahead_s(
-                ((j.total_steps - j.steps) * j.measured_step_s for j in islice(self.live.values(), AHEAD_SCAN)
+                ((j.total_steps - j.steps) * j.measured_step_s
+                 for j in islice(self.live.values(), AHEAD_SCAN)
                  if j is not job and j.measured_step_s is not None
                  and j.state is not JobState.SAMPLING
                  and (j.state.holds_gpu or (j.submit_time, j.id) < mine)), enough)
