@@ -372,6 +372,8 @@ def print_migrations(models: list[str], work: Path) -> None:
     """Migrate a job of each model through a live agent; print the table."""
     from tfgshare.agent.supervisor import pin_threads
 
+    # the step in flight is what is left of "suspended" besides the save: the runner's own
+    # stop_wait_s reads ~0, since Python runs its signal handler only once session.run returns
     print("| model | checkpoint MB | request -> suspended s | of which step in flight s "
           "| save s | exit s | request -> running on target s | start s | graph s (source) "
           "| restore s | first step s | request -> first step on target s "
@@ -387,9 +389,8 @@ def print_migrations(models: list[str], work: Path) -> None:
         finally:
             pin_threads(os.getpid(), tuple(everything))
         _remove(work, model)
-        wait = m["stop_wait_s"]
         print(f"| {model} | {m['size_mb']:.0f} | {m['suspended_s']:.1f} | "
-              f"{'?' if wait is None else f'{wait:.1f}'} | {m['save_s']:.2f} | "
+              f"{m['suspended_s'] - m['save_s']:.1f} | {m['save_s']:.2f} | "
               f"{m['exit_s']:.2f} | {m['running_s']:.1f} | {m['start_s']:.2f} | "
               f"{m['graph_s']:.2f} ({m['graph_source']}) | {m['restore_s']:.2f} | "
               f"{m['first_step_s']:.2f} | {m['first_step_at_s']:.1f} | {m['resume_s']:.2f} | "
