@@ -52,6 +52,7 @@ class AgentProtocol:
                                              node_timeout=self.config.node_timeout,
                                              checkpoint_root=str(self.checkpoint_root))))
         reported = {}
+        members: set[str] = set()      # jobs whose gang member here was re-adopted
         for rj in msg.jobs:
             job = self.cluster.active.get(rj.job)
             if (job is not None and job.node == node.name and job.state.holds_gpu
@@ -70,6 +71,8 @@ class AgentProtocol:
                 elif job.state is JobState.SUSPENDING:
                     self._send(node, s.SuspendJob(job=job.id, attempt=job.attempt), job)
                 self._save(job)
+            elif self._adopt_member(node.name, rj):
+                members.add(rj.job)
             else:
                 log.info("node %s: runner of %s is not wanted here; asking to kill it",
                          node.name, rj.job)
@@ -78,8 +81,8 @@ class AgentProtocol:
             if job.id not in reported:
                 job.unknown = False
                 self._requeue(job, now, f"node {node.name} re-registered without it")
-        # its gang members died with its old agent (or are not adopted: killed above)
-        self._members_gone(node.name, now, "its agent registered again")
+        # its gang members not reported died with its old agent (or were killed above)
+        self._members_gone(node.name, now, "its agent registered again", frozenset(members))
         self._dirty = True
         return REPLIED
 

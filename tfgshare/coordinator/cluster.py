@@ -244,6 +244,7 @@ class Cluster:
         self.migrating: dict[str, LiveJob] = {}   # jobs with a migration target reserved
         self.reserved: dict[str, LiveJob] = {}    # waiting jobs with a start in flight
         self._views = JobSet()                     # what the policy sees, kept up to date
+        self._given: JobSet | None = None         # the policy's copy of it (``views``)
         self.counts: dict[str, int] = {}          # jobs by state ("unknown" apart), kept up to date
         self.over_count = 0                       # jobs over their fragment's memory
         # of the latest finished jobs (the report covers them all, from the database)
@@ -385,10 +386,14 @@ class Cluster:
         """Views of the jobs the policy decides on (not done, held or unknown).
 
         A frozen copy carrying the changes since the last call, for the policy's
-        memo; later changes go to the next call's copy.
+        memo; later changes go to the next call's copy. The next call brings
+        this same copy up to date from the changes (not a copy of every view),
+        so it must be out of the policy's hands by then: a round ends before
+        the next one starts.
         """
-        out = self._views.frozen()
+        out = self._views.frozen(reuse=self._given)
         self._views.trim()
+        self._given = out
         return out
 
     def check_actions(self, actions: Sequence[Action]) -> "Checked":
