@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -51,8 +52,9 @@ def test_spare_runner_takes_the_job_and_is_replaced(tmp_path, monkeypatch):
         del args[i:i + 2]
         proc = sup.start("j1", 1, args, config.train_dir, [(0, 0.5)], virtual=True)
         assert proc.pid == spare.pid                      # the spare took the job
-        assert sup.spare is not None and sup.spare.pid != spare.pid   # and was replaced
+        assert sup.spare is None     # its replacement waits for the job's first step
         out, events = wait_exit(sup, "j1")
+        assert sup.spare is not None and sup.spare.pid != spare.pid   # and was replaced
         assert out.exit_code == rp.EXIT_OK and out.reason.startswith("finished")
         names = [e["event"] for e in events]
         assert names[0] == "started" and names[-1] == "finished"
@@ -78,10 +80,25 @@ def test_a_dead_spare_means_a_cold_start(tmp_path):
     assert out.exit_code == 128 + 9
 
 
+# a stand-in runner: as a spare it waits for its job line, then "trains" (sleeps)
+STAND_IN = ["/bin/sh", "-c", 'if [ "$0" = --warm ]; then read job; fi; exec sleep 30']
+
+
+def emit(proc, event: str, **fields) -> None:
+    """Append an event to a runner's events file, as the runner writes it."""
+    assert set(fields) == set(rp.EVENTS[event])
+    with open(proc.events_file, "a") as f:
+        f.write(json.dumps({"event": event, "time": time.time(), **fields}) + "\n")
+
+
+STEP = {"step": 1, "loss": 2.3, "step_time_s": 0.1, "images_per_sec": 10.0,
+        "predicted_remaining_s": 5.0}
+STARTED = {"global_step": 0, "restored": True, "device": "/cpu:0", "memory_fraction": 1.0}
+
+
 def test_two_spares_take_a_burst_of_two_starts_and_are_both_replaced(tmp_path):
-    # a stand-in runner: as a spare it waits for its job line, then "trains" (sleeps)
-    sup = Supervisor(tmp_path / "work", warm=True, spares=2, runner_cmd=[
-        "/bin/sh", "-c", 'if [ "$0" = --warm ]; then read job; fi; exec sleep 30'])
+    sup = Supervisor(tmp_path / "work", warm=True, spares=2, spare_wait_s=0,
+                     runner_cmd=STAND_IN)
     try:
         sup.keep_spare()
         first = [p.pid for p in sup.spare_pool]
@@ -89,7 +106,62 @@ def test_two_spares_take_a_burst_of_two_starts_and_are_both_replaced(tmp_path):
         a = sup.start("j1", 1, ["--x"], tmp_path / "a", [(0, 1.0)], virtual=True)
         b = sup.start("j2", 1, ["--x"], tmp_path / "b", [(1, 1.0)], virtual=True)
         assert [a.pid, b.pid] == first                    # both warm, the oldest first
+        # spare_wait_s=0: replaced at the hand-over
         assert len(sup.spare_pool) == 2 and not {p.pid for p in sup.spare_pool} & set(first)
     finally:
         sup.stop_all(timeout_s=5)
     assert sup.spare is None and sup.spare_pool == []
+
+
+def test_a_used_spare_is_replaced_after_the_jobs_first_step(tmp_path):
+    sup = Supervisor(tmp_path / "work", warm=True, spares=1, spare_wait_s=60,
+                     runner_cmd=STAND_IN)
+    try:
+        sup.keep_spare()
+        spare = sup.spare
+        proc = sup.start("j1", 2, ["--x"], tmp_path / "a", [(0, 1.0)], virtual=True)
+        assert proc.pid == spare.pid
+        emit(proc, "started", **STARTED)       # restoring: its replacement must wait
+        assert [o.event["event"] for o in sup.poll()] == ["started"]
+        for _ in range(3):
+            sup.poll()
+            assert sup.spare is None
+            time.sleep(0.05)
+        emit(proc, "progress", **STEP)         # its first step: now the new spare starts
+        events = [o.event["event"] for o in sup.poll()]
+        assert events == ["progress"]
+        assert sup.spare is not None and sup.spare.pid != spare.pid
+    finally:
+        sup.stop_all(timeout_s=5)
+
+
+def test_a_job_that_dies_before_its_first_step_still_gets_its_spare_replaced(tmp_path):
+    sup = Supervisor(tmp_path / "work", warm=True, spares=1, spare_wait_s=60,
+                     runner_cmd=STAND_IN)
+    try:
+        sup.keep_spare()
+        sup.start("j1", 1, ["--x"], tmp_path / "a", [(0, 1.0)], virtual=True)
+        assert sup.spare is None
+        sup.kill("j1")
+        out, _ = wait_exit(sup, "j1", timeout=10)
+        assert out.exit_code == 128 + 9
+        assert sup.spare is not None and sup.spare.poll() is None
+    finally:
+        sup.stop_all(timeout_s=5)
+
+
+def test_a_job_that_hangs_before_its_first_step_gets_its_spare_replaced_after_the_bound(
+        tmp_path):
+    sup = Supervisor(tmp_path / "work", warm=True, spares=1, spare_wait_s=0.5,
+                     runner_cmd=STAND_IN)
+    try:
+        sup.keep_spare()
+        sup.start("j1", 1, ["--x"], tmp_path / "a", [(0, 1.0)], virtual=True)
+        sup.poll()
+        assert sup.spare is None
+        time.sleep(0.6)
+        sup.poll()
+        assert sup.spare is not None and sup.spare.poll() is None
+        assert "j1" in sup.runners          # still running, never stepped
+    finally:
+        sup.stop_all(timeout_s=5)

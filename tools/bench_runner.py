@@ -238,8 +238,11 @@ MIGRATE_STEPS = {"alexnet_v2": 300, "resnet_v1_50": 80, "inception_v3": 60, "vgg
 NODE = "n1"
 
 
-def bench_migrate(model: str, work: Path, timeout_s: float = 1200.0) -> dict:
-    """Migrate one job of ``model`` between the two virtual GPUs of a live agent; its times."""
+def bench_migrate(model: str, work: Path, timeout_s: float = 1200.0,
+                  spare_wait_s: float | None = None) -> dict:
+    """Migrate one job of ``model`` between the two virtual GPUs of a live agent; its times.
+
+    ``spare_wait_s``: the agent's ``--spare-wait`` (None: its default)."""
     from tfgshare.localcluster import LocalCluster
     from tfgshare.schema import JobSpec
 
@@ -252,7 +255,8 @@ def bench_migrate(model: str, work: Path, timeout_s: float = 1200.0) -> dict:
     end = time.monotonic() + timeout_s
     try:
         cluster.start_coordinator()
-        cluster.start_agent(NODE, "2x16GiB", threads=1)
+        cluster.start_agent(NODE, "2x16GiB", threads=1, extra=None if spare_wait_s is None
+                            else ["--spare-wait", f"{spare_wait_s:g}"])
         cluster.wait_nodes({NODE})
         with cluster.client(timeout_s=30) as client:
             _until(end, "two spare runners", lambda: _spares_ready(root) >= 2)
@@ -274,7 +278,7 @@ def bench_migrate(model: str, work: Path, timeout_s: float = 1200.0) -> dict:
                 raise RuntimeError(f"{job} is {info['state']} before its migration")
             source, attempt = info["fragments"][0][0], info["attempt"]
             target = f"{NODE}:1" if source == f"{NODE}:0" else f"{NODE}:0"
-            requested = time.time()
+            requested, load = time.time(), os.getloadavg()[0]
             client.migrate(job, target)
             _until(end, "a step on the target", lambda: any(
                 e["event"] == "progress" for e in _attempt_events(job_dir, attempt + 1)))
@@ -291,7 +295,7 @@ def bench_migrate(model: str, work: Path, timeout_s: float = 1200.0) -> dict:
     saved = [e for e in before if e["event"] == "checkpoint"][-1]
     started, phases = _first(after, "started"), _first(after, "start_phases")
     first_step = _first(after, "progress")
-    return {"job": job, "from": source, "to": target, "size_mb": saved["size_mb"],
+    return {"job": job, "from": source, "to": target, "size_mb": saved["size_mb"], "load": load,
             "received_s": suspend_line - requested,
             "suspended_s": suspended["time"] - requested,
             "stop_wait_s": stop["stop_wait_s"], "save_s": saved["seconds"],
@@ -368,20 +372,24 @@ def _log_time(lines: list[str], text: str, near: float) -> float:
     raise RuntimeError(f"no log line with {text!r} in {lines[-10:]}")
 
 
-def print_migrations(models: list[str], work: Path) -> None:
-    """Migrate a job of each model through a live agent; print the table."""
+def print_migrations(models: list[str], work: Path,
+                     spare_waits: list[float | None] | None = None) -> None:
+    """Migrate a job of each model through a live agent; print the table.
+
+    ``spare_waits``: the agent's ``--spare-wait`` values to run each model with, in turn
+    (None: once, with its default)."""
     from tfgshare.agent.supervisor import pin_threads
 
     # the step in flight is what is left of "suspended" besides the save: the runner's own
     # stop_wait_s reads ~0, since Python runs its signal handler only once session.run returns
-    print("| model | checkpoint MB | request -> suspended s | of which step in flight s "
+    print("| model | spare wait s | load avg | checkpoint MB | request -> suspended s | of which step in flight s "
           "| save s | exit s | request -> running on target s | start s | graph s (source) "
           "| restore s | first step s | request -> first step on target s "
           "| resume: running on target -> first step s | floor: Saver restore + first step s "
           "| resume / floor |")
-    print("|---" * 15 + "|")
-    for model in models:
-        m = bench_migrate(model, work)
+    print("|---" * 17 + "|")
+    for model, wait in [(m, w) for m in models for w in (spare_waits or [None])]:
+        m = bench_migrate(model, work, spare_wait_s=wait)
         everything = os.sched_getaffinity(0)
         pin_threads(os.getpid(), (min(everything),))   # as the agent runs a job: one core
         try:
@@ -389,7 +397,8 @@ def print_migrations(models: list[str], work: Path) -> None:
         finally:
             pin_threads(os.getpid(), tuple(everything))
         _remove(work, model)
-        print(f"| {model} | {m['size_mb']:.0f} | {m['suspended_s']:.1f} | "
+        print(f"| {model} | {'default' if wait is None else f'{wait:g}'} | {m['load']:.1f} | "
+              f"{m['size_mb']:.0f} | {m['suspended_s']:.1f} | "
               f"{m['suspended_s'] - m['save_s']:.1f} | {m['save_s']:.2f} | "
               f"{m['exit_s']:.2f} | {m['running_s']:.1f} | {m['start_s']:.2f} | "
               f"{m['graph_s']:.2f} ({m['graph_source']}) | {m['restore_s']:.2f} | "
@@ -425,6 +434,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--overhead-only", action="store_true")
     parser.add_argument("--moves-only", action="store_true")
+    parser.add_argument("--spare-wait", type=float, action="append", metavar="S",
+                        help="with --migrate: the agent's --spare-wait, repeatable to run "
+                             "each model with each value in turn (default: its default)")
     parser.add_argument("--migrate", action="store_true",
                         help="only the end-to-end migration through a live agent")
     parser.add_argument("--before", metavar="REF",
@@ -444,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench_runner_") as tmp:
         work = Path(tmp)
         if args.migrate:
-            print_migrations(args.models, work)
+            print_migrations(args.models, work, args.spare_wait)
             return 0
         if not args.moves_only:
             print("| model | batch | steps each | bare loop median ms | runner median ms "

@@ -50,7 +50,7 @@ import zmq
 
 from tfgshare import keys, paths, schema
 from tfgshare.agent import gpus as gpus_mod
-from tfgshare.agent.supervisor import EventOut, ExitOut, Supervisor
+from tfgshare.agent.supervisor import SPARE_WAIT_S, EventOut, ExitOut, Supervisor
 
 log = logging.getLogger("tfgshare.agent")
 
@@ -80,6 +80,8 @@ class AgentConfig:
     warm_runner: bool = True             # keep spare runners with TensorFlow imported
     spare_runners: int | None = None     # how many; None: one per GPU, at most MAX_SPARES
     #                                      (real runners only: not with runner_cmd)
+    spare_wait_s: float = SPARE_WAIT_S   # a used spare is replaced after its job's first
+    #                                      step, or this long after the hand-over; 0: at once
     lost_after_s: float | None = None    # silence before fencing and reconnecting; None:
     #                                      FENCE_SHARE x the coordinator's node timeout
     data_roots: list[Path] | None = None  # where dataset dirs may be; None: the shared
@@ -105,7 +107,8 @@ class Agent:
                           "--inter_op_threads", str(cfg.threads)],
             warm=cfg.warm_runner and not cfg.runner_cmd,
             spares=cfg.spare_runners if cfg.spare_runners is not None
-            else max(1, min(MAX_SPARES, len(getattr(gpu_source, "gpus", ()) or ()))))
+            else max(1, min(MAX_SPARES, len(getattr(gpu_source, "gpus", ()) or ()))),
+            spare_wait_s=cfg.spare_wait_s)
         if cfg.runner_cmd:
             self.sup.runner_cmd = list(cfg.runner_cmd)
         self.ctx = context or zmq.Context.instance()
@@ -473,6 +476,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "TensorFlow imported, so starts and resumes skip the import)")
     p.add_argument("--spare-runners", type=int, default=None, metavar="N",
                    help=f"spare runners to keep (default: one per GPU, at most {MAX_SPARES})")
+    p.add_argument("--spare-wait", type=float, default=SPARE_WAIT_S, metavar="S",
+                   help="replace a spare a job took once that job reports its first step, "
+                        f"or S seconds after the hand-over (default {SPARE_WAIT_S:g}; 0: at "
+                        "once, competing with the job's start for the CPU)")
     p.add_argument("--data-root", type=Path, action="append", metavar="DIR",
                    help="a folder job dataset dirs may be under, repeatable (default: the "
                         "shared data folder and the checkpoint root)")
@@ -525,6 +532,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.spare_runners is not None and args.spare_runners < 0:
         print("tfgshare agent: error: --spare-runners must be >= 0", file=sys.stderr)
         return 2
+    if not args.spare_wait >= 0:
+        print("tfgshare agent: error: --spare-wait must be >= 0 seconds", file=sys.stderr)
+        return 2
     try:
         ports = gang_ports(args.gang_ports)
     except ValueError as exc:
@@ -553,6 +563,7 @@ def main(argv: list[str] | None = None) -> int:
                       data_roots=args.data_root, key=args.key, server_key=args.server_key,
                       warm_runner=args.warm_runner and args.spare_runners != 0,
                       spare_runners=args.spare_runners or None, gang_ports=ports,
+                      spare_wait_s=args.spare_wait,
                       gang_address=args.gang_address or default_gang_address(args.coordinator))
     stop: list[int] = []
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -24,6 +24,13 @@ together (a batch submitted at once, a round that starts a job on each GPU): wit
 spare, the second start of such a burst was cold and paid the whole import (tens of
 seconds on a loaded 2-core machine); when there is no live spare a start is cold, as
 without ``warm``.
+
+The spare a job took is replaced only once that job's runner has reported its first
+step (``start_phases`` or ``progress``), or has exited, or ``spare_wait_s`` after the
+hand-over, whichever comes first (0: at once). A new spare's import is seconds of CPU
+on the cores the resuming job needs for its graph import, restore and first step;
+started at the hand-over it made alexnet_v2's migration slower (docs/benchmarks.md).
+The bound keeps a node whose job hangs before its first step from going without a spare.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ from tfgshare.runner import protocol as rp
 
 _PR_SET_PDEATHSIG = 1
 _SPARE_RETRY_S = 30.0   # a spare that died is replaced at most this often
+SPARE_WAIT_S = 20.0     # longest a used spare's replacement waits for the job's first step
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +74,7 @@ class RunnerProc:
     note: str = ""                # why it was killed, for the exit report
     final_code: int | None = None  # exit code its last event promises (finished/suspended)
     final_at: float | None = None  # when that event was read
+    stepped: bool = False          # it reported its first step (start_phases/progress)
     limit_mb: dict[int, float] = field(default_factory=dict)  # fragment per GPU (virtual GPUs)
     out_of_memory: bool = False    # killed for passing its fragment
 
@@ -107,6 +116,9 @@ class Supervisor:
     runners: dict[str, RunnerProc] = field(default_factory=dict)
     spare_pool: list[subprocess.Popen] = field(default_factory=list)   # oldest first
     spare_died_at: float = -_SPARE_RETRY_S
+    spare_wait_s: float = SPARE_WAIT_S   # replace a used spare after the job's first step,
+    #                                      or this long after the hand-over; 0: at once
+    held: dict[str, float] = field(default_factory=dict)   # job -> when its spare is replaced
 
     @property
     def spare(self) -> subprocess.Popen | None:
@@ -148,6 +160,10 @@ class Supervisor:
         popen = self._hand_to_spare(cmd[len(self.runner_cmd):], job_env, log)
         if popen is not None and cores:
             pin_threads(popen.pid, cores)
+        if popen is not None and self.spare_wait_s > 0:
+            self.held[job] = time.monotonic() + self.spare_wait_s
+        else:
+            self.held.pop(job, None)
         if popen is None:
             with open(log, "ab") as out:
                 popen = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out,
@@ -175,10 +191,15 @@ class Supervisor:
         return env
 
     def keep_spare(self) -> None:
-        """With ``warm``, start spare runners until ``spares`` live ones wait (none while one
-        died lately)."""
+        """With ``warm``, start spare runners until ``spares`` live ones wait, less one per
+        job that took a spare and has not yet stepped (none while one died lately)."""
         if not self.warm:
             return
+        now = time.monotonic()
+        for job, until in list(self.held.items()):
+            proc = self.runners.get(job)
+            if proc is None or proc.stepped or proc.popen.poll() is not None or now >= until:
+                del self.held[job]
         for dead in [p for p in self.spare_pool if p.poll() is not None]:
             log.warning("spare runner %d exited %s before it got a job; see %s",
                         dead.pid, dead.returncode, self._spare_log())
@@ -186,7 +207,7 @@ class Supervisor:
             self.spare_died_at = time.monotonic()
         if time.monotonic() - self.spare_died_at < _SPARE_RETRY_S:
             return
-        while len(self.spare_pool) < self.spares:
+        while len(self.spare_pool) < self.spares - len(self.held):
             Path(self.work_dir).mkdir(parents=True, exist_ok=True)
             with open(self._spare_log(), "ab") as out:
                 # CUDA_VISIBLE_DEVICES="" until the job's arrives: a spare that touched a GPU
@@ -219,6 +240,7 @@ class Supervisor:
     def end_spare(self) -> None:
         """Stop the spare runners, if any (an empty stdin ends each)."""
         pool, self.spare_pool = self.spare_pool, []
+        self.held.clear()
         for spare in pool:
             try:
                 spare.stdin.close()
@@ -285,7 +307,6 @@ class Supervisor:
         """New events of every runner, then the exits of those that ended."""
         out: list[EventOut | ExitOut] = []
         now = time.monotonic()
-        self.keep_spare()
         for job, proc in list(self.runners.items()):
             code = proc.popen.poll()
             out.extend(self._read_events(proc))
@@ -304,6 +325,7 @@ class Supervisor:
                 continue
             del self.runners[job]
             out.append(ExitOut(proc, *_exit_code_and_reason(code, proc)))
+        self.keep_spare()     # after the events: a first step just read frees a held spare
         return out
 
     def stop_all(self, timeout_s: float = 30.0) -> list[EventOut | ExitOut]:
@@ -336,6 +358,8 @@ class Supervisor:
             for key in ("step", "global_step"):
                 if isinstance(ev.get(key), int):
                     proc.step = ev[key]
+            if ev.get("event") in ("start_phases", "progress"):
+                proc.stepped = True
             code = _FINAL_EVENTS.get(ev.get("event"))
             if code is not None:
                 proc.final_code, proc.final_at = code, time.monotonic()
