@@ -380,14 +380,16 @@ def print_migrations(models: list[str], work: Path,
     (None: once, with its default)."""
     from tfgshare.agent.supervisor import pin_threads
 
-    # the step in flight is what is left of "suspended" besides the save: the runner's own
-    # stop_wait_s reads ~0, since Python runs its signal handler only once session.run returns
-    print("| model | spare wait s | load avg | checkpoint MB | request -> suspended s | of which step in flight s "
-          "| save s | exit s | request -> running on target s | start s | graph s (source) "
+    # the step in flight: the runner's stop_wait_s, from the signal's arrival (read on a
+    # wakeup fd) to the end of the step; "rest" is what of "suspended" is neither it nor
+    # the save (the coordinator's and agent's relay, the signal's delivery)
+    print("| model | spare wait s | load avg | checkpoint MB | request -> suspended s "
+          "| of which step in flight s | rest s | save s | exit s "
+          "| request -> running on target s | start s | graph s (source) "
           "| restore s | first step s | request -> first step on target s "
           "| resume: running on target -> first step s | floor: Saver restore + first step s "
           "| resume / floor |")
-    print("|---" * 17 + "|")
+    print("|---" * 18 + "|")
     for model, wait in [(m, w) for m in models for w in (spare_waits or [None])]:
         m = bench_migrate(model, work, spare_wait_s=wait)
         everything = os.sched_getaffinity(0)
@@ -397,13 +399,21 @@ def print_migrations(models: list[str], work: Path,
         finally:
             pin_threads(os.getpid(), tuple(everything))
         _remove(work, model)
+        wait_s = m["stop_wait_s"]
+        rest = None if wait_s is None else m["suspended_s"] - m["save_s"] - wait_s
         print(f"| {model} | {'default' if wait is None else f'{wait:g}'} | {m['load']:.1f} | "
               f"{m['size_mb']:.0f} | {m['suspended_s']:.1f} | "
-              f"{m['suspended_s'] - m['save_s']:.1f} | {m['save_s']:.2f} | "
+              f"{_opt(wait_s)} | "
+              f"{_opt(rest)} | "
+              f"{m['save_s']:.2f} | "
               f"{m['exit_s']:.2f} | {m['running_s']:.1f} | {m['start_s']:.2f} | "
               f"{m['graph_s']:.2f} ({m['graph_source']}) | {m['restore_s']:.2f} | "
               f"{m['first_step_s']:.2f} | {m['first_step_at_s']:.1f} | {m['resume_s']:.2f} | "
               f"{floor['floor_s']:.2f} | {m['resume_s'] / floor['floor_s']:.1f}x |", flush=True)
+
+
+def _opt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
 def _remove(work: Path, model: str) -> None:

@@ -499,6 +499,31 @@ def _install_stop_signals(stop_event: threading.Event) -> None:
 
     for sig in rp.SUSPEND_SIGNALS:
         signal.signal(sig, handler)
+    _watch_stop_signals(stop_event)
+
+
+def _watch_stop_signals(stop_event: threading.Event) -> None:
+    """Set ``stop_event`` as soon as a stop signal arrives, so its ``set_at`` (and the
+    ``stop_wait_s`` reported) counts the step in flight.
+
+    Python runs a signal's handler in the main thread only between bytecodes, so after
+    ``session.run`` returns; its C handler writes the signal's number to the wakeup fd at
+    once, which a thread reads here.
+    """
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    stops = {int(sig) for sig in rp.SUSPEND_SIGNALS}
+
+    def watch() -> None:
+        while True:
+            got = os.read(read_fd, 64)
+            if not got:
+                return
+            if stops & set(got):
+                stop_event.set()
+
+    threading.Thread(target=watch, name="stop-signals", daemon=True).start()
 
 
 def main(argv: list[str] | None = None) -> int:
