@@ -52,9 +52,8 @@ def test_spare_runner_takes_the_job_and_is_replaced(tmp_path, monkeypatch):
         del args[i:i + 2]
         proc = sup.start("j1", 1, args, config.train_dir, [(0, 0.5)], virtual=True)
         assert proc.pid == spare.pid                      # the spare took the job
-        assert sup.spare is None     # its replacement waits for the job's first step
-        out, events = wait_exit(sup, "j1")
         assert sup.spare is not None and sup.spare.pid != spare.pid   # and was replaced
+        out, events = wait_exit(sup, "j1")
         assert out.exit_code == rp.EXIT_OK and out.reason.startswith("finished")
         names = [e["event"] for e in events]
         assert names[0] == "started" and names[-1] == "finished"

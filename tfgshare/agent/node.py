@@ -478,8 +478,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"spare runners to keep (default: one per GPU, at most {MAX_SPARES})")
     p.add_argument("--spare-wait", type=float, default=SPARE_WAIT_S, metavar="S",
                    help="replace a spare a job took once that job reports its first step, "
-                        f"or S seconds after the hand-over (default {SPARE_WAIT_S:g}; 0: at "
-                        "once, competing with the job's start for the CPU)")
+                        f"or S seconds after the hand-over (default {SPARE_WAIT_S:g}: at "
+                        "once; waiting was not measured faster, docs/benchmarks.md)")
     p.add_argument("--data-root", type=Path, action="append", metavar="DIR",
                    help="a folder job dataset dirs may be under, repeatable (default: the "
                         "shared data folder and the checkpoint root)")

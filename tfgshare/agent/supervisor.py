@@ -25,12 +25,13 @@ spare, the second start of such a burst was cold and paid the whole import (tens
 seconds on a loaded 2-core machine); when there is no live spare a start is cold, as
 without ``warm``.
 
-The spare a job took is replaced only once that job's runner has reported its first
-step (``start_phases`` or ``progress``), or has exited, or ``spare_wait_s`` after the
-hand-over, whichever comes first (0: at once). A new spare's import is seconds of CPU
-on the cores the resuming job needs for its graph import, restore and first step;
-started at the hand-over it made alexnet_v2's migration slower (docs/benchmarks.md).
-The bound keeps a node whose job hangs before its first step from going without a spare.
+The spare a job took is replaced at once by default. With ``spare_wait_s`` > 0 it is
+replaced only once that job's runner has reported its first step (``start_phases`` or
+``progress``), or has exited, or ``spare_wait_s`` after the hand-over, whichever comes
+first, so the new spare's import does not compete with the job's graph import, restore
+and first step for the CPU; the bound keeps a node whose job hangs before its first step
+from going without a spare. Measured through a live agent (docs/benchmarks.md, Runner
+section) waiting did not make a migration's resume faster beyond the noise, so it is off.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from tfgshare.runner import protocol as rp
 
 _PR_SET_PDEATHSIG = 1
 _SPARE_RETRY_S = 30.0   # a spare that died is replaced at most this often
-SPARE_WAIT_S = 20.0     # longest a used spare's replacement waits for the job's first step
+SPARE_WAIT_S = 0.0      # longest a used spare's replacement waits for the job's first step
 
 log = logging.getLogger(__name__)
 
