@@ -17,6 +17,7 @@ from .base import (Action, ClusterSnapshot, Fragment, GPU, JobState, JobView,
 from .queueing import HOLDING
 
 EPS = 1e-9                 # tolerance on the per-GPU sum
+_ONE = 1 << 1100           # floats times this are integers (exact sums, see FreeMap.total_free)
 MIN_FRACTION = 0.01        # smallest fragment we hand out (TF needs some room)
 GANG_LOOKAHEAD = 64        # GPUs a gang search looks at past its first fit
 
@@ -214,6 +215,7 @@ class FreeMap:
         self.version = 0                # bumped on every change, for callers' caches
         self._max_free: tuple[int, dict] = (-1, {})   # (version, min_band -> max free)
         self._total: tuple[int, float] = (-1, 0.0)    # (version, total_free())
+        self._exact: int | None = None   # total_free() times _ONE, exact (kept once asked)
         self._bandf = band
         self._empty_band = empty_band
         self._band: dict[str, int] = {}  # band of each GPU that has tenants
@@ -283,17 +285,27 @@ class FreeMap:
     def total_free(self) -> float:
         """Free room summed over all up GPUs (each as it could take one more tenant).
 
-        Kept until the map changes (a copy keeps its original's answer too).
+        The exact sum, rounded once (as ``math.fsum``), so it does not depend on
+        the order GPUs were used in; kept up to date on every change after
+        the first call, O(1) per change.
         """
         if self._total[0] == self.version:
             return self._total[1]
-        total = self._whole
-        for gid in self.use:
-            g = self.gpus.get(gid)
-            if g is not None:
-                total += max(0.0, self.free(gid)) - free_fraction(g, None, self.reserve_mb)
-        self._total = (self.version, total)
-        return total
+        if self._exact is None:
+            total = _exact(self._whole)
+            for gid in self.use:
+                total += self._gain(gid)
+            self._exact = total
+        value = self._exact / _ONE
+        self._total = (self.version, value)
+        return value
+
+    def _gain(self, gid: str) -> int:
+        """What ``gid`` adds to the exact total now, over its whole-GPU room (x ``_ONE``)."""
+        g = self.gpus.get(gid)
+        if g is None or gid not in self.use:
+            return 0
+        return _exact(max(0.0, self.free(gid))) - _exact(free_fraction(g, None, self.reserve_mb))
 
     def _searched(self, min_band: int | None) -> list[tuple[int, int, list]]:
         """(memory size, band, sorted keys) of the non-empty groups searched, in fixed order."""
@@ -471,6 +483,9 @@ class FreeMap:
         g = self.gpus[gid]
         self.version += 1
         self._drop(gid)
+        exact = self._exact
+        if exact is not None:
+            exact -= self._gain(gid)
         if u is None or u.tenants <= 0:
             self.use.pop(gid, None)
             u = None
@@ -487,6 +502,8 @@ class FreeMap:
                     insort(self._mems, group[0])
                 insort(self._bands.setdefault(group[0], []), group[1])
             insort(self._groups[group], (free, self.order[gid], gid))
+        if exact is not None:
+            self._exact = exact + self._gain(gid)
 
     def refresh(self, gpu_id: str) -> None:
         """Re-read the band of a GPU whose tenants changed outside take/release."""
@@ -506,6 +523,12 @@ class FreeMap:
             gid, f = (frag.gpu, frag.fraction) if isinstance(frag, Fragment) else frag
             if gid in self.gpus:
                 self._move(gid, -f, -1, -util)
+
+
+def _exact(x: float) -> int:
+    """``x`` times ``_ONE``, exactly (every float is a multiple of 2**-1074)."""
+    n, d = x.as_integer_ratio()
+    return n * (_ONE // d)
 
 
 def to_fragments(placed: Sequence[tuple[str, float]]) -> tuple[Fragment, ...]:
