@@ -118,8 +118,13 @@ class ConsolidateMixin:
             hu = util_of(h)
             frac = h.fragments[0].fraction
             band = min(BANDS, int(hu * BANDS))
-            if not step and self._nowhere_for(frac, hu, band, keep):
-                return None   # the map is as the call found it: nothing moved, nothing to undo
+            if not step:
+                if self._nowhere_for(frac, hu, band, keep):
+                    return None   # the map is as the call found it: nothing to undo
+            elif self._nowhere_known(frac, hu):
+                # the moves so far only took room from other GPUs: still nowhere
+                self._restore(before)
+                return None
             for x in h.fragments:
                 before.setdefault(x.gpu, use.get(x.gpu))
             self._release(h)
@@ -144,14 +149,25 @@ class ConsolidateMixin:
         subset of these, so "nowhere" answers it. Kept while the map stays as
         it is (``_nowhere``), and also answers any tenant as big and as busy.
         """
-        for f0, u0 in self._nowhere:
-            if frac >= f0 and hu >= u0:
-                return True
+        if self._nowhere_known(frac, hu):
+            return True
         if self.free.best_fit(frac, keep, lambda g: self.calm(g, hu), min_band=band) is not None:
             return False
         if len(self._nowhere) < 8:
             self._nowhere[(frac, hu)] = None
         return True
+
+    def _nowhere_known(self, frac: float, hu: float) -> bool:
+        """Whether a "nowhere" answer kept for this call covers this tenant.
+
+        Valid on the map as the call left it and on any map that only has less
+        room, fewer places or busier GPUs outside the GPU being cleared (a try's
+        moves so far), since a GPU only loses candidacy that way.
+        """
+        for f0, u0 in self._nowhere:
+            if frac >= f0 and hu >= u0:
+                return True
+        return False
 
     def _may_consolidate(self, h: JobView) -> bool:
         return h.num_gpus == 1 and self.movable(h, 1)

@@ -216,6 +216,7 @@ class FreeMap:
         self._max_free: tuple[int, dict] = (-1, {})   # (version, min_band -> max free)
         self._total: tuple[int, float] = (-1, 0.0)    # (version, total_free())
         self._exact: int | None = None   # total_free() times _ONE, exact (kept once asked)
+        self._touched: dict[str, int] = {}   # GPUs changed since: their part of _exact
         self._bandf = band
         self._empty_band = empty_band
         self._band: dict[str, int] = {}  # band of each GPU that has tenants
@@ -258,6 +259,7 @@ class FreeMap:
         c._max_free = (-1, {})
         c._band = dict(self._band)
         c._free = dict(self._free)
+        c._touched = dict(self._touched)
         c._groups = {k: list(v) for k, v in self._groups.items()}
         c._bands = {k: list(v) for k, v in self._bands.items()}
         c._mems = list(self._mems)
@@ -286,8 +288,8 @@ class FreeMap:
         """Free room summed over all up GPUs (each as it could take one more tenant).
 
         The exact sum, rounded once (as ``math.fsum``), so it does not depend on
-        the order GPUs were used in; kept up to date on every change after
-        the first call, O(1) per change.
+        the order GPUs were used in; after the first call it is brought up to
+        date from the GPUs changed since, O(changed GPUs).
         """
         if self._total[0] == self.version:
             return self._total[1]
@@ -295,8 +297,12 @@ class FreeMap:
             total = _exact(self._whole)
             for gid in self.use:
                 total += self._gain(gid)
-            self._exact = total
-        value = self._exact / _ONE
+        else:
+            total = self._exact
+            for gid, old in self._touched.items():
+                total += self._gain(gid) - old
+        self._exact, self._touched = total, {}
+        value = total / _ONE
         self._total = (self.version, value)
         return value
 
@@ -305,7 +311,11 @@ class FreeMap:
         g = self.gpus.get(gid)
         if g is None or gid not in self.use:
             return 0
-        return _exact(max(0.0, self.free(gid))) - _exact(free_fraction(g, None, self.reserve_mb))
+        empty = _EMPTY.get((g.memory_mb, self.reserve_mb))
+        if empty is None:
+            empty = _EMPTY[(g.memory_mb, self.reserve_mb)] = _exact(
+                free_fraction(g, None, self.reserve_mb))
+        return _exact(max(0.0, self.free(gid))) - empty
 
     def _searched(self, min_band: int | None) -> list[tuple[int, int, list]]:
         """(memory size, band, sorted keys) of the non-empty groups searched, in fixed order."""
@@ -483,9 +493,8 @@ class FreeMap:
         g = self.gpus[gid]
         self.version += 1
         self._drop(gid)
-        exact = self._exact
-        if exact is not None:
-            exact -= self._gain(gid)
+        if self._exact is not None and gid not in self._touched:
+            self._touched[gid] = self._gain(gid)   # its part of the total as last summed
         if u is None or u.tenants <= 0:
             self.use.pop(gid, None)
             u = None
@@ -502,8 +511,6 @@ class FreeMap:
                     insort(self._mems, group[0])
                 insort(self._bands.setdefault(group[0], []), group[1])
             insort(self._groups[group], (free, self.order[gid], gid))
-        if exact is not None:
-            self._exact = exact + self._gain(gid)
 
     def refresh(self, gpu_id: str) -> None:
         """Re-read the band of a GPU whose tenants changed outside take/release."""
@@ -523,6 +530,9 @@ class FreeMap:
             gid, f = (frag.gpu, frag.fraction) if isinstance(frag, Fragment) else frag
             if gid in self.gpus:
                 self._move(gid, -f, -1, -util)
+
+
+_EMPTY: dict[tuple[int, float], int] = {}   # (memory, reserve) -> an idle GPU's room, exact
 
 
 def _exact(x: float) -> int:
