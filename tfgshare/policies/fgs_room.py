@@ -56,24 +56,26 @@ class RoomMixin:
         """Whether the job has run at least its ``min_run`` since its last start."""
         return job.last_start is None or self.now - job.last_start >= self.pol.min_run(job)
 
-    def readiness(self, size: int) -> dict[str, float]:
-        """``ready_in`` for every job holding a GPU, by job id, as if not acted on this round.
+    def readiness(self, size: int):
+        """``ready_in`` of a job holding a GPU, as if not acted on this round (a function of the job).
 
-        Only read for holders not acted on, so it is kept for the round.
+        Only read for holders not acted on, so each answer is kept for the
+        round; worked out only for the holders asked about.
         """
         seen = self._ready.get(size)
-        if seen is not None:
-            return seen
-        seen = self._ready[size] = {}
-        acted, self.acted = self.acted, set()
-        try:
-            for hs in self.holders.values():
-                for h in hs:
-                    if h.id not in seen:
-                        seen[h.id] = self.ready_in(h, size)
-        finally:
-            self.acted = acted
-        return seen
+        if seen is None:
+            seen = self._ready[size] = {}
+
+        def ready(h: JobView) -> float:
+            t = seen.get(h.id)
+            if t is None:
+                acted, self.acted = self.acted, set()
+                try:
+                    t = seen[h.id] = self.ready_in(h, size)
+                finally:
+                    self.acted = acted
+            return t
+        return ready
 
     def ready_in(self, holder: JobView, size: int) -> float:
         """Seconds until this tenant's room could be had: 0 if it may move now."""
@@ -86,7 +88,7 @@ class RoomMixin:
         left = remaining_s(holder)
         return math.inf if left is None else max(left, EPS)
 
-    def clear_cost(self, gid: str, f: float, util: float, ready: dict[str, float]):
+    def clear_cost(self, gid: str, f: float, util: float, ready):
         """(seconds until free, tenants to move, those tenants) to fit one more job on ``gid``.
 
         Tenants go soonest-ready first, larger first on ties. None if even an
@@ -113,14 +115,14 @@ class RoomMixin:
         if len(hs) == 1 and tenants == 1:   # the common case: one tenant to move
             h = hs[0]
             if free + _frac_on(h, gid) + r >= f - EPS:
-                return (ready[h.id], 1, hs)
+                return (ready(h), 1, hs)
             return None
-        hs = sorted(hs, key=lambda h: (ready[h.id], -_frac_on(h, gid), h.id))
+        hs = sorted(hs, key=lambda h: (ready(h), -_frac_on(h, gid), h.id))
         gone: list[JobView] = []
         wait = 0.0
         for h in hs:
             gone.append(h)
-            wait = max(wait, ready[h.id])
+            wait = max(wait, ready(h))
             free += _frac_on(h, gid) + r
             tenants -= 1
             if free >= f - EPS and tenants < cap and self.calm(gid, util, gone):
