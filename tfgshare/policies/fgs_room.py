@@ -57,7 +57,7 @@ class RoomMixin:
         return job.last_start is None or self.now - job.last_start >= self.pol.min_run(job)
 
     def readiness(self, size: int):
-        """``ready_in`` of a job holding a GPU, as if not acted on this round (a function of the job).
+        """``ready_in`` of a job holding a GPU as if not acted on this round, as a function.
 
         Only read for holders not acted on, so each answer is kept for the
         round; worked out only for the holders asked about.
