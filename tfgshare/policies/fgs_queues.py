@@ -54,6 +54,9 @@ class FgsMemo(Memo):
         self.near: dict[str, JobView] = {}  # due, but not past the bound yet to the bit
         # GPU id -> how many running single-GPU jobs hold it (the only jobs consolidation moves)
         self.singles: dict[str, int] = {}
+        # job id -> (its view, running and not promoted, its minimum run): fgs_room's
+        # movability, as far as the view decides it (not time)
+        self.moving: dict[str, tuple[JobView, bool, float]] = {}
 
     def rebuild(self, config: tuple) -> None:
         """Refill the queues from every waiting view, for these settings."""
@@ -63,6 +66,7 @@ class FgsMemo(Memo):
             self.changed(jid, None, v)
 
     def changed(self, jid: str, old: JobView | None, new: JobView | None) -> None:
+        self.moving.pop(jid, None)
         singles = self.singles
         for v, d in ((old, -1), (new, 1)):
             if v is not None and v.num_gpus == 1 and v.state is JobState.RUNNING:

@@ -46,10 +46,19 @@ class RoomMixin:
         key = (holder.id, size)
         got = self._movable.get(key)
         if got is None:
-            ever = (holder.state is JobState.RUNNING and holder.num_gpus <= size
-                    and not self.pol._overdue(holder.waited_s, remaining_s(holder),
-                                              self.pol.promote_floor(holder)))
-            got = self._movable[key] = (ever and self.settled(holder), ever)
+            # what the view alone decides is kept in the memo until the view changes
+            moving = self.memo.moving
+            seen = moving.get(holder.id)
+            if seen is None or seen[0] is not holder:
+                pol = self.pol
+                may = (holder.state is JobState.RUNNING
+                       and not pol._overdue(holder.waited_s, remaining_s(holder),
+                                            pol.promote_floor(holder)))
+                seen = moving[holder.id] = (holder, may, pol.min_run(holder) if may else 0.0)
+            ever = seen[1] and holder.num_gpus <= size
+            last = holder.last_start
+            got = self._movable[key] = (ever and (last is None or self.now - last >= seen[2]),
+                                        ever)
         return got
 
     def settled(self, job: JobView) -> bool:
