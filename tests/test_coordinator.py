@@ -350,6 +350,11 @@ def test_metrics_report_and_prometheus_endpoint(make, agents):
     assert report["summary"]["finished"] == 1 and report["summary"]["jobs"] == 1
     assert "fifo" in report["report"] and jid in report["report"]
     assert report["jobs"][0]["job"] == jid
+    # the rounds that started the job, and where their time went
+    rounds, parts = report["rounds"], report["round_parts"]
+    assert rounds["count"] >= 1 and set(parts) == {"plan", "wait", "apply", "loop_cpu", "cpu"}
+    assert all(parts[k]["count"] == rounds["count"] for k in parts)
+    assert parts["apply"]["max_ms"] <= rounds["max_ms"]
     port = ct.coord.metrics.port
     body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     assert 'tfgshare_jobs{state="finished"} 1.0' in body

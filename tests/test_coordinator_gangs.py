@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import time
 
+from coordinator_fakes import CoordinatorThread
 from tfgshare import schema as s
+from tfgshare.client.api import Client
+from tfgshare.policies.registry import get_policy
 from test_coordinator import agents, make, spec  # noqa: F401 (fixtures)
 
 
@@ -81,3 +84,71 @@ def test_a_node_without_gang_ports_takes_no_part_in_a_gang(make, agents):
     b.pump(0.1)
     assert not [m for m in b.commands if isinstance(m, s.StartJob)]
     assert client.metrics()["refused"] == {}
+
+
+def restarted(tmp_path, **config):
+    """A coordinator on the state database of the one before it (fifo, as ``make``)."""
+    ct = CoordinatorThread(tmp_path / "state.db", policy=get_policy("fifo"), **config)
+    return ct, Client(ct.address, timeout_s=5.0)
+
+
+def gang_before_restart(tmp_path, agents):
+    """A 2-node gang started, then its coordinator stopped (its agents and runners stay)."""
+    ct, client = restarted(tmp_path)
+    try:
+        jid, a, b, starts = start_gang(ct, client, agents)
+        ports = set(ct.coord.gang_ports.used["127.0.0.1"])
+    finally:
+        client.close()
+        ct.close()
+    chief = "a" if starts["a"].gang.task == 0 else "b"
+    return jid, chief, "b" if chief == "a" else "a", starts["a"].attempt, ports
+
+
+def test_a_restarted_coordinator_readopts_a_running_gang(tmp_path, agents):
+    jid, chief, other, attempt, ports = gang_before_restart(tmp_path, agents)
+    ct, client = restarted(tmp_path)
+    try:
+        assert set(ct.coord.gang_ports.used["127.0.0.1"]) == ports   # still held
+        new = {n: agents(ct.address, n) for n in (chief, other)}
+        for n in (other, chief):             # the member's agent may come back first
+            new[n].register(jobs=[s.RunningJob(jid, pid=100, step=5, attempt=attempt)])
+            assert new[n].wait_command(s.AdoptJob, jid).attempt == attempt
+        info = client.job(jid)
+        assert info["state"] == "running" and info["attempt"] == attempt
+        assert ct.coord.gangs[jid].awaited == set()
+        log = "\n".join(client.logs(jid))
+        assert f"gang member re-adopted on {other}" in log
+        assert not [c for x in new.values() for c in x.commands if isinstance(c, s.KillJob)]
+        new[chief].exit(jid, 0)              # the gang trains to its end as one
+        assert client.job(jid)["state"] == "finished"
+        new[other].wait_command(s.KillJob, jid)
+        assert ct.coord.gangs == {} and not ct.coord.gang_ports.used["127.0.0.1"]
+        assert ct.coord.store.load_gangs() == {}
+    finally:
+        client.close()
+        ct.close()
+
+
+def test_a_gang_member_not_back_after_a_restart_brings_the_gang_to_its_checkpoint(
+        tmp_path, agents):
+    jid, chief, other, attempt, _ = gang_before_restart(tmp_path, agents)
+    ct, client = restarted(tmp_path, node_timeout=0.5)
+    try:
+        a = agents(ct.address, chief)
+        a.register(jobs=[s.RunningJob(jid, pid=100, step=5, attempt=attempt)])
+        a.wait_command(s.AdoptJob, jid)
+        # the member's node never comes back: past the node timeout the gang is stopped
+        # (the chief's node heartbeats meanwhile: it stays up, only the member is missing)
+        deadline = time.monotonic() + 5
+        while not any(isinstance(c, s.KillJob) for c in a.commands):
+            assert time.monotonic() < deadline, "the chief was not stopped"
+            a.heartbeat()
+            time.sleep(0.05)
+        a.wait_command(s.KillJob, jid)
+        log = "\n".join(client.logs(jid))
+        assert f"gang member on {other} not reported within 0.5s of the restart" in log
+        assert client.job(jid)["state"] != "running" and ct.coord.gangs == {}
+    finally:
+        client.close()
+        ct.close()

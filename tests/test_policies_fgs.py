@@ -85,6 +85,19 @@ def test_shortest_predicted_remaining_first():
     assert a.job == "short"
 
 
+def test_promotion_wait_is_when_starving_begins():
+    """The bound the prediction's forecast reads is the one ``starving`` applies."""
+    pol = fgs(max_wait_ratio=2, max_wait_s=4 * H, promote_floor_s=600)
+    for steps in (100, 10_000, 10 ** 6):               # under the floor, the ratio, the cap
+        job = make_job("j", submit=0, state=JobState.SAMPLED, memory_mb=1000,
+                       total_steps=steps)
+        bound = pol.promotion_wait_s(job, job.predicted_remaining_s)
+        assert not pol.starving(job, bound - 1)
+        assert pol.starving(job, bound + 1)
+    assert pol.promotion_wait_s(job, 100.0) == 600       # the floor
+    assert pol.promotion_wait_s(job, 1000.0) == 2000     # twice the prediction
+
+
 def test_starving_bounds_floor_ratio_and_absolute():
     pol = fgs(max_wait_ratio=2, max_wait_s=4 * H, promote_floor_s=600)
     short = make_job("s", submit=0, state=JobState.SAMPLED, memory_mb=1000, total_steps=100)

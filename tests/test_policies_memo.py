@@ -181,6 +181,47 @@ def test_a_jobset_logs_what_changed_and_keeps_the_first_order():
     assert frozen.changed_since(start) == ["a", "b", "c"]
 
 
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.sampled_from("abcdefg"), st.booleans(),
+                                   st.sampled_from(list(JobState))), max_size=12),
+                min_size=1, max_size=8))
+def test_a_reused_frozen_copy_equals_a_fresh_copy(rounds):
+    """The coordinator's copy of its job set, brought up to date from the change log each
+    round, is what a whole copy would be: the same views in the same order, the same
+    places and the same changes for a memo to follow."""
+    js, given = JobSet(), None
+    for ops in rounds:
+        for jid, put, state in ops:
+            if put:
+                js.put(view(jid, state))
+            else:
+                js.drop(jid)
+        whole = js.frozen()
+        given = js.frozen(reuse=given)
+        js.trim()
+        assert [(v.id, v.state, whole.seq(v.id)) for v in whole] == \
+            [(v.id, v.state, given.seq(v.id)) for v in given]
+        assert all(whole.get(v.id) is v for v in given) and len(whole) == len(given)
+        assert given.position == whole.position
+        assert given.changed_since(whole.position - len(ops)) == \
+            whole.changed_since(whole.position - len(ops))
+        js.put(view("late"))              # after the copy was taken: not in it
+        assert given.get("late") is whole.get("late")
+        js.drop("late")
+
+
+def test_a_frozen_copy_is_not_reused_when_the_log_no_longer_covers_it():
+    js = JobSet([view("a")])
+    given = js.frozen()
+    js.trim()
+    js.put(view("b"))
+    js.trim()                              # the changes since the copy are forgotten
+    js.put(view("c"))
+    again = js.frozen(reuse=given)
+    assert again is not given and [v.id for v in again] == ["a", "b", "c"]
+    assert [v.id for v in given] == ["a"]
+
 def test_fgs_promotion_is_a_timed_event_at_the_bound():
     """A waiting job's promotion time is known in advance, never late, from the memo."""
     from tfgshare.policies.builders import make_cluster, make_job

@@ -57,6 +57,8 @@ def test_profile_on_the_cpu_writes_a_profile_the_simulator_loads(tmp_path):
     assert doc["date"] and doc["colocation"]["pairs"][0]["models"] == ["lenet/1", "cifarnet/1"]
     row = doc["models"]["lenet"]
     assert row["startup_s"] > row["graph_build_s"] > 0 and row["save_s"] > 0
+    # the share of its core the runner got while measured (the times are at that share)
+    assert 0 < row["cpu_share"] <= 1 and row["first_step_extra_s"] >= 0
     # started as the agent starts it, on a warm runner: a cold start adds the import
     assert row["cold_startup_s"] == pytest.approx(row["startup_s"] + doc["import_tensorflow_s"],
                                                   abs=0.02)
@@ -90,13 +92,18 @@ def test_replay_of_a_small_slice_finishes_every_job_and_reports_live_beside_sim(
                                                                                   tmp_path):
     from tfgshare.repro import replay
 
+    from tfgshare.repro.cpushare import RunnerShareProbe
+
     profile = tmp_path / "tiny.yaml"
-    profile.write_text(TINY_PROFILE)
+    profile.write_text(TINY_PROFILE.replace("    startup_s: 10\n",
+                                            "    startup_s: 10\n    cpu_share: 0.5\n"))
     out = tmp_path / "replay"
+    # the CPU share of the agent's runners, measured as tools/replay_local.py measures it
+    probe = RunnerShareProbe(cluster.procs["agent-n1"].pid)
     code = replay.main(["--coordinator", cluster.address, "--speedup", "20000", "--jobs", "4",
                         "--as-model", "lenet:2",
                         "--start", "2017-10-09", "--profile", str(profile), "--out", str(out),
-                        "--timeout", "240"])
+                        "--timeout", "240"], share_probe=probe)
     assert code == 0
     doc = json.loads((out / "report.json").read_text())
     assert doc["jobs"] == 4 and doc["policy"] == "fifo" and doc["cluster"] == "1x2:16384"
@@ -112,9 +119,13 @@ def test_replay_of_a_small_slice_finishes_every_job_and_reports_live_beside_sim(
     assert len(spent) == 4 and all(r["starting_s"] > 0 and r["checkpoints_s"] > 0 for r in spent)
     # steps follow the compressed durations: 66 s / 20000 is under a step; 159,721 s / 20000 / 0.02 s
     assert [j["total_steps"] for j in doc["mapping"]][:3] == [1, 1, 399]
+    # and the profile simulated at the share the live runners got
+    assert 0 < doc["live_cpu_share"] <= 1
+    assert doc["sim_live_share"]["report"]["finished"] == 4
+    assert doc["jct_mean_sim_live_share_vs_live"] is not None
     with open(out / "report.csv") as f:
         assert [line.split(",")[0] for line in f.read().splitlines()[1:]] == \
-            ["fifo live", "fifo sim", "fifo sim (live start-ups)"]
+            ["fifo live", "fifo sim", "fifo sim (live CPU share)", "fifo sim (live start-ups)"]
 
 
 def test_reproduce_four_models_records_match_the_coordinators_store(tmp_path):
@@ -149,6 +160,8 @@ def test_reproduce_four_models_records_match_the_coordinators_store(tmp_path):
             assert j["submit_time"] == pytest.approx(s["submit_time"])
             assert j["steps_done"] == s["steps_done"] == s["spec"]["max_number_of_steps"]
         assert doc["policies"][policy]["report"]["finished"] == 2
+        # the reset between policies deleted the batch's checkpoints
+        assert not (out / "clusters" / policy / "checkpoints").exists()
 
 
 @pytest.mark.timeout(1500)   # about 4 minutes idle: a dozen TensorFlow start-ups
@@ -235,3 +248,65 @@ def test_runner_checkpoints_make_a_job_hold_its_gpu_while_it_saves(tmp_path):
     # fifo on one GPU: a ends 4 s later; b, queued behind it, 4 s + its own 2 s later
     assert jct[True]["a"] == pytest.approx(jct[False]["a"] + 4.0, abs=0.6)
     assert jct[True]["b"] == pytest.approx(jct[False]["b"] + 6.0, abs=1.1)
+
+
+def test_a_restart_from_a_checkpoint_pays_the_profiles_measured_resume_startup(tmp_path):
+    from philly.jobs import TraceJob
+    from tfgshare.policies.registry import get_policy
+    from tfgshare.sim.cluster import load_cluster
+    from tfgshare.sim.config import SimConfig
+    from tfgshare.sim.engine import simulate
+
+    jct = {}
+    for resume in (None, 1.0):
+        path = tmp_path / "p.yaml"
+        text = TINY_PROFILE + "storage_mb_s: 20\n"        # lenet: 40 MB -> 2 s per read
+        if resume is not None:
+            text = text.replace("    startup_s: 10\n",
+                                f"    startup_s: 10\n    resume_startup_s: {resume}\n")
+        path.write_text(text)
+        prof = load_profiles(path)
+        assert prof.get("lenet", 2).resume_startup_s == resume
+        config = SimConfig(tick_s=0.5, step_noise=0.0, **prof.sim_overrides())
+        # fgs samples the job first, then restarts it from the sample's checkpoint
+        job = TraceJob("a", 0.0, 1, 2.0, model="lenet", batch_size=2, total_steps=100)
+        result = simulate(load_cluster("1x1"), [job], prof, get_policy("fgs"), config)
+        jct[resume] = result.records[0].jct
+    # the restart: start-up 10 s + 2 s read without a measured resume, 1 s with one
+    assert jct[None] - jct[1.0] == pytest.approx(11.0, abs=0.6)
+
+
+def test_the_share_probe_measures_what_a_runner_below_the_agent_got():
+    from tfgshare.repro.cpushare import RunnerShareProbe, ran_waited
+
+    # a stand-in agent whose child is a busy "runner" (the probe finds runners by name)
+    # (1.5 CPU seconds of work, however loaded the machine is)
+    code = ("import subprocess, sys; "
+            "p = subprocess.Popen([sys.executable, '-c', 'import time\\n"
+            "while time.process_time() < 1.5: pass', 'tfgshare.runner']); p.wait()")
+    agent = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        probe = RunnerShareProbe(agent.pid, period_s=0.2).start()
+        agent.wait(timeout=30)
+    finally:
+        agent.kill()
+    share = probe.stop()
+    assert 0.5 < probe.ran < 1.6      # it saw the child's busy seconds ...
+    assert share is not None and 0 < share <= 1
+    assert ran_waited(agent.pid) is None      # ... and a process gone reads as None
+
+
+def test_a_profile_at_another_cpu_share_scales_the_cpu_bound_times(tmp_path):
+    from tfgshare.repro.replay import at_share, profile_shares
+
+    path = tmp_path / "p.yaml"
+    path.write_text(TINY_PROFILE.replace("    startup_s: 10\n",
+                                         "    startup_s: 10\n    cpu_share: 0.9\n"))
+    shares = profile_shares(path)
+    assert shares == {"lenet": 0.9}           # alexnet_v2 has none: left as it is
+    slow = at_share(load_profiles(path), shares, 0.45)
+    lenet, alex = slow.get("lenet", 2), slow.get("alexnet_v2", 1)
+    assert lenet.step_time_s == pytest.approx(0.04) and lenet.startup_s == pytest.approx(20)
+    assert lenet.checkpoint_mb == 40 and alex.step_time_s == 0.3 and alex.startup_s == 12
+    with pytest.raises(ValueError, match="CPU share"):
+        at_share(load_profiles(path), shares, 0.0)

@@ -287,7 +287,8 @@ def steady(address: str, agents: SimAgents, seconds: float, finish_per_s: float,
     queued = sum(j["state"] in ("queued", "sampled", "suspended") for j in jobs)
     running = sum(j["state"] in ("running", "sampling") for j in jobs)
     return {"rounds": report["rounds"], "decide": report["decide"],
-            "decide_cpu": report["decide_cpu"], "queued": queued,
+            "decide_cpu": report["decide_cpu"], "round_parts": report.get("round_parts"),
+            "queued": queued,
             "running": running,
             "jobs": len(jobs), "finished": sum(j["state"] == "finished" for j in jobs)}
 
@@ -389,6 +390,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steady-s", type=float, default=15.0)
     p.add_argument("--finish-per-s", type=float, default=50.0)
     p.add_argument("--tick", type=float, default=1.0)
+    p.add_argument("--settle-s", type=float, default=1.0,
+                   help="the GPUs count as filled once no command came for this long (a "
+                        "loaded machine needs more: its rounds take seconds)")
     p.add_argument("--before", default="none", metavar="COMMIT",
                    help=f"compare the wire schema with this commit's (e.g. {BEFORE_MSGSPEC}, the "
                         "last hand-written validator); its coordinator must accept today's "
@@ -418,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
             # fill the queue, let the GPUs fill up, then measure submits at that load
             res["raw_batch100_submits_per_s"] = round(raw_submits(address, agents, args.jobs,
                                                                   per_msg=100, window=20))
-            settle(agents)
+            settle(agents, args.settle_s)
             res["raw_submits_per_s"] = round(raw_submits(address, agents, args.single_submits))
             res["client_submits_per_s"] = round(client_submits(address, agents,
                                                                args.client_submits))
@@ -452,6 +456,16 @@ def main(argv: list[str] | None = None) -> int:
               f"over {r['count']} rounds (wall time; the policy runs beside the serving loop)"
               f"\n    of which policy.decide p50 {d['p50_ms']:.2f} ms, p99 {d['p99_ms']:.2f} ms; "
               f"its CPU time p50 {c['p50_ms']:.2f} ms, p99 {c['p99_ms']:.2f} ms")
+        parts = res.get("steady_round_parts")
+        if parts:
+            print("    the rest, p50 / p99 ms: " + "; ".join(
+                f"{label} {parts[k]['p50_ms']:.2f} / {parts[k]['p99_ms']:.2f}"
+                for k, label in (("plan", "snapshot and views"),
+                                 ("wait", "answer waiting for the loop"),
+                                 ("apply", "carrying it out"),
+                                 ("loop_cpu", "the loop's other CPU meanwhile"))))
+            print(f"    the round's CPU time (both threads) p50 {parts['cpu']['p50_ms']:.2f} ms, "
+                  f"p99 {parts['cpu']['p99_ms']:.2f} ms")
         if "before" in res:
             b = res["before"]
             print(f"  wire schema, hand-written ({args.before}) -> msgspec: decode+validate "

@@ -10,10 +10,21 @@
    - the floor: a plain tf.compat.v1.train.Saver restore (ops built beforehand)
      plus the first step in a new session;
    - suspend: the runner's checkpoint save against a plain Saver save of the same
-     variables, alternating, medians.
+     variables, in pairs, each pair in the other order than the last, medians.
+3. With ``--migrate``: the end-to-end migration through a live agent. A local
+   coordinator (default policy) and one agent with two virtual GPUs (as the demo
+   and the live tests start them); one job per model is submitted, and once it
+   trains after its sample (and the agent's spare runners are ready) it is
+   migrated to the other GPU (what ``tfgshare migrate JOB GPU`` sends). Timed from
+   the request: suspended (step in flight ended, checkpoint saved), runner exit
+   reported (the coordinator starts the job on the target), and the first
+   finished step there, with the phases the runners report (stop wait, save,
+   start, graph, restore, first step); beside it the floor (a plain Saver restore
+   plus one step in a new session, on one pinned core with one thread, as the
+   agent runs a job).
 
-Usage: python tools/bench_runner.py [--overhead-only | --moves-only] [--models ...]
-       [--before REF]
+Usage: python tools/bench_runner.py [--overhead-only | --moves-only | --migrate]
+       [--models ...] [--before REF]
 Prints markdown tables for docs/benchmarks.md.
 """
 
@@ -170,14 +181,19 @@ def _events(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def bench_floor_and_suspend(model: str, work: Path, repeats: int = 3) -> dict:
-    """Saver restore + first step in a new session (the floor); runner save vs Saver save."""
+def bench_floor_and_suspend(model: str, work: Path, repeats: int = 4,
+                            threads: int = 0) -> dict:
+    """Saver restore + first step in a new session (the floor); runner save vs Saver save.
+
+    ``threads``: TensorFlow's intra- and inter-op threads (0: its default).
+    """
     import tensorflow as tf
 
     from tfgshare.runner import graph as runner_graph
 
     config = TrainConfig(train_dir=str(work / f"floor-{model}"), model_name=model, batch_size=1,
-                         optimizer="momentum", learning_rate=0.001, max_to_keep=1)
+                         optimizer="momentum", learning_rate=0.001, max_to_keep=1,
+                         intra_op_threads=threads, inter_op_threads=threads)
     config.check()
     Path(config.train_dir).mkdir(parents=True)
     built = runner_graph.build_training_graph(config)
@@ -187,13 +203,21 @@ def bench_floor_and_suspend(model: str, work: Path, repeats: int = 3) -> dict:
     session = _session(built, config)
     _timed_step(session, built)
     saves, saver_saves = [], []
-    for step in range(1, 1 + repeats):
-        saved = built.checkpoint.save(session, step)
-        saves.append(saved.seconds)
+
+    def saver_save():
         with built.graph.as_default():
             start = time.perf_counter()
             saver.save(session, prefix, write_meta_graph=False)
             saver_saves.append(time.perf_counter() - start)
+
+    for step in range(1, 1 + repeats):
+        # alternating which goes first (the disk may still be writing the last one's bytes)
+        if step % 2 == 0:
+            saver_save()
+        saved = built.checkpoint.save(session, step)
+        saves.append(saved.seconds)
+        if step % 2 == 1:
+            saver_save()
     session.close()
 
     session = _session(built, config)
@@ -206,6 +230,179 @@ def bench_floor_and_suspend(model: str, work: Path, repeats: int = 3) -> dict:
     return {"size_mb": saved.size_mb, "save_s": statistics.median(saves),
             "saver_save_s": statistics.median(saver_saves), "saver_restore_s": restore_s,
             "floor_s": restore_s + first_step_s}
+
+
+# steps of a migrated job: its sample (at most a tenth of them) plus enough left that it
+# still trains when its spare runners are ready (the replacement spare imports TensorFlow)
+MIGRATE_STEPS = {"alexnet_v2": 300, "resnet_v1_50": 80, "inception_v3": 60, "vgg_16": 40}
+NODE = "n1"
+
+
+def bench_migrate(model: str, work: Path, timeout_s: float = 1200.0) -> dict:
+    """Migrate one job of ``model`` between the two virtual GPUs of a live agent; its times."""
+    from tfgshare.localcluster import LocalCluster
+    from tfgshare.schema import JobSpec
+
+    root = work / f"migrate-{model}"
+    cluster = LocalCluster(root)    # the default policy with its default parameters
+    spec = JobSpec(model_name=model, name=f"migrate-{model}", batch_size=1,
+                   max_number_of_steps=MIGRATE_STEPS.get(model, 5000), optimizer="momentum",
+                   learning_rate=0.001,
+                   extra=["--log_every_n_steps", "1", "--save_interval_secs", "0"])
+    end = time.monotonic() + timeout_s
+    try:
+        cluster.start_coordinator()
+        cluster.start_agent(NODE, "2x16GiB", threads=1)
+        cluster.wait_nodes({NODE})
+        with cluster.client(timeout_s=30) as client:
+            _until(end, "two spare runners", lambda: _spares_ready(root) >= 2)
+            (job,) = client.submit([spec])
+            job_dir = root / "agents" / NODE / job
+
+            def trains_after_sample():
+                info = _job_state(client, job)
+                if info["state"] != "running" or info["attempt"] < 2:
+                    return None
+                events = _attempt_events(job_dir, info["attempt"])
+                return info if any(e["event"] == "progress" for e in events) else None
+
+            info = _until(end, "the job to train after its sample", trains_after_sample)
+            # a spare per GPU again (each start took one; its replacement imports meanwhile)
+            _until(end, "the spare runners", lambda: _spares_ready(root) >= 2 + info["attempt"])
+            info = client.job(job)
+            if info["state"] != "running":
+                raise RuntimeError(f"{job} is {info['state']} before its migration")
+            source, attempt = info["fragments"][0][0], info["attempt"]
+            target = f"{NODE}:1" if source == f"{NODE}:0" else f"{NODE}:0"
+            requested = time.time()
+            client.migrate(job, target)
+            _until(end, "a step on the target", lambda: any(
+                e["event"] == "progress" for e in _attempt_events(job_dir, attempt + 1)))
+            lines = client.logs(job)
+            client.cancel(job)
+        before = _attempt_events(job_dir, attempt)
+        after = _attempt_events(job_dir, attempt + 1)
+    finally:
+        cluster.stop_all(timeout_s=20)
+    suspend_line = _log_time(lines, "suspend to migrate", requested)
+    migrated_line = _log_time(lines, "migrated on", requested)
+    suspended = _first(before, "suspended")
+    stop = _first(before, "stop_phases")
+    saved = [e for e in before if e["event"] == "checkpoint"][-1]
+    started, phases = _first(after, "started"), _first(after, "start_phases")
+    first_step = _first(after, "progress")
+    return {"job": job, "from": source, "to": target, "size_mb": saved["size_mb"],
+            "received_s": suspend_line - requested,
+            "suspended_s": suspended["time"] - requested,
+            "stop_wait_s": stop["stop_wait_s"], "save_s": saved["seconds"],
+            "exit_s": migrated_line - suspended["time"],
+            "running_s": migrated_line - requested,
+            "started_s": started["time"] - requested,
+            "first_step_at_s": first_step["time"] - requested,
+            "resume_s": first_step["time"] - migrated_line,
+            "start_s": phases["start_s"], "graph_s": phases["graph_s"],
+            "graph_source": phases["graph_source"], "restore_s": phases["restore_s"],
+            "first_step_s": phases["first_step_s"]}
+
+
+def _until(end: float, what: str, pred, every: float = 0.2):
+    while True:
+        value = pred()
+        if value:
+            return value
+        if time.monotonic() > end:
+            raise TimeoutError(f"timed out waiting for {what}")
+        time.sleep(every)
+
+
+def _spares_ready(root: Path) -> int:
+    """How many spare runners of the agent have said they are ready, so far."""
+    from tfgshare.runner.protocol import WARM_READY
+
+    log = root / "agents" / NODE / "spare-runner.log"
+    return log.read_text(errors="replace").count(WARM_READY) if log.exists() else 0
+
+
+def _job_state(client, job: str) -> dict:
+    info = client.job(job)
+    if info["state"] in ("failed", "cancelled", "finished"):
+        raise RuntimeError(f"{job} {info['state']} before its migration: {info['reason']}")
+    return info
+
+
+def _attempt_events(job_dir: Path, attempt: int) -> list[dict]:
+    path = job_dir / f"attempt-{attempt}.events.jsonl"
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:   # a line being written
+            break
+    return out
+
+
+def _first(events: list[dict], name: str) -> dict:
+    found = [e for e in events if e["event"] == name]
+    if not found:
+        raise RuntimeError(f"no {name} event in {[e['event'] for e in events]}")
+    return found[0]
+
+
+def _log_time(lines: list[str], text: str, near: float) -> float:
+    """The wall time of the first coordinator log line holding ``text`` after ``near``
+    (lines start with the local time of day, HH:MM:SS.mmm)."""
+    day = time.localtime(near)
+    midnight = time.mktime((day.tm_year, day.tm_mon, day.tm_mday, 0, 0, 0, 0, 0, -1))
+    for line in lines:
+        stamp, _, rest = line.partition(" ")
+        if text not in rest:
+            continue
+        hours, minutes, seconds = stamp.split(":")
+        at = midnight + int(hours) * 3600 + int(minutes) * 60 + float(seconds)
+        if at < near - 12 * 3600:   # past midnight
+            at += 86400
+        if at >= near - 1.0:        # the log's clock is read to the millisecond
+            return at
+    raise RuntimeError(f"no log line with {text!r} in {lines[-10:]}")
+
+
+def print_migrations(models: list[str], work: Path) -> None:
+    """Migrate a job of each model through a live agent; print the table."""
+    from tfgshare.agent.supervisor import pin_threads
+
+    # the step in flight is what is left of "suspended" besides the save: the runner's own
+    # stop_wait_s reads ~0, since Python runs its signal handler only once session.run returns
+    print("| model | checkpoint MB | request -> suspended s | of which step in flight s "
+          "| save s | exit s | request -> running on target s | start s | graph s (source) "
+          "| restore s | first step s | request -> first step on target s "
+          "| resume: running on target -> first step s | floor: Saver restore + first step s "
+          "| resume / floor |")
+    print("|---" * 15 + "|")
+    for model in models:
+        m = bench_migrate(model, work)
+        everything = os.sched_getaffinity(0)
+        pin_threads(os.getpid(), (min(everything),))   # as the agent runs a job: one core
+        try:
+            floor = bench_floor_and_suspend(model, work, repeats=1, threads=1)
+        finally:
+            pin_threads(os.getpid(), tuple(everything))
+        _remove(work, model)
+        print(f"| {model} | {m['size_mb']:.0f} | {m['suspended_s']:.1f} | "
+              f"{m['suspended_s'] - m['save_s']:.1f} | {m['save_s']:.2f} | "
+              f"{m['exit_s']:.2f} | {m['running_s']:.1f} | {m['start_s']:.2f} | "
+              f"{m['graph_s']:.2f} ({m['graph_source']}) | {m['restore_s']:.2f} | "
+              f"{m['first_step_s']:.2f} | {m['first_step_at_s']:.1f} | {m['resume_s']:.2f} | "
+              f"{floor['floor_s']:.2f} | {m['resume_s'] / floor['floor_s']:.1f}x |", flush=True)
+
+
+def _remove(work: Path, model: str) -> None:
+    """Delete a model's train dirs and checkpoints (vgg_16's are a GB each)."""
+    import shutil
+
+    for name in (f"migrate-{model}", f"floor-{model}", f"saver-{model}"):
+        shutil.rmtree(work / name, ignore_errors=True)
 
 
 def _source_tree(ref: str, work: Path) -> Path:
@@ -228,6 +425,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--overhead-only", action="store_true")
     parser.add_argument("--moves-only", action="store_true")
+    parser.add_argument("--migrate", action="store_true",
+                        help="only the end-to-end migration through a live agent")
     parser.add_argument("--before", metavar="REF",
                         help="also time the resume of this git revision's runner")
     parser.add_argument("--overhead-models", nargs="+", default=["lenet", "cifarnet"])
@@ -244,6 +443,9 @@ def main(argv: list[str] | None = None) -> int:
           f"load average {os.getloadavg()[0]:.1f}\n")
     with tempfile.TemporaryDirectory(prefix="bench_runner_") as tmp:
         work = Path(tmp)
+        if args.migrate:
+            print_migrations(args.models, work)
+            return 0
         if not args.moves_only:
             print("| model | batch | steps each | bare loop median ms | runner median ms "
                   "| overhead |")

@@ -6,7 +6,9 @@ starts a ``LocalCluster`` under ``POLICY`` (coordinator and one agent ``n1`` wit
 ``--virtual-gpus``, default 2x16GiB), waits until the agent's spare runners have
 TensorFlow imported, runs ``tfgshare replay --coordinator ADDR --out OUT FLAGS`` against
 it, stops the cluster and prints the load average before and after (the figures depend
-on it). Its exit code is the replay's.
+on it). While the jobs run it measures the share of a core the agent's runners got
+(``tfgshare.repro.cpushare``), so the replay also simulates the profile at that share.
+Its exit code is the replay's.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tfgshare.agent.node import MAX_SPARES  # noqa: E402
 from tfgshare.localcluster import LocalCluster  # noqa: E402
 from tfgshare.repro import replay  # noqa: E402
+from tfgshare.repro.cpushare import RunnerShareProbe  # noqa: E402
 from tfgshare.repro.live import wait_warm  # noqa: E402
 
 
@@ -43,7 +46,10 @@ def main(argv: list[str] | None = None) -> int:
         cluster.wait_nodes({"n1"})
         spares = min(MAX_SPARES, int(args.virtual_gpus.split("x")[0]))
         print(f"spare runners ready: {wait_warm(cluster.root, {'n1'}, spares)}", flush=True)
-        code = replay.main(["--coordinator", cluster.address, "--out", str(args.out), *rest])
+        # the CPU share its runners get (the agent's children), for the simulator
+        probe = RunnerShareProbe(cluster.procs["agent-n1"].pid)
+        code = replay.main(["--coordinator", cluster.address, "--out", str(args.out), *rest],
+                           share_probe=probe)
     finally:
         cluster.stop_all(timeout_s=20)
     print(f"load average after: {os.getloadavg()}; wall {time.monotonic() - t0:.0f} s; "

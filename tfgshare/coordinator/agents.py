@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from itertools import islice
 from typing import Any
 
 from tfgshare import schema as s
@@ -10,7 +11,11 @@ from tfgshare.coordinator.errors import REPLIED, RequestError, number, short
 from tfgshare.coordinator.gangs import spans_nodes
 from tfgshare.coordinator.logs import log
 from tfgshare.policies.base import JobState, SampleRecord
+from tfgshare.policies.prediction import (AHEAD_SCAN, promotion_in, sharing_factor,
+                                          solo_step_s, work_ahead_s)
 from tfgshare.runner import protocol as rp
+
+MARKS_KEPT = 64   # progress marks kept per job (co-tenants' step time while a job samples)
 
 
 class AgentProtocol:
@@ -47,6 +52,7 @@ class AgentProtocol:
                                              node_timeout=self.config.node_timeout,
                                              checkpoint_root=str(self.checkpoint_root))))
         reported = {}
+        members: set[str] = set()      # jobs whose gang member here was re-adopted
         for rj in msg.jobs:
             job = self.cluster.active.get(rj.job)
             if (job is not None and job.node == node.name and job.state.holds_gpu
@@ -65,6 +71,8 @@ class AgentProtocol:
                 elif job.state is JobState.SUSPENDING:
                     self._send(node, s.SuspendJob(job=job.id, attempt=job.attempt), job)
                 self._save(job)
+            elif self._adopt_member(node.name, rj):
+                members.add(rj.job)
             else:
                 log.info("node %s: runner of %s is not wanted here; asking to kill it",
                          node.name, rj.job)
@@ -73,8 +81,8 @@ class AgentProtocol:
             if job.id not in reported:
                 job.unknown = False
                 self._requeue(job, now, f"node {node.name} re-registered without it")
-        # its gang members died with its old agent (or are not adopted: killed above)
-        self._members_gone(node.name, now, "its agent registered again")
+        # its gang members not reported died with its old agent (or were killed above)
+        self._members_gone(node.name, now, "its agent registered again", frozenset(members))
         self._dirty = True
         return REPLIED
 
@@ -206,6 +214,10 @@ class AgentProtocol:
         job.sample = SampleRecord(step_time_s=step_time, peak_memory_mb=peak, co_tenants=co,
                                   gpu_util=self._sampled_util(job, ev))
         job.measured_step_s = step_time
+        job.sampling_start = job.last_start
+        sharing = self._sharing_beside(job, job.last_start, now) if co else None
+        self.cluster.forecast.note_sharing(sharing)
+        job.solo_step_s = solo_step_s(step_time, sharing)
         warmup = number(ev, "warmup_steps", int) or 0
         start = number(ev, "window_start", float)
         if start is not None and job.last_start is not None:
@@ -226,6 +238,10 @@ class AgentProtocol:
         total = job.spec.max_number_of_steps
         if step is not None and left is not None and total > step:
             job.measured_step_s = left / (total - step)   # the runner's running average
+        if step is not None:
+            if job.marks_attempt != job.attempt:
+                job.marks, job.marks_attempt = [], job.attempt
+            job.marks = (job.marks + [(now, step)])[-MARKS_KEPT:]
         if (job.attempt_step0 is not None and step is not None and job.measured_step_s
                 and job.last_start is not None and step > job.attempt_step0):
             job.restart_s = max(0.0, now - job.last_start
@@ -236,10 +252,60 @@ class AgentProtocol:
             job.predicted_remaining_s = left
 
     def _sampling_ended(self, job: LiveJob, now: float) -> None:
-        """Predict a sampled job's run time once its sampling run has exited (saved)."""
+        """Predict a sampled job's run time once its sampling run has exited (saved):
+        its step time alone at the co-location it is expected to see
+        (``ColocationForecast``), and its start."""
+        if job.sampling_start is not None:
+            self.cluster.forecast.note_sampling(now - job.sampling_start)
+            job.sampling_start = None
+        if job.solo_step_s is not None and job.sample is not None:
+            job.measured_step_s = self._forecast_step_s(job, job.solo_step_s, now)
         job.predicted_remaining_s = job.predict(1)
         if job.predicted_remaining_s is not None:
             job.note_prediction(job.predicted_remaining_s, now)
+
+    def _forecast_step_s(self, job: LiveJob, solo: float, now: float) -> float:
+        """The step time a just-sampled job is expected to run at, sharing included
+        (``ColocationForecast``; the simulator's ``_forecast_step_s`` alike)."""
+        cluster = self.cluster
+        steps = max(0, job.spec.max_number_of_steps - job.steps_done)
+        if steps <= 0 or job.sample is None:
+            return solo
+        restart = job.start_cost_s if job.start_cost_s is not None else (job.restart_s or 0.0)
+        unsampled = cluster.counts.get("queued", 0) + cluster.counts.get("sampling", 0)
+        mine = (job.submit_time, job.id)
+
+        def ahead(enough: float) -> float:   # once promoted: running jobs, longer waiting ones
+            return work_ahead_s((j.predicted_remaining_s
+                                 for j in islice(cluster.active.values(), AHEAD_SCAN)
+                                 if j is not job and j.sample is not None
+                                 and j.state is not JobState.SAMPLING
+                                 and (j.state.holds_gpu or (j.submit_time, j.id) < mine)),
+                                enough)
+
+        total = cluster.forecast.remaining_s(steps, solo, restart, unsampled,
+                                             len(cluster.snapshot().gpus),
+                                             promotion_in(self.policy, job.view(), now), ahead)
+        return max(0.0, total - restart) / steps
+
+    def _sharing_beside(self, job: LiveJob, since: float | None, now: float) -> float | None:
+        """How much the running jobs beside ``job`` were slowed while it sampled: their
+        step time from their progress since ``since`` over their step time alone
+        (the mean over those measured; None if none was)."""
+        if since is None:
+            return None
+        found = []
+        for f in job.fragments:
+            for other in self.cluster.tenants.get(f.gpu, {}).values():
+                if other is job or other.state is not JobState.RUNNING \
+                        or other.solo_step_s is None or other.marks_attempt != other.attempt:
+                    continue
+                seen = [(t, st) for t, st in other.marks if since <= t <= now]
+                if len(seen) >= 2 and seen[-1][1] > seen[0][1]:
+                    step = (seen[-1][0] - seen[0][0]) / (seen[-1][1] - seen[0][1])
+                    found.append(sharing_factor(step, other.solo_step_s))
+        found = [x for x in found if x is not None]
+        return sum(found) / len(found) if found else None
 
     def _sampled_util(self, job: LiveJob, ev: dict[str, Any]) -> float:
         """The job's single-tenant utilisation over its sampled steps, in [0, 1].

@@ -239,6 +239,8 @@ class ClientApi:
         answer["rounds"] = round_stats(self.round_times[msg.since_round:])
         answer["decide"] = round_stats(self.decide_times[msg.since_round:])
         answer["decide_cpu"] = round_stats(self.decide_cpu_times[msg.since_round:])
+        answer["round_parts"] = {k: round_stats(v[msg.since_round:])
+                                 for k, v in self.round_parts.items()}
         answer["rounds_total"] = len(self.round_times)
         answer["refused"] = dict(self.refusals)
         refused = sum(self.refusals.values())

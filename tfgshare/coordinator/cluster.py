@@ -22,13 +22,13 @@ from tfgshare.policies.base import (GPU, Action, ClusterSnapshot, Fragment, JobS
 from tfgshare.policies.jobset import JobSet
 from tfgshare.policies.movecost import move_cost_s
 from tfgshare.policies.placement import GpuUse, fits
-from tfgshare.policies.prediction import predict_remaining_s
+from tfgshare.policies.prediction import ColocationForecast, predict_remaining_s
 from tfgshare.schema import GpuInfo, JobSpec, plain
 
 # LiveJob fields that are saved to the database (the rest is volatile)
 _VOLATILE = frozenset({"unknown", "gpu_memory_mb", "over_memory", "solo_util", "step_time_s",
                        "training", "_view", "_spec_record", "_counted", "reserved",
-                       "reserved_as"})
+                       "reserved_as", "marks", "marks_attempt", "sampling_start"})
 
 
 @dataclass(eq=False)
@@ -54,6 +54,11 @@ class LiveJob(JobAccount):
     predicted_remaining_s: float | None = None
     # measurements behind the prediction (tfgshare.policies.prediction.predict_remaining_s)
     measured_step_s: float | None = None  # latest measured step time (co-location included)
+    solo_step_s: float | None = None  # its step time alone: sampled, less a measured sharing
+    sampling_start: float | None = None  # when its sampling run started
+    # (time, step) of its progress events in the current start (co-tenants' sharing factor)
+    marks: list[tuple[float, int]] = field(default_factory=list)
+    marks_attempt: int = 0
     restart_s: float | None = None    # what its last start cost before steps ran at speed
     start_cost_s: float | None = None  # its last start by the runner's phases (start_phases)
     save_s: float | None = None       # what its last checkpoint save took
@@ -239,10 +244,13 @@ class Cluster:
         self.migrating: dict[str, LiveJob] = {}   # jobs with a migration target reserved
         self.reserved: dict[str, LiveJob] = {}    # waiting jobs with a start in flight
         self._views = JobSet()                     # what the policy sees, kept up to date
+        self._given: JobSet | None = None         # the policy's copy of it (``views``)
         self.counts: dict[str, int] = {}          # jobs by state ("unknown" apart), kept up to date
         self.over_count = 0                       # jobs over their fragment's memory
         # of the latest finished jobs (the report covers them all, from the database)
         self.prediction_errors: deque[float] = deque(maxlen=PREDICTION_ERRORS_KEPT)
+        # measured sharing factors and sampling runs, for sampled jobs' predictions
+        self.forecast = ColocationForecast()
         self._snapshot: ClusterSnapshot | None = None
 
     # ---- nodes -------------------------------------------------------------
@@ -378,10 +386,14 @@ class Cluster:
         """Views of the jobs the policy decides on (not done, held or unknown).
 
         A frozen copy carrying the changes since the last call, for the policy's
-        memo; later changes go to the next call's copy.
+        memo; later changes go to the next call's copy. The next call brings
+        this same copy up to date from the changes (not a copy of every view),
+        so it must be out of the policy's hands by then: a round ends before
+        the next one starts.
         """
-        out = self._views.frozen()
+        out = self._views.frozen(reuse=self._given)
         self._views.trim()
+        self._given = out
         return out
 
     def check_actions(self, actions: Sequence[Action]) -> "Checked":

@@ -17,6 +17,12 @@ killed and the ports given back. A member lost while the gang trains (its
 runner crashed or was killed, its agent re-registered without it, its node was
 lost) brings the whole gang back to the chief's last checkpoint: the others are
 killed and the job is re-queued, counted as a failure as a crash is.
+
+A gang's members and ports are in the state database while it runs, so a
+restarted coordinator re-adopts it: the chief as any job's runner, each other
+member when its agent re-registers and reports it. A member not reported by
+then (its agent came back without it, or not within the node timeout of the
+restart) brings the gang back to its last checkpoint, as a lost member does.
 """
 
 from __future__ import annotations
@@ -45,6 +51,24 @@ class Gang:
     attempt: int
     members: list[Member]
     ports: list[tuple[str, int]] = field(default_factory=list)   # (address, port)
+    # after a restart: the nodes whose member (not the chief) is not re-adopted yet
+    awaited: set[str] = field(default_factory=set)
+
+    def to_record(self) -> dict:
+        """What the state database keeps of it."""
+        return {"attempt": self.attempt, "ports": [list(p) for p in self.ports],
+                "members": [{"node": m.node, "task": m.task,
+                             "fragments": [[f.gpu, f.fraction] for f in m.fragments]}
+                            for m in self.members]}
+
+    @classmethod
+    def from_record(cls, rec: dict) -> "Gang":
+        """Rebuild a gang from ``to_record`` output, every member but the chief awaited."""
+        members = [Member(m["node"], m["task"],
+                          tuple(Fragment(g, f) for g, f in m["fragments"]))
+                   for m in rec["members"]]
+        return cls(rec["attempt"], members, [(a, p) for a, p in rec["ports"]],
+                   {m.node for m in members[1:]})
 
 
 def members_of(fragments: tuple[Fragment, ...]) -> list[Member]:
@@ -110,6 +134,7 @@ class GangControl:
                 hosts.append(f"{node.address}:{port}")
         ps_hosts, worker_hosts = hosts[:1], hosts[1:]
         self.gangs[job.id] = gang
+        self.store.save_gang(job.id, gang.to_record())
         for m in members:
             self._send(self.cluster.nodes[m.node], s.StartJob(
                 job=job.id, attempt=job.attempt, spec=job.spec,
@@ -119,6 +144,49 @@ class GangControl:
                 gang=s.GangMember(task=m.task, ps_hosts=ps_hosts, worker_hosts=worker_hosts)),
                 job)   # a refused start of any member re-queues the job
         return ""
+
+    def _restore_gangs(self) -> None:
+        """Take back the gangs of the jobs that held GPUs before a restart, and their ports."""
+        for job_id, rec in self.store.load_gangs().items():
+            job = self.cluster.active.get(job_id)
+            gang = Gang.from_record(rec)
+            if job is None or not job.state.holds_gpu or gang.attempt != job.attempt:
+                self.store.drop_gang(job_id)     # its runners are gone: nothing to adopt
+                continue
+            self.gangs[job_id] = gang
+            for address, port in gang.ports:
+                self.gang_ports.used.setdefault(address, set()).add(port)
+
+    def _adopt_member(self, node_name: str, rj: s.RunningJob) -> bool:
+        """Re-adopt a reported runner that is a gang member other than the chief (after a
+        restart, or its agent's); False if it is not one of the job's current members."""
+        job = self.cluster.active.get(rj.job)
+        gang = self.gangs.get(rj.job) if job is not None else None
+        if gang is None or not job.state.holds_gpu or job.node == node_name \
+                or gang.attempt != job.attempt \
+                or (rj.attempt is not None and rj.attempt != job.attempt) \
+                or node_name not in {m.node for m in gang.members[1:]}:
+            return False
+        gang.awaited.discard(node_name)
+        now = self.clock()
+        self._log(job, now, f"gang member re-adopted on {node_name} (pid {rj.pid}, "
+                            f"attempt {job.attempt})")
+        node = self.cluster.nodes[node_name]
+        self._send(node, s.AdoptJob(job=job.id, attempt=job.attempt), job)
+        if job.cancel_requested:
+            self._send(node, s.CancelJob(job=job.id, attempt=job.attempt), job)
+        elif job.state is JobState.SUSPENDING:
+            self._send(node, s.SuspendJob(job=job.id, attempt=job.attempt), job)
+        return True
+
+    def _gangs_not_readopted(self, now: float, why: str) -> None:
+        """Gangs with a member still not re-adopted: back to their last checkpoint."""
+        for job_id, gang in list(self.gangs.items()):
+            job = self.cluster.active.get(job_id)
+            if job is not None and job.state.holds_gpu and gang.awaited:
+                self._requeue(job, now, f"gang member on {', '.join(sorted(gang.awaited))} "
+                                        f"{why}; the gang restarts from its last checkpoint")
+        self._start_reserved(now)
 
     def _to_members(self, job: LiveJob, make) -> None:
         """Send ``make()`` to every member but the chief (the caller sends the chief's)."""
@@ -135,6 +203,7 @@ class GangControl:
         gang = self.gangs.pop(job.id, None)
         if gang is None:
             return
+        self.store.drop_gang(job.id)
         for m in gang.members:
             node = self.cluster.nodes.get(m.node)
             if node is not None:
@@ -210,9 +279,13 @@ class GangControl:
                 out.append(job)
         return out
 
-    def _members_gone(self, node: str, now: float, why: str) -> None:
-        """Every gang with a member on ``node`` lost it (node lost or its agent restarted)."""
+    def _members_gone(self, node: str, now: float, why: str,
+                      kept: frozenset[str] = frozenset()) -> None:
+        """Every gang with a member on ``node`` lost it (node lost or its agent restarted),
+        but the jobs in ``kept`` (their member there was re-adopted)."""
         for job in self._gangs_with_member_on(node):   # not the job's fault, as a node loss
+            if job.id in kept:
+                continue
             self._requeue(job, now, f"gang member on {node} gone ({why}); the gang restarts "
                                     "from its last checkpoint")
         self._start_reserved(now)

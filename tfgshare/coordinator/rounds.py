@@ -21,12 +21,14 @@ class Rounds:
     def _plan(self, now: float) -> "_Round | None":
         """Start a round: what the policy sees now (None when it has nothing to decide)."""
         self._dirty = False
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         snapshot = self.cluster.snapshot()
         views = self.cluster.views()
         if not snapshot.gpus or not views:
             return None
-        return _Round(now, snapshot, views, t0)
+        plan = _Round(now, snapshot, views, t0, c0)
+        plan.plan_s = time.perf_counter() - t0
+        return plan
 
     def _decide(self, plan: "_Round") -> "_Round":
         """Ask the policy (pure: safe on the worker thread); a failure means no actions."""
@@ -40,7 +42,8 @@ class Rounds:
         except Exception:   # a policy bug must not take the cluster down
             log.exception("policy %s failed; no actions this round",
                           getattr(self.policy, "name", "?"))
-        plan.decide_s = time.perf_counter() - t1
+        plan.decided = time.perf_counter()
+        plan.decide_s = plan.decided - t1
         plan.decide_cpu_s = time.thread_time() - c1
         return plan
 
@@ -51,6 +54,7 @@ class Rounds:
         when the room frees; an action the cluster cannot take is refused,
         logged and counted by reason.
         """
+        t_apply, c_apply = time.perf_counter(), time.thread_time()
         now = self.clock()
         self._start_reserved(now)
         checked = self.cluster.check_actions(plan.actions)
@@ -70,11 +74,23 @@ class Rounds:
             self._reserve(self.cluster.active[action.job], action.fragments,
                           action.sample_only, now)
         actions = actions + checked.deferred
-        took = time.perf_counter() - plan.started
+        end = time.perf_counter()
+        took = end - plan.started
         if len(self.round_times) < 1_000_000:
             self.round_times.append(took)
             self.decide_times.append(plan.decide_s)
             self.decide_cpu_times.append(plan.decide_cpu_s)
+            parts = self.round_parts
+            parts["plan"].append(plan.plan_s)
+            parts["wait"].append(t_apply - plan.decided if plan.decided else 0.0)
+            parts["apply"].append(end - t_apply)
+            # the serving loop's own CPU while the round was out (the loop thread's
+            # time from the plan's start to the apply's end, less those two)
+            loop = time.thread_time() - plan.started_cpu
+            parts["loop_cpu"].append(max(0.0, loop - (time.thread_time() - c_apply)
+                                         - plan.plan_s))
+            # the CPU of both threads over the round: its wall time on a core of its own
+            parts["cpu"].append(loop + plan.decide_cpu_s)
         self.metrics.rounds.observe(took)
         return actions
 
@@ -97,7 +113,10 @@ class _Round:
     snapshot: Any
     views: Any       # a frozen JobSet
     started: float
+    started_cpu: float = 0.0   # the loop thread's CPU clock at the start
+    plan_s: float = 0.0
     actions: list = field(default_factory=list)
+    decided: float = 0.0       # perf_counter when the policy answered
     decide_s: float = 0.0
     decide_cpu_s: float = 0.0
 

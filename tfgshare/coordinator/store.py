@@ -37,6 +37,7 @@ CREATE TABLE IF NOT EXISTS done (seq INTEGER PRIMARY KEY, submit REAL, finish RE
 CREATE INDEX IF NOT EXISTS done_jct ON done (jct);
 CREATE INDEX IF NOT EXISTS done_pred_err ON done (pred_err);
 CREATE INDEX IF NOT EXISTS jobs_seq ON jobs (seq);
+CREATE TABLE IF NOT EXISTS gangs (job TEXT PRIMARY KEY, data TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS timeline (time REAL, allocated REAL, effective REAL, queued REAL,
                                      device REAL, busy REAL);
 """
@@ -237,6 +238,21 @@ class StateStore:
     def max_seq(self) -> int:
         """The largest job sequence number so far (0 if none)."""
         return self.db.execute("SELECT COALESCE(MAX(seq), 0) FROM jobs").fetchone()[0]
+
+    # ---- gangs -------------------------------------------------------------
+
+    def save_gang(self, job_id: str, record: dict[str, Any]) -> None:
+        """Remember the members of a job's gang (its current attempt)."""
+        self._write("INSERT OR REPLACE INTO gangs (job, data) VALUES (?, ?)",
+                    (job_id, json.dumps(record)))
+
+    def drop_gang(self, job_id: str) -> None:
+        """Forget a job's gang (its runners are gone)."""
+        self._write("DELETE FROM gangs WHERE job = ?", (job_id,))
+
+    def load_gangs(self) -> dict[str, dict[str, Any]]:
+        """Every remembered gang: job id -> record."""
+        return {j: json.loads(d) for j, d in self.db.execute("SELECT job, data FROM gangs")}
 
     # ---- nodes -------------------------------------------------------------
 

@@ -177,6 +177,11 @@ class Fgs:
         """Whether a waiting job has waited past its bound and is promoted."""
         return self._overdue(total_wait_s(job, now), remaining_s(job), self.promote_floor(job))
 
+    def promotion_wait_s(self, job: JobView, left_s: float) -> float:
+        """The total wait after which ``job`` is promoted, were its predicted
+        remaining time ``left_s`` (what ``promoted`` checks)."""
+        return max(self.promote_floor(job), min(self.max_wait_s, self.max_wait_ratio * left_s))
+
     def _overdue(self, waited: float, left: float | None, floor: float) -> bool:
         if waited <= floor:
             return False

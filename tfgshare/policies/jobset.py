@@ -55,15 +55,39 @@ class JobSet(Sequence[JobView]):
         self._base += len(self._log)
         self._log.clear()
 
-    def frozen(self) -> "JobSet":
-        """A copy that later ``put``/``drop`` calls on this set do not change."""
-        c = JobSet.__new__(JobSet)
-        c._views = dict(self._views)
-        c._seq = dict(self._seq)
+    def frozen(self, reuse: "JobSet | None" = None) -> "JobSet":
+        """A copy that later ``put``/``drop`` calls on this set do not change.
+
+        ``reuse``: the copy this set gave last, which nobody reads any more; when
+        the set was trimmed right after giving it, it is brought up to date from
+        the change log (O(changes)) instead of copying every view, and returned.
+        """
+        if reuse is not None and reuse.token is self.token and reuse.position == self._base:
+            c = reuse
+            views, seqs, cv, cs = self._views, self._seq, c._views, c._seq
+            moved = []   # new, or dropped and put again: they go after the others
+            for jid in dict.fromkeys(self._log):
+                v = views.get(jid)
+                if v is not None and cs.get(jid) == seqs[jid]:
+                    cv[jid] = v              # replaced in place: keeps its order
+                    continue
+                if cv.pop(jid, None) is not None:
+                    del cs[jid]
+                if v is not None:
+                    moved.append(jid)
+            # every seq handed out since the copy is above those the copy holds,
+            # and iteration follows seq order, as in this set
+            for jid in sorted(moved, key=seqs.__getitem__):
+                cv[jid] = views[jid]
+                cs[jid] = seqs[jid]
+        else:
+            c = JobSet.__new__(JobSet)
+            c._views = dict(self._views)
+            c._seq = dict(self._seq)
+            c.token = self.token
         c._next = self._next
         c._log = list(self._log)
         c._base = self._base
-        c.token = self.token
         return c
 
     # ---- the policy's side -------------------------------------------------

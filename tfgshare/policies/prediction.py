@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Callable, Iterable
+
 from .base import JobView
 from .queueing import HOLDING, WAITING
 
@@ -70,3 +72,148 @@ def attained_now(job: JobView, now: float) -> float:
     if job.attained_at is not None and job.state in HOLDING and now > job.attained_at:
         return job.attained_service_s + (now - job.attained_at) * job.num_gpus
     return job.attained_service_s
+
+
+# ---- the co-location a job will see: measured sharing and the sampling still to come ----
+
+SHARING_KEPT = 8       # the latest sharing measurements averaged
+SAMPLING_KEPT = 8      # the latest sampling-run durations averaged
+
+
+def sharing_factor(shared_step_s: float, solo_step_s: float) -> float | None:
+    """How much a running job was slowed beside a sampling run: its step time
+    then over its step time alone (at least 1; None when either is unknown)."""
+    if not (shared_step_s > 0 and solo_step_s > 0):
+        return None
+    return max(1.0, shared_step_s / solo_step_s)
+
+
+def run_time_s(steps: float, solo_step_s: float, sharing: float, start_in_s: float,
+               sampling_left_s: float) -> float:
+    """Seconds to run ``steps`` starting ``start_in_s`` from now, when newcomers keep
+    sampling beside running jobs for the next ``sampling_left_s`` (each step then
+    ``sharing`` x slower) and the job runs alone after that."""
+    steps = max(0.0, steps)
+    solo = max(0.0, solo_step_s)
+    shared = max(0.0, sampling_left_s - max(0.0, start_in_s)) if sharing > 1.0 else 0.0
+    slow = solo * sharing
+    if slow <= 0 or steps * slow <= shared:
+        return steps * slow if slow > 0 else 0.0
+    return shared + (steps - shared / slow) * solo
+
+
+class ColocationForecast:
+    """What a just-sampled job will pay for sharing, from what was measured.
+
+    Under fgs newcomers sample first: while some are left to sample, a sampled
+    job waits, unless it waits past its promotion bound; a promoted job then
+    runs beside the sampling runs, slower by the sharing factor, until no
+    newcomer is left, and at its own speed after. This keeps the latest
+    measured sharing factors (a running job's step time beside a sampling run
+    over its step time alone) and sampling-run durations, and predicts a
+    sampled job's remaining run time from its step time alone, the sampling
+    still to come (jobs not yet sampled x the mean sampling run, one per GPU
+    at a time) and when it would be promoted. No sharing is assumed before one
+    is measured (the interference model's 2.1 for two busy jobs was measured
+    1.0-1.9 live on a loaded machine, see docs/benchmarks.md). The live
+    coordinator and the simulator each keep one and feed it their measurements.
+    """
+
+    def __init__(self) -> None:
+        self.sharing: list[float] = []
+        self.sampling_s: list[float] = []
+
+    def note_sharing(self, factor: float | None) -> None:
+        """A measured sharing factor (``sharing_factor``); None is ignored."""
+        if factor is not None:
+            self.sharing = (self.sharing + [factor])[-SHARING_KEPT:]
+
+    def note_sampling(self, seconds: float) -> None:
+        """A sampling run took ``seconds`` from its start to its exit."""
+        if seconds > 0:
+            self.sampling_s = (self.sampling_s + [seconds])[-SAMPLING_KEPT:]
+
+    def sharing_now(self) -> float:
+        """The mean of the latest measured sharing factors (1 before any)."""
+        return sum(self.sharing) / len(self.sharing) if self.sharing else 1.0
+
+    def sampling_left_s(self, unsampled: int, gpus: int) -> float:
+        """How long newcomers will keep sampling: one sampling run per GPU at a time."""
+        if unsampled <= 0 or not self.sampling_s:
+            return 0.0
+        rounds = -(-unsampled // max(1, gpus))
+        return rounds * sum(self.sampling_s) / len(self.sampling_s)
+
+    def remaining_s(self, steps_left: float, solo_step_s: float, restart_s: float,
+                    unsampled: int, gpus: int,
+                    promoted_in: Callable[[float], float] | None,
+                    ahead: Callable[[float], float] | None = None) -> float:
+        """A sampled job's predicted run time: a start, then its steps, beside
+        sampling runs if it is promoted while newcomers still sample.
+
+        ``promoted_in(left)`` is the seconds until the policy would promote it
+        were its prediction ``left`` (None: never while newcomers sample);
+        ``ahead(enough)`` the run time of the jobs before it once promoted
+        (running, and waiting since longer; ``work_ahead_s``), spread over the
+        GPUs it cannot start before; asked only when it may share. The
+        promotion bound grows with the prediction and the prediction shrinks as
+        the promotion comes later, so the prediction is the one consistent with
+        its own bound (found by bisection). ``predict_remaining_s`` from the
+        step time alone when no sampling is left to come.
+        """
+        restart = max(0.0, restart_s)
+        alone = predict_remaining_s(steps_left, solo_step_s, 1, restart)
+        left_s = self.sampling_left_s(unsampled, gpus)
+        sharing = self.sharing_now()
+        if promoted_in is None or left_s <= 0 or sharing <= 1.0 \
+                or promoted_in(alone) + restart >= left_s:   # promoted after the sampling
+            return alone
+        turn = 0.0 if ahead is None else max(0.0, ahead(left_s * gpus)) / max(1, gpus)
+
+        def given(left: float) -> float:
+            start = max(0.0, promoted_in(left), turn) + restart
+            return restart + run_time_s(steps_left, solo_step_s, sharing, start, left_s)
+
+        lo, hi = alone, given(alone)   # given() never passes given(alone), nor falls below alone
+        if given(hi) >= hi:
+            return hi
+        for _ in range(60):
+            if hi - lo < 1e-6 * hi:
+                break
+            mid = (lo + hi) / 2
+            if given(mid) > mid:
+                lo = mid
+            else:
+                hi = mid
+        return (lo + hi) / 2
+
+
+def solo_step_s(sampled_step_s: float, sharing: float | None) -> float:
+    """A job's step time alone, from its step sampled beside a running job that
+    was measured ``sharing`` x slower meanwhile (the sampled step when None)."""
+    return sampled_step_s / max(1.0, sharing) if sharing is not None else sampled_step_s
+
+
+def promotion_in(policy: object, job: JobView, now: float) -> Callable[[float], float] | None:
+    """Seconds from ``now`` until ``policy`` would promote the waiting ``job``, as a
+    function of its predicted remaining time (None: the policy promotes no job)."""
+    bound = getattr(policy, "promotion_wait_s", None)
+    if bound is None:
+        return None
+    waited = total_wait_s(job, now)
+    return lambda left: bound(job, left) - waited
+
+
+AHEAD_SCAN = 1000   # most jobs a caller examines for the work ahead of one (bounds its cost)
+
+
+def work_ahead_s(lefts: Iterable[float | None], enough: float) -> float:
+    """The summed predicted remaining times ``lefts`` of the jobs ahead of one
+    (None: not predicted), summing no further once past ``enough``."""
+    total = 0.0
+    for left in lefts:
+        if left is not None:
+            total += left
+            if total > enough:
+                break
+    return total

@@ -11,7 +11,11 @@ measured runner does not use, as the agent's spare does); a bare ``import tensor
 Per model and batch size, one fresh run gives:
 
 - ``startup_s``: hand-over to the warm runner until its ``started`` event (graph
-  build, session initialisation); ``graph_build_s`` is the runner's own ``graph_s``;
+  build, session initialisation), plus what its first step took beyond a steady step
+  (``first_step_extra_s``: TensorFlow's first-run set-up, paid by every start before the
+  job trains at its step time; the simulator's start-up stands for both, and
+  ``tfgshare replay`` measures a live start the same way); ``graph_build_s`` is the
+  runner's own ``graph_s``;
 - ``step_time_s``, ``images_per_s`` and ``memory_mb``: the runner's ``sample`` event
   (mean step time after the warm-up; peak GPU allocator memory on a GPU, peak RSS on
   the CPU); the step time is the mean over the steady steps after the sample (the
@@ -22,8 +26,12 @@ Per model and batch size, one fresh run gives:
 - ``save_s`` and ``checkpoint_mb``: the suspend that ends the run (its save ops already
   built by the post-sample checkpoint, as a real suspend pays);
 
+- ``cpu_share`` (on the CPU): the share of its core the runner got while it wanted one,
+  from the hand-over to the last steady step (``cpushare``); the times above are at that
+  share, and ``tfgshare replay`` compares it with the share its live runners got;
+
 and a second run on the same train dir gives ``resume_startup_s`` (its start-up: the
-exported graph imported, the checkpoint read) and ``restore_s`` (its runner's own
+exported graph imported, the checkpoint read, and its first step's excess) and ``restore_s`` (its runner's own
 restore phase). Few steps are run (``WARMUP``, ``SAMPLED``,
 ``STEADY``: a slow model such as vgg_16 on a CPU takes seconds per step, and its
 1.5 GB checkpoint is written twice and read once), enough for a mean step time within
@@ -56,6 +64,8 @@ import yaml
 from tfgshare.agent.gpus import core_sets, process_stat
 from tfgshare.agent.supervisor import die_with_parent, pin_threads
 from tfgshare.runner import protocol as rp
+
+from .cpushare import ran_waited, share
 
 # steps of a profiling run: warm-up, sampled, then steady steps measured for utilisation
 WARMUP, SAMPLED, STEADY = 1, 3, 3
@@ -146,11 +156,17 @@ class Run:
     offset: int = 0
     readings: list[tuple[float, float]] = field(default_factory=list)  # (wall time, cpu s or util)
     ps: psutil.Process | None = None
+    # (wall time, s ran, s waited runnable) of the process's threads (cpushare), from the
+    # hand-over on
+    sched: list[tuple[float, float, float]] = field(default_factory=list)
 
     def poll(self, nvml: _NvmlUtil | None) -> None:
         new, self.offset = rp.read_events(self.events_file, self.offset)
         self.events += new
         now = time.time()
+        rw = ran_waited(self.proc.pid) if self.proc.poll() is None else None
+        if rw is not None:
+            self.sched.append((now, *rw))
         if nvml is not None:
             self.readings.append((now, nvml.read()))
         else:
@@ -223,11 +239,23 @@ def _spawn(name: str, device: Device, model: str, batch: int, image_size: int | 
         time.sleep(0.05)
     if device.cores:
         pin_threads(proc.pid, device.cores)
+    sched0 = ran_waited(proc.pid)
     spawned = time.time()
     proc.stdin.write(rp.warm_job_line(argv, {}, str(events) + ".log").encode())
     proc.stdin.close()
     device.spare = _warm_runner(device, train_dir.parent)
-    return Run(name, proc, events, spawned)
+    run = Run(name, proc, events, spawned)
+    if sched0 is not None:
+        run.sched.append((spawned, *sched0))
+    return run
+
+
+def _share_until(run: Run, t1: float) -> float | None:
+    """The CPU share (``cpushare``) the run's process got from its hand-over to ``t1``."""
+    inside = [r for r in run.sched if r[0] <= t1]
+    if len(inside) < 2:
+        return None
+    return share(inside[-1][1] - inside[0][1], inside[-1][2] - inside[0][2])
 
 
 def _wait(runs: list[Run], nvml: _NvmlUtil | None, timeout_s: float, until=None) -> None:
@@ -301,6 +329,15 @@ def _stop(runs: list[Run]) -> None:
             r.proc.wait()
 
 
+def _first_step_extra(phases: dict, step_time_s: float) -> float:
+    """A run's first step (its ``start_phases`` event) less a steady step, at least 0."""
+    try:
+        first = float(phases.get("first_step_s"))
+    except (TypeError, ValueError):
+        return 0.0
+    return max(0.0, first - step_time_s) if math.isfinite(first) else 0.0
+
+
 def profile_one(device: Device, model: str, batch: int, image_size: int | None, work: Path,
                 nvml: _NvmlUtil | None, timeout_s: float = 900.0) -> dict:
     """Measure one (model, batch size): see the module doc for each figure."""
@@ -331,6 +368,7 @@ def profile_one(device: Device, model: str, batch: int, image_size: int | None, 
                            + run.log_tail())
     steady = _steady(run, t0)
     steady = [e for e in steady if e["time"] <= ckpts[-1]["time"]]
+    cpu_share = _share_until(run, steady[-1]["time"])
     util = _busy_between(run.readings, t0, steady[-1]["time"], device.gpu)
     step_time = sum(e["step_time_s"] for e in steady) / len(steady)
     # restore: start again on the same train dir for one more step
@@ -342,8 +380,13 @@ def profile_one(device: Device, model: str, batch: int, image_size: int | None, 
     if restarted is None or not restarted.get("restored"):
         raise RuntimeError(f"{model}/{batch}: the restore run did not restore:\n"
                            + again.log_tail())
-    startup = started["time"] - run.spawned
     phases = run.first("start_phases") or {}
+    again_phases = again.first("start_phases") or {}
+    # what the first step took beyond a steady one (TensorFlow's first-run set-up): paid
+    # by every start before the job trains at its step time, so part of the start-up
+    first_extra = _first_step_extra(phases, step_time)
+    resume_extra = _first_step_extra(again_phases, step_time)
+    startup = started["time"] - run.spawned + first_extra
     return {
         "model": model, "batch_size": batch, "image_size": image_size,
         "step_time_s": step_time, "sampled_step_time_s": sample["step_time_mean_s"],
@@ -353,8 +396,10 @@ def profile_one(device: Device, model: str, batch: int, image_size: int | None, 
         "startup_s": startup, "graph_build_s": phases.get("graph_s"),
         # the runner's own restore phase (a restart also imports the exported graph
         # instead of building it, so its start-up less the fresh one can be negative)
-        "restore_s": float((again.first("start_phases") or {}).get("restore_s") or 0.0),
-        "resume_startup_s": restarted["time"] - again.spawned,
+        "restore_s": float(again_phases.get("restore_s") or 0.0),
+        "resume_startup_s": restarted["time"] - again.spawned + resume_extra,
+        "first_step_extra_s": first_extra,
+        "cpu_share": cpu_share,
         "save_s": ckpts[-1]["seconds"], "first_save_s": ckpts[0]["seconds"],
         "checkpoint_mb": ckpts[-1]["size_mb"],
     }
@@ -431,19 +476,26 @@ def build_profile(device: Device, rows: list[dict], pairs: list[dict], fit: dict
             "image_size": r["image_size"], "optimizer_slots": 2,
             "checkpoint_mb": round(r["checkpoint_mb"], 2), "startup_s": [],
             "graph_build_s": [], "save_s": [], "restore_s": [], "resume_startup_s": [],
-            "batches": {}})
+            "first_step_extra_s": [], "cpu_share": [], "batches": {}})
         m["startup_s"].append(r["startup_s"])
         m["graph_build_s"].append(r["graph_build_s"] or 0.0)
         m["save_s"].append(r["save_s"])
         m["restore_s"].append(r["restore_s"])
         m["resume_startup_s"].append(r["resume_startup_s"])
+        m["first_step_extra_s"].append(r.get("first_step_extra_s", 0.0))
+        if r.get("cpu_share") is not None:
+            m["cpu_share"].append(r["cpu_share"])
         m["batches"][r["batch_size"]] = {
             "step_time_s": round(r["step_time_s"], 4), "images_per_s": round(r["images_per_s"], 2),
             "memory_mb": round(r["memory_mb"], 1),
             "gpu_util": round(r["gpu_util"] if r["gpu_util"] is not None else 1.0, 3)}
     for m in models.values():
-        for k in ("startup_s", "graph_build_s", "save_s", "restore_s", "resume_startup_s"):
+        for k in ("startup_s", "graph_build_s", "save_s", "restore_s", "resume_startup_s",
+                  "first_step_extra_s"):
             m[k] = round(sum(m[k]) / len(m[k]), 2)
+        shares = m.pop("cpu_share")
+        if shares:   # on the CPU: the share of its core the runner got while measured
+            m["cpu_share"] = round(sum(shares) / len(shares), 3)
         # a start with no warm spare ready also pays the import
         m["cold_startup_s"] = round(m["startup_s"] + import_s, 2)
     mb = sum(r["checkpoint_mb"] for r in rows)
@@ -566,7 +618,9 @@ def main(argv: list[str] | None = None) -> int:
                       f"(graph {row['graph_build_s'] or 0:.1f})  "
                       f"save {row['save_s']:.2f} s  restore {row['restore_s']:.1f} s "
                       f"(resume start {row['resume_startup_s']:.1f} s)  "
-                      f"ckpt {row['checkpoint_mb']:.0f} MB", flush=True)
+                      f"ckpt {row['checkpoint_mb']:.0f} MB"
+                      + ("" if row["cpu_share"] is None else
+                         f"  CPU share {row['cpu_share']:.2f}"), flush=True)
             if args.colocate and len(models) > 1:
                 alone = {(r["model"], r["batch_size"]): r["step_time_s"] for r in rows}
                 utils = {f"{r['model']}/{r['batch_size']}": r["gpu_util"] or 1.0 for r in rows}

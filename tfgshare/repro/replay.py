@@ -156,11 +156,13 @@ def checkpoint_seconds(lines: list[str]) -> float:
 
 
 def live_startups(client, ids: list[str], jobs: list, profiles
-                  ) -> tuple[dict[str, list[float]], list[dict]]:
-    """Each model's measured fresh start-ups (``start_costs``) over the live run's jobs,
-    and where each finished job's time went (waiting, starting, checkpoints, training)."""
+                  ) -> tuple[dict[str, list[float]], dict[str, list[float]], list[dict]]:
+    """Each model's measured fresh start-ups and restarts from a checkpoint
+    (``start_costs``) over the live run's jobs, and where each finished job's time went
+    (waiting, starting, checkpoints, training)."""
     by_name = {f"replay-{j.id}": j for j in jobs}
     out: dict[str, list[float]] = {}
+    resumed: dict[str, list[float]] = {}
     spent = []
     for record in client.jobs():
         if record["id"] not in ids or record["name"] not in by_name:
@@ -170,17 +172,17 @@ def live_startups(client, ids: list[str], jobs: list, profiles
         lines = client.logs(record["id"])
         costs = start_costs(lines, step)
         for cost, restored in costs:
-            if not restored:
-                out.setdefault(j.model, []).append(cost)
+            (resumed if restored else out).setdefault(j.model, []).append(cost)
         if record.get("finish_time"):
             jct = record["finish_time"] - record["submit_time"]
             starting = sum(c for c, _ in costs)
             saving = checkpoint_seconds(lines)
-            spent.append({"job": j.id, "model": j.model, "jct_s": jct,
-                          "waiting_s": record["waited_s"], "starting_s": starting,
+            spent.append({"job": j.id, "model": j.model, "steps": j.total_steps,
+                          "jct_s": jct, "waiting_s": record["waited_s"],
+                          "starts": len(costs), "starting_s": starting,
                           "checkpoints_s": saving,
                           "training_s": jct - record["waited_s"] - starting - saving})
-    return out, spent
+    return out, resumed, spent
 
 
 def time_spent_line(spent: list[dict]) -> str:
@@ -195,19 +197,89 @@ def time_spent_line(spent: list[dict]) -> str:
             f"{parts['checkpoints_s']:.1f} + training and exit {parts['training_s']:.1f}")
 
 
-def with_startups(profiles, startups: dict[str, list[float]]):
-    """``profiles`` with each model's ``startup_s`` set to the median of ``startups``."""
+def with_startups(profiles, startups: dict[str, list[float]],
+                  resumed: dict[str, list[float]] | None = None):
+    """``profiles`` with each model's ``startup_s`` set to the median of ``startups``
+    (and its ``resume_startup_s`` to the median of ``resumed``, where measured)."""
     from tfgshare.sim.profiles import Profiles
 
     medians = {m: statistics.median(v) for m, v in startups.items() if v}
-    by_key = {k: (dataclasses.replace(p, startup_s=medians[p.model]) if p.model in medians
-                  else p) for k, p in profiles.by_key.items()}
+    resumes = {m: statistics.median(v) for m, v in (resumed or {}).items() if v}
+    by_key = {}
+    for k, p in profiles.by_key.items():
+        if p.model in medians:
+            p = dataclasses.replace(p, startup_s=medians[p.model])
+        if p.model in resumes:
+            p = dataclasses.replace(p, resume_startup_s=resumes[p.model])
+        by_key[k] = p
     return Profiles(profiles.reference_gpu, by_key, profiles.colocation, profiles.storage_mb_s)
 
 
-def side_by_side(live: Report, sim: Report, calibrated: Report | None = None) -> str:
-    """Live and simulated figures per line, with the relative difference; ``calibrated``
-    (the simulator with the start-ups measured live) as two more columns when given."""
+def per_job_lines(spent: list[dict], sim_records: list, calibrated_records: list | None
+                  ) -> str:
+    """Each finished job's live JCT split (waiting, starts, checkpoints, training) beside
+    its simulated waiting and run time (start-ups, moves and steps), to see where they
+    part."""
+    sim = {r.id: r for r in sim_records}
+    cal = {r.id: r for r in calibrated_records or ()}
+    head = (f"{'job':13} {'model':13} {'steps':>5} | {'live JCT':>8} {'wait':>6} "
+            f"{'starts':>6} {'start s':>7} {'ckpt s':>6} {'train s':>7} | {'sim JCT':>7} "
+            f"{'wait':>6} {'run':>6}")
+    if cal:
+        head += f" | {'cal JCT':>7} {'wait':>6} {'run':>6}"
+    lines = [head]
+    for r in spent:
+        s = sim.get(r["job"])
+        line = (f"{r['job']:13} {r['model']:13} {r.get('steps', 0):5d} | {r['jct_s']:8.1f} "
+                f"{r['waiting_s']:6.1f} {r.get('starts', 0):6d} {r['starting_s']:7.1f} "
+                f"{r['checkpoints_s']:6.1f} {r['training_s']:7.1f} | ")
+        line += ("-" if s is None or s.finish_time is None else
+                 f"{s.finish_time - s.submit_time:7.1f} {s.waited_s:6.1f} {s.run_time_s:6.1f}")
+        c = cal.get(r["job"])
+        if cal:
+            line += (" | -" if c is None or c.finish_time is None else
+                     f" | {c.finish_time - c.submit_time:7.1f} {c.waited_s:6.1f} "
+                     f"{c.run_time_s:6.1f}")
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def profile_shares(path: Path) -> dict[str, float]:
+    """Each model's ``cpu_share`` in a measured CPU profile (the share of its core its
+    runner got while profiled; ``tfgshare profile``); empty where none was measured."""
+    import yaml
+
+    doc = yaml.safe_load(Path(path).read_text()) or {}
+    return {str(m): float(spec["cpu_share"]) for m, spec in (doc.get("models") or {}).items()
+            if isinstance(spec, dict) and isinstance(spec.get("cpu_share"), (int, float))
+            and spec["cpu_share"] > 0}
+
+
+def at_share(profiles, shares: dict[str, float], live_share: float):
+    """``profiles`` with each profiled model's CPU-bound times (step, start-up, restart)
+    scaled from the share of a core it had when profiled to ``live_share``: a runner on
+    a virtual GPU computes at the share of its core it gets. Checkpoint writes (disk)
+    are left as they are."""
+    from tfgshare.sim.profiles import Profiles
+
+    if not 0 < live_share <= 1:
+        raise ValueError(f"a CPU share must be in (0, 1], got {live_share!r}")
+    by_key = {}
+    for k, p in profiles.by_key.items():
+        if p.model in shares:
+            f = shares[p.model] / live_share
+            p = dataclasses.replace(
+                p, step_time_s=p.step_time_s * f, startup_s=p.startup_s * f,
+                resume_startup_s=None if p.resume_startup_s is None else p.resume_startup_s * f)
+        by_key[k] = p
+    return Profiles(profiles.reference_gpu, by_key, profiles.colocation, profiles.storage_mb_s)
+
+
+def side_by_side(live: Report, sim: Report, calibrated: Report | None = None,
+                 at_live_share: Report | None = None) -> str:
+    """Live and simulated figures per line, with the relative difference; ``at_live_share``
+    (the profile at the CPU share the live runners got) and ``calibrated`` (the start-ups
+    measured live) as two more columns each when given."""
     fields = [("jobs finished", "finished", 1), ("JCT mean s", "jct_mean", 1),
               ("JCT median s", "jct_median", 1), ("JCT p95 s", "jct_p95", 1),
               ("wait mean s", "wait_mean", 1), ("makespan s", "makespan", 1),
@@ -222,16 +294,19 @@ def side_by_side(live: Report, sim: Report, calibrated: Report | None = None) ->
         d = (b - a) / a if a and not (math.isnan(a) or math.isnan(b)) else math.nan
         return f"{100 * d:+11.1f}%" if not math.isnan(d) else f"{'-':>12}"
 
+    extra = [(h, r) for h, r in (("live share", at_live_share), ("start-ups", calibrated))
+             if r is not None]
     head = f"{'':18} {'live':>10} {'simulated':>10} {'sim vs live':>12}"
-    if calibrated is not None:
+    second = f"{'':18} {'':>10} {'(profile)':>10} {'':>12}"
+    for h, _ in extra:
         head += f" {'sim, live':>10} {'vs live':>12}"
-        head += "\n" + f"{'':18} {'':>10} {'':>10} {'':>12} {'start-ups':>10}"
-    lines = [head]
+        second += f" {h:>10} {'':>12}"
+    lines = [head, second] if extra else [head]
     for name, attr, scale in fields:
         a, b = scale * getattr(live, attr), scale * getattr(sim, attr)
         line = f"{name:18} {a:10.1f} {b:10.1f} {diff(a, b)}"
-        if calibrated is not None:
-            c = scale * getattr(calibrated, attr)
+        for _, r in extra:
+            c = scale * getattr(r, attr)
             line += f" {c:10.1f} {diff(a, c)}"
         lines.append(line)
     return "\n".join(lines)
@@ -272,8 +347,12 @@ def default_live_profile() -> Path:
     return Path(str(resources.files("tfgshare") / "data" / "profiles" / "cpu-virtual-gpu.yaml"))
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the replay command; 0 when every job finished, 1 otherwise, 2 on bad input."""
+def main(argv: list[str] | None = None, share_probe=None) -> int:
+    """Run the replay command; 0 when every job finished, 1 otherwise, 2 on bad input.
+
+    ``share_probe`` (a ``cpushare.RunnerShareProbe`` on the live cluster's agent, which
+    only a caller on the same machine has, e.g. ``tools/replay_local.py``) measures the
+    CPU share the live runners got; the profile is then also simulated at that share."""
     from tfgshare.client.api import Client, ClientError
     from tfgshare.sim.cli import time_arg
     from tfgshare.sim.profiles import load_profiles
@@ -282,7 +361,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.jobs is not None and args.jobs < 1:
             raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
-        profiles = load_profiles(args.profile or default_live_profile())
+        profile_path = Path(args.profile) if args.profile else default_live_profile()
+        profiles = load_profiles(profile_path)
+        shares = profile_shares(profile_path)
         vcs = [v.strip() for v in args.vc.split(",")] if args.vc else None
         as_model = None
         if args.as_model:
@@ -310,22 +391,46 @@ def main(argv: list[str] | None = None) -> int:
                   f"{sum(j.duration for j in jobs) * args.speedup / 3600:.1f} GPU-h",
                   file=sys.stderr)
             from .live import live_report, run_schedule
-            run = run_schedule(client, job_specs(jobs, profiles), args.timeout)
+            if share_probe is not None:
+                share_probe.start()
+            try:
+                run = run_schedule(client, job_specs(jobs, profiles), args.timeout)
+            finally:
+                live_share = share_probe.stop() if share_probe is not None else None
             metrics = client.metrics()
-            startups, spent = live_startups(client, run.ids, jobs, profiles)
+            startups, resumed, spent = live_startups(client, run.ids, jobs, profiles)
     except (ClientError, ValueError) as err:
         print(f"tfgshare replay: error: {err}", file=sys.stderr)
         return 2
     live = live_report(metrics)
     sim = simulate_same(jobs, profiles, policy, spec, args.seed)
-    calibrated = simulate_same(jobs, with_startups(profiles, startups), policy, spec, args.seed)
+    calibrated = simulate_same(jobs, with_startups(profiles, startups, resumed), policy, spec,
+                               args.seed)
+    at_live = None
+    if live_share and shares:
+        at_live = simulate_same(jobs, at_share(profiles, shares, live_share), policy, spec,
+                                args.seed)
+        used = sorted({j.model for j in jobs})
+        print(f"CPU share of the live runners: {live_share:.3f}; of the profile's runners: "
+              + ", ".join(f"{m} {shares[m]:.3f}" for m in used if m in shares))
+    elif share_probe is not None:
+        print("CPU share of the live runners: "
+              + ("not measured" if not live_share else
+                 f"{live_share:.3f}; the profile has none (profiled before shares were)"))
     for model, costs in sorted(startups.items()):
-        print(f"start-up of {model}: live median {statistics.median(costs):.1f} s over "
-              f"{len(costs)} fresh starts (min {min(costs):.1f}, max {max(costs):.1f}); "
-              f"profile {profiles.get(*next(k for k in profiles.by_key if k[0] == model)).startup_s:.1f} s")
+        prof = profiles.get(*next(k for k in profiles.by_key if k[0] == model))
+        line = (f"start-up of {model}: live median {statistics.median(costs):.1f} s over "
+                f"{len(costs)} fresh starts (min {min(costs):.1f}, max {max(costs):.1f}); "
+                f"profile {prof.startup_s:.1f} s")
+        if resumed.get(model):
+            line += (f"; restarts: live median {statistics.median(resumed[model]):.1f} s over "
+                     f"{len(resumed[model])}, profile "
+                     + ("-" if prof.resume_startup_s is None else f"{prof.resume_startup_s:.1f} s"))
+        print(line)
     print(time_spent_line(spent))
+    print(per_job_lines(spent, (at_live or sim).records, calibrated.records))
     return write_report(out, args, jobs, run, metrics, live, sim, policy, spec,
-                        calibrated, startups, spent)
+                        calibrated, startups, spent, resumed, at_live, live_share)
 
 
 def per_job(live_jobs: list[dict], sim_records: list) -> list[dict]:
@@ -343,16 +448,21 @@ def per_job(live_jobs: list[dict], sim_records: list) -> list[dict]:
 def write_report(out: Path, args, jobs: list, run, metrics: dict, live: Report, sim,
                  policy: str, spec: str, calibrated=None,
                  startups: dict[str, list[float]] | None = None,
-                 spent: list[dict] | None = None) -> int:
+                 spent: list[dict] | None = None,
+                 resumed: dict[str, list[float]] | None = None,
+                 at_live=None, live_share: float | None = None) -> int:
     """Print and write report.csv / report.json (the simulate report's form, live + sim,
     and the simulator again with the start-ups measured live when given)."""
     out.mkdir(parents=True, exist_ok=True)
     reports = {f"{policy} live": live, f"{policy} sim": sim.report}
+    if at_live is not None:
+        reports[f"{policy} sim (live CPU share)"] = at_live.report
     if calibrated is not None:
         reports[f"{policy} sim (live start-ups)"] = calibrated.report
     print(format_table(reports, baseline=f"{policy} live"))
     print()
-    print(side_by_side(live, sim.report, calibrated.report if calibrated else None))
+    print(side_by_side(live, sim.report, calibrated.report if calibrated else None,
+                       at_live.report if at_live else None))
     rows = table_rows(reports, baseline=f"{policy} live")
     with open(out / "report.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
@@ -363,23 +473,37 @@ def write_report(out: Path, args, jobs: list, run, metrics: dict, live: Report, 
             if live.jct_mean and not math.isnan(live.jct_mean) else None
     diff = rel(sim.report)
     diff_cal = rel(calibrated.report) if calibrated is not None else None
+    diff_share = rel(at_live.report) if at_live is not None else None
     pairs = per_job(run.jobs, sim.records)
-    both = [p for p in pairs if p["live_jct_s"] is not None and p["sim_jct_s"] is not None]
-    if both and len(both) < len(jobs):   # a run cut short: compare the jobs that finished
-        a = sum(p["live_jct_s"] for p in both) / len(both)
-        b = sum(p["sim_jct_s"] for p in both) / len(both)
-        print(f"over the {len(both)} jobs finished live: mean JCT live {a:.0f} s, simulated "
-              f"{b:.0f} s ({100 * (b - a) / a:+.1f} %)")
+    sims = {"profile": sim, "live CPU share": at_live, "live start-ups": calibrated}
+    finished_only = {}
+    for name, result in sims.items():
+        if result is None:
+            continue
+        both = [p for p in per_job(run.jobs, result.records)
+                if p["live_jct_s"] is not None and p["sim_jct_s"] is not None]
+        if both and len(both) < len(jobs):   # a run cut short: compare the jobs that finished
+            a = sum(p["live_jct_s"] for p in both) / len(both)
+            b = sum(p["sim_jct_s"] for p in both) / len(both)
+            finished_only[name] = (b - a) / a
+            print(f"over the {len(both)} jobs finished live: mean JCT live {a:.0f} s, "
+                  f"simulated ({name}) {b:.0f} s ({100 * (b - a) / a:+.1f} %)")
     doc = {
         "trace": args.trace, "speedup": args.speedup, "cluster": spec, "policy": policy,
         "jobs": len(jobs), "seed": args.seed, "live_wall_s": run.wall_s,
         "timed_out": run.timed_out, "jct_mean_sim_vs_live": diff,
         "jct_mean_sim_live_startups_vs_live": diff_cal,
+        "jct_mean_sim_live_share_vs_live": diff_share, "live_cpu_share": live_share,
+        "jct_mean_vs_live_over_jobs_finished_live": finished_only,
         "live_startups_s": startups or {},
+        "live_restarts_s": resumed or {},
         "live_time_spent": spent or [],
         "live": {"report": live.as_dict(), "jobs": metrics["jobs"]},
         "sim": {"report": sim.report.as_dict(),
                 "jobs": [dataclasses.asdict(r) for r in sim.records]},
+        "sim_live_share": None if at_live is None else {
+            "report": at_live.report.as_dict(),
+            "jobs": [dataclasses.asdict(r) for r in at_live.records]},
         "sim_live_startups": None if calibrated is None else {
             "report": calibrated.report.as_dict(),
             "jobs": [dataclasses.asdict(r) for r in calibrated.records]},
@@ -391,6 +515,8 @@ def write_report(out: Path, args, jobs: list, run, metrics: dict, live: Report, 
     print(f"live: {states.count('finished')}/{len(jobs)} finished in {run.wall_s:.0f} s; "
           f"mean JCT simulated vs live: "
           + ("-" if diff is None else f"{100 * diff:+.1f} %")
+          + ("" if diff_share is None else
+             f" (at the live CPU share {live_share:.2f}: {100 * diff_share:+.1f} %)")
           + ("" if diff_cal is None else f" (with the live start-ups: {100 * diff_cal:+.1f} %)")
           + f"; wrote {out}")
     return 0 if states.count("finished") == len(jobs) and not run.timed_out else 1

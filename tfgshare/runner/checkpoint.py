@@ -117,14 +117,18 @@ class CheckpointInfo:
     path: str
     spec: dict
     input_position: int
+    global_step: int | None = None   # the value of ``step_variable``, when asked for
 
 
-def inspect_checkpoint(path: str, expected: dict) -> CheckpointInfo:
-    """Read a checkpoint's job spec and input position; check the spec matches ``expected``."""
+def inspect_checkpoint(path: str, expected: dict, step_variable: str | None = None
+                       ) -> CheckpointInfo:
+    """Read a checkpoint's job spec and input position (and the value of the variable
+    ``step_variable``, when given); check the spec matches ``expected``."""
     try:
         reader = tf.train.load_checkpoint(path)
         spec = json.loads(reader.get_tensor(_value_key(SPEC_VARIABLE)).decode())
         position = int(reader.get_tensor(_value_key(POSITION_VARIABLE)))
+        step = int(reader.get_tensor(_value_key(step_variable))) if step_variable else None
     except Exception as exc:
         raise CorruptCheckpointError(
             f"checkpoint {path} is corrupt or not a tfgshare checkpoint: "
@@ -134,7 +138,7 @@ def inspect_checkpoint(path: str, expected: dict) -> CheckpointInfo:
             raise CheckpointError(
                 f"checkpoint {path} was written with {key}={spec.get(key)!r} but this run "
                 f"has {key}={expected.get(key)!r}; use another --train_dir")
-    return CheckpointInfo(path, spec, position)
+    return CheckpointInfo(path, spec, position, step)
 
 
 class JobCheckpoint:
@@ -220,16 +224,19 @@ class JobCheckpoint:
         size = sum(os.path.getsize(p) for p in directory.glob(Path(path).name + ".*"))
         return Saved(path, step, seconds, size / 2**20)
 
-    def restore(self, session, path: str) -> float:
+    def restore(self, session, path: str, also=(), feed: dict | None = None) -> float:
         """Load every variable from ``path``; the seconds it took.
 
+        ``also``: more ops to run in the same ``session.run`` (with ``feed``), such as
+        starting the input stream: each distinct run costs the session a new set-up.
         Raises CorruptCheckpointError when ``path`` cannot be read, CheckpointError when
         it does not hold exactly this graph's variables with their shapes and types.
         """
         start = time.perf_counter()
         self._check_matches(path)
         try:
-            session.run(self.ops["restore"], {self.ops["prefix"]: path})
+            session.run([self.ops["restore"], *also], {**(feed or {}),
+                                                       self.ops["prefix"]: path})
         except tf.errors.OpError as exc:
             raise CorruptCheckpointError(
                 f"checkpoint {path} cannot be read: {type(exc).__name__}: "

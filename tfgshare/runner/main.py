@@ -162,13 +162,18 @@ def _build_and_train(config: TrainConfig, sink: EventSink,
     proto = runner_graph.session_config(config)
     with tf.compat.v1.Session(graph=built.graph, config=proto) as session:
         tick = time.perf_counter()
-        # a restore sets every variable, so only a fresh start runs the initializers
-        latest = _restore_newest_good(config, built, session, candidates, sink)
-        restore_s = time.perf_counter() - tick if latest else 0.0
-        if latest is None:
+        # a restore sets every variable, so only a fresh start runs the initializers; it
+        # starts the input stream in the same run, at the position the checkpoint holds
+        restored = _restore_newest_good(config, built, session, candidates, sink,
+                                        start_input=True)
+        restore_s = time.perf_counter() - tick if restored else 0.0
+        if restored is None:
             session.run(built.init_op)
-        runner_graph.start_input(session, built)
-        step = int(session.run(built.global_step))
+            runner_graph.start_input(session, built)
+            step = int(session.run(built.global_step))
+        else:
+            step = restored.global_step
+        latest = restored.path if restored else None
         sink.emit("started", global_step=step, restored=latest is not None,
                   device=",".join(built.devices), memory_fraction=config.memory_fraction)
         phases = {"start_s": start_s, "graph_s": graph_s, "graph_source": source,
@@ -196,11 +201,14 @@ def _training_graph(config: TrainConfig, sink: EventSink):
 
 
 def _restore_newest_good(config: TrainConfig, built, session, candidates: list[str],
-                         sink: EventSink) -> str | None:
-    """Restore the newest checkpoint that reads back whole; None for a fresh start.
+                         sink: EventSink, start_input: bool = False):
+    """Restore the newest checkpoint that reads back whole; its CheckpointInfo (with the
+    global step it holds), or None for a fresh start.
 
-    A corrupt or partial checkpoint is skipped with a warning (and dropped from the
-    kept list); one written for another job, or no readable one at all, is an error.
+    With ``start_input``, the input stream starts at the checkpoint's position in the
+    restore's own ``session.run``. A corrupt or partial checkpoint is skipped with a
+    warning (and dropped from the kept list); one written for another job, or no
+    readable one at all, is an error.
     """
     from tfgshare.runner import checkpoint as ckpt
     from tfgshare.runner import graph as runner_graph
@@ -209,8 +217,10 @@ def _restore_newest_good(config: TrainConfig, built, session, candidates: list[s
     bad: list[str] = []
     for path in candidates:
         try:
-            ckpt.inspect_checkpoint(path, expected)
-            built.checkpoint.restore(session, path)
+            info = ckpt.inspect_checkpoint(path, expected, built.global_step.op.name)
+            built.checkpoint.restore(
+                session, path, also=[built.input_init] if start_input else [],
+                feed={built.start_example: info.input_position} if start_input else None)
         except ckpt.CorruptCheckpointError as exc:
             bad.append(path)
             _warn(sink, f"{exc}; falling back to an older checkpoint")
@@ -219,7 +229,7 @@ def _restore_newest_good(config: TrainConfig, built, session, candidates: list[s
             kept = [p for p in reversed(candidates) if p not in bad]
             ckpt.set_current(config.train_dir, kept, config.epoch)
             _warn(sink, f"resuming from {path}, not the newest ({bad[0]}), which is unreadable")
-        return path
+        return info
     if bad:
         raise rp.CheckpointError(f"no readable checkpoint in {config.train_dir}: "
                                  f"{', '.join(bad)} are corrupt or partial")

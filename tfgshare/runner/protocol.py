@@ -113,7 +113,8 @@ EVENTS: dict[str, tuple[str, ...]] = {
     "out_of_memory": ("peak_memory_mb", "limit_mb", "message"),
     # the phases of a move, in seconds: a start or resume (sent after its first step;
     # start_s: process start to this run's training setup, None in-process; graph_source:
-    # "built" or "imported"; restore_s 0 and restored_from None on a fresh start) ...
+    # "built" or "imported"; restore_s: the restore with the input stream's start, which
+    # runs with it; 0, and restored_from None, on a fresh start) ...
     "start_phases": ("start_s", "graph_s", "graph_source", "restore_s", "restored_from",
                      "first_step_s"),
     # ... and a suspend (sent before "suspended"; stop_wait_s: from the request to the end

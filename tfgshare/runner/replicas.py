@@ -119,7 +119,8 @@ def train_member(config: TrainConfig, sink: EventSink, stop_event: threading.Eve
     tick = time.perf_counter()
     latest = None
     if config.is_chief:
-        latest = runner_main._restore_newest_good(config, built, session, candidates, sink)
+        restored = runner_main._restore_newest_good(config, built, session, candidates, sink)
+        latest = restored.path if restored else None
         if latest is None:
             session.run(built.init_op)
     elif not _wait_until_ready(session, ops["not_ready"], stop_event):

@@ -15,7 +15,9 @@ class SimConfig:
 
     Checkpoint save and restore each take ``checkpoint_mb / storage_mb_s``
     seconds (or ``checkpoint_s`` when set; 0 makes moves free); every (re)start
-    pays the model's ``startup_s`` first (or ``startup_s`` here when set). The sampling
+    pays the model's ``startup_s`` first (or ``startup_s`` here when set), except a
+    restart from a checkpoint under a profile that measured one (``resume_startup_s``,
+    read included), when neither is set here. The sampling
     phase runs ``warmup_steps + sample_steps`` real training steps, bounded to
     ``sample_share`` of the job's steps (at least one), then saves a checkpoint.
     """

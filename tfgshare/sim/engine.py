@@ -33,6 +33,7 @@ import random
 import time
 from array import array
 from dataclasses import dataclass
+from itertools import islice
 from typing import Callable, Iterable, Sequence
 
 from tfgshare.metrics import (JobAccount, JobRecord, Report, Timeline, compute_report,
@@ -41,7 +42,9 @@ from tfgshare.policies.base import (ClusterSnapshot, Fragment, JobState, JobView
                                     Policy, SampleRecord, Start, Suspend)
 from tfgshare.policies.jobset import JobSet
 from tfgshare.policies.movecost import move_cost_s
-from tfgshare.policies.prediction import predict_remaining_s
+from tfgshare.policies.prediction import (AHEAD_SCAN, ColocationForecast,
+                                          predict_remaining_s, promotion_in, sharing_factor,
+                                          solo_step_s, work_ahead_s)
 
 from .cluster import SimCluster
 from .config import SimConfig
@@ -49,6 +52,7 @@ from .profiles import ModelProfile, Profiles
 
 END, READY = 0, 1          # event kinds: a run reaches its target; a start-up stall ends
 EPS = 1e-9
+UNSAMPLED = (JobState.QUEUED, JobState.SAMPLING)   # jobs still to sample
 OOM_OVERSHOOT = 0.02   # a job that runs out of memory is measured this far past its fragment
 
 
@@ -82,6 +86,7 @@ class SimJob(JobAccount):
     speed: float = 0.0            # co-location speed while it trains (0 while stalled)
     sample: SampleRecord | None = None
     measured_step_s: float | None = None
+    solo_step_s: float | None = None  # its step time alone: sampled, less a measured sharing
     restart_s: float | None = None  # measured cost of its last start (start-up, restore)
     save_s: float | None = None     # measured time of its last checkpoint save
     start_cost_s: float = 0.0       # true cost of its current start, measured once past it
@@ -133,6 +138,9 @@ class Simulator:
         self.tick_s = getattr(policy, "tick_s", self.config.tick_s)
         self.acts_when_idle = bool(getattr(policy, "acts_when_idle", False))
         self.sample_steps = int(getattr(policy, "sample_steps", self.config.sample_steps))
+        # measured sharing factors and sampling runs, for sampled jobs' predictions
+        self.forecast = ColocationForecast()
+        self.unsampled = 0            # arrived jobs queued or sampling
 
     # ---- set-up ------------------------------------------------------------
 
@@ -268,6 +276,7 @@ class Simulator:
 
     def _arrive(self, job: SimJob) -> None:
         job.begin_wait(job.submit_time)
+        self.unsampled += 1   # it is QUEUED
         self.live[job.id] = job
         self.dirty[job] = None
         self.n_waiting += 1
@@ -278,7 +287,7 @@ class Simulator:
         job.t_prog = now
         if job.steps >= job.total_steps:
             self._release(job)
-            job.state = JobState.FINISHED
+            self._set_state(job, JobState.FINISHED)
             del self.live[job.id]
             job.end(now)
             self.records.append(JobRecord.of(job.id, job.num_gpus, job, now))
@@ -294,11 +303,11 @@ class Simulator:
         measured = step * max(0.5, 1.0 + self.rng.gauss(0.0, cfg.step_noise))
         peak = job.prof.memory_mb * (1.0 + abs(self.rng.gauss(0.0, cfg.memory_noise)))
         self._measure_start(job)
-        # the live coordinator's prediction, from these measurements, once the
-        # sampling run has exited (its checkpoint saved): the steps left, and the
-        # start it still needs
-        job.note_prediction(predict_remaining_s(job.total_steps - job.steps, measured, 1,
-                                                job.restart_s or 0.0), now)
+        # how much the running jobs beside it were slowed meanwhile, as they report
+        sharing = self._sharing_beside(job)
+        self.forecast.note_sharing(sharing)
+        self.forecast.note_sampling(now - job.last_start if job.last_start is not None else 0.0)
+        job.solo_step_s = solo_step_s(measured, sharing)
         self._release(job)
         co = max(len(self.tenants.get(f.gpu, ())) for f in job.fragments) if job.fragments else 0
         job.sample = SampleRecord(measured, peak, job.prof.gpu_util, co)
@@ -309,9 +318,59 @@ class Simulator:
         job.ready_at = now
         job.fragments = ()
         self._to_waiting(job, JobState.SAMPLED)
+        # the live coordinator's prediction, from these measurements, once the
+        # sampling run has exited (its checkpoint saved): the start it still needs,
+        # then its steps alone at the co-location it is expected to see
+        job.measured_step_s = self._forecast_step_s(job)
+        job.note_prediction(predict_remaining_s(job.total_steps - job.steps,
+                                                job.measured_step_s, 1, job.restart_s or 0.0),
+                            now)
+
+    def _sharing_beside(self, job: SimJob) -> float | None:
+        """The running jobs beside ``job`` reported step time over their step time alone
+        (the mean; None when none runs beside it)."""
+        found = []
+        for f in job.fragments:
+            for other in self.tenants.get(f.gpu, ()):
+                if other is not job and other.state is JobState.RUNNING \
+                        and other.solo_step_s is not None and self.now >= other.stall_until:
+                    step = other.prof.step_time_s * other.slow / self._speed_of(other) \
+                        * self._span_factor(other)
+                    found.append(sharing_factor(self._noisy(step), other.solo_step_s))
+        found = [x for x in found if x is not None]
+        return sum(found) / len(found) if found else None
+
+    def _forecast_step_s(self, job: SimJob) -> float:
+        """The step time a just-sampled job is expected to run at, sharing included
+        (as the live coordinator's ``_forecast_step_s``)."""
+        solo = job.solo_step_s if job.solo_step_s is not None else job.measured_step_s
+        steps = job.total_steps - job.steps
+        if steps <= 0:
+            return solo
+        restart = job.restart_s or 0.0
+        mine = (job.submit_time, job.id)
+
+        def ahead(enough: float) -> float:   # once promoted: running jobs, longer waiting ones
+            return work_ahead_s(
+                ((j.total_steps - j.steps) * j.measured_step_s
+                 for j in islice(self.live.values(), AHEAD_SCAN)
+                 if j is not job and j.measured_step_s is not None
+                 and j.state is not JobState.SAMPLING
+                 and (j.state.holds_gpu or (j.submit_time, j.id) < mine)), enough)
+
+        total = self.forecast.remaining_s(steps, solo, restart, self.unsampled,
+                                          self.cluster.num_gpus,
+                                          promotion_in(self.policy, self._view(job), self.now),
+                                          ahead)
+        return max(0.0, total - restart) / steps
+
+    def _set_state(self, job: SimJob, state: JobState) -> None:
+        """Change its state, counting the jobs not yet sampled (queued or sampling)."""
+        self.unsampled += (state in UNSAMPLED) - (job.state in UNSAMPLED)
+        job.state = state
 
     def _to_waiting(self, job: SimJob, state: JobState) -> None:
-        job.state = state
+        self._set_state(job, state)
         if job.last_wait_start is None:   # a start that failed keeps its wait going
             job.begin_wait(self.now)
         self.dirty[job] = None
@@ -597,6 +656,10 @@ class Simulator:
         prof = job.prof
         restore = self._checkpoint_s(prof) if job.has_checkpoint else 0.0
         startup = self._startup_s(prof)
+        if (job.has_checkpoint and prof.resume_startup_s is not None
+                and self.config.startup_s is None and self.config.checkpoint_s is None):
+            # a measured restart: the exported graph is imported, not built again
+            startup, restore = prof.resume_startup_s, 0.0
         resuming = False
         if not migrating:
             if job.state is JobState.SUSPENDED:
@@ -628,11 +691,11 @@ class Simulator:
             job.target = min(float(job.total_steps), job.steps + length)
             job.tail_s = (self._checkpoint_s(prof) if job.target < job.total_steps
                           or self.config.runner_checkpoints else 0.0)
-            job.state = JobState.SAMPLING
+            self._set_state(job, JobState.SAMPLING)
         else:
             job.target = float(job.total_steps)
             job.tail_s = self._runner_saves_s(job, prof)
-            job.state = JobState.RUNNING
+            self._set_state(job, JobState.RUNNING)
         job.begin_hold(now)
         if resuming:
             job.begin_move(now)

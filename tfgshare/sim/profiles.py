@@ -24,6 +24,9 @@ class ModelProfile:
     checkpoint_mb: float   # size of a tf.train.Checkpoint (weights + optimizer slots)
     startup_s: float       # process start + graph build before the first step
     image_size: int | None = None   # input size profiled (None: the net's default)
+    # a restart from its checkpoint, measured whole (exported graph imported, checkpoint
+    # read, first step's excess); None: startup_s plus the checkpoint's read
+    resume_startup_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,9 @@ def load_profiles(path: str | Path | None = None) -> Profiles:
         if image_size is not None and (not isinstance(image_size, int) or image_size < 1):
             raise ValueError(f"{where}.image_size: {image_size!r} must be a positive integer")
         startup = _positive(spec.get("startup_s"), f"{where}.startup_s")
+        resume = spec.get("resume_startup_s")
+        if resume is not None:
+            resume = _positive(resume, f"{where}.resume_startup_s")
         for batch, row in spec["batches"].items():
             bw = f"{where}.batches.{batch}"
             if not isinstance(batch, int) or batch <= 0:
@@ -125,7 +131,8 @@ def load_profiles(path: str | Path | None = None) -> Profiles:
                 step_time_s=_positive(row.get("step_time_s"), f"{bw}.step_time_s"),
                 memory_mb=_positive(row.get("memory_mb"), f"{bw}.memory_mb"),
                 gpu_util=_positive(row.get("gpu_util"), f"{bw}.gpu_util", upper=1.0),
-                checkpoint_mb=checkpoint_mb, startup_s=startup, image_size=image_size)
+                checkpoint_mb=checkpoint_mb, startup_s=startup, image_size=image_size,
+                resume_startup_s=resume)
     coloc = data.get("colocation")
     if coloc is not None:
         if not isinstance(coloc, dict) or "overhead" not in coloc or "exponent" not in coloc:
