@@ -242,3 +242,32 @@ def test_far_reservations_leave_gpus_to_others():
     assert check(fgs(min_run_s=300, max_wait_s=4 * H), 5 * H, c, jobs) == []
     acts = check(fgs(min_run_s=300, max_wait_s=4 * H, reserve_horizon_s=100), 5 * H, c, jobs)
     assert [a.job for a in acts] == ["small"]
+
+
+def test_a_failed_consolidation_leaves_the_free_room_as_it_was_to_the_bit():
+    from tfgshare.policies.fgs import _Round
+    c = make_cluster(1, 3)
+    # n0:0: a small settled tenant and one that just started (may not move), so
+    # moving the small one alone does not make room; n0:1 and n0:2: one big tenant
+    # each, which fits nowhere else
+    jobs = [make_job("a", submit=1, on={"n0:0": 0.07}, memory_mb=1000, gpu_util=0.2,
+                     last_start=0),
+            make_job("b", submit=2, on={"n0:0": 0.6}, memory_mb=9000, gpu_util=0.2,
+                     last_start=450),
+            make_job("c", submit=3, on={"n0:1": 0.65}, memory_mb=9500, gpu_util=0.2,
+                     last_start=0),
+            make_job("d", submit=4, on={"n0:2": 0.65}, memory_mb=9500, gpu_util=0.2,
+                     last_start=0),
+            make_job("w", submit=5, state=JobState.SAMPLED, requested_fraction=0.45,
+                     memory_mb=6000, gpu_util=0.2, total_steps=100)]
+    pol = fgs()
+    memo = pol.new_memo()
+    memo.sync(jobs)   # the tenants of each GPU, as decide() has them
+    r = _Round(pol, 500, c, jobs, memo=memo)
+    before = (dict(r.free.use), {g: r.free.free(g) for g in r.free.gpus}, r.free.total_free())
+    moved = []
+    take = r._take
+    r._take = lambda jid, util, placed: (moved.append(jid), take(jid, util, placed))
+    r.consolidate(jobs[-1])
+    assert moved == ["a"] and r.actions == []   # it tried to move a, then gave up
+    assert (r.free.use, {g: r.free.free(g) for g in r.free.gpus}, r.free.total_free()) == before

@@ -1,8 +1,11 @@
 """Fragment accounting, placement and validation on hand-built clusters."""
 
+import math
 from dataclasses import replace
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tfgshare.policies.base import Fragment, JobState, Migrate, Start, Suspend
 from tfgshare.policies.builders import make_cluster, make_job
@@ -139,3 +142,26 @@ def test_a_job_spanning_nodes_uses_only_nodes_that_take_gang_members(name):
     assert {f.gpu.split(":")[0] for f in starts[0].fragments} == {"n0", "n2"}
     closed = replace(c, gang_nodes=frozenset({"n0"}))
     assert not [a for a in get_policy(name).decide(0.0, closed, [job]) if isinstance(a, Start)]
+
+
+@given(st.lists(st.tuples(st.integers(0, 5), st.sampled_from([0.1, 0.2, 0.3, 0.05, 0.15]),
+                          st.booleans()), max_size=40))
+def test_total_free_is_the_exact_sum_whatever_the_order_of_changes(steps):
+    c = make_cluster(2, 3)
+    fm = FreeMap(c, [], max_tenants=4)
+    fm.total_free()   # kept up to date from here on
+    held: list[tuple[str, float]] = []
+    for i, f, release in steps:
+        if release and held:
+            fm.release([held.pop(i % len(held))])
+        else:
+            gid = c.gpus[i].id
+            if fm.free(gid) >= f:
+                fm.take([(gid, f)])
+                held.append((gid, f))
+    empty = [free_fraction(g, None, c.reserve_mb) for g in c.gpus]
+    gains = [x for g, e in zip(c.gpus, empty) if g.id in fm.use
+             for x in (max(0.0, fm.free(g.id)), -e)]
+    want = math.fsum([sum(empty)] + gains)
+    assert fm.total_free() == want
+    assert FreeMap(c, [], max_tenants=4, use=fm.use).total_free() == want   # built afresh

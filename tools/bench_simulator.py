@@ -15,7 +15,9 @@ Writes the "Simulator" section of docs/benchmarks.md (``--no-write`` to only pri
     utilisation against fifo, for every policy, next to the paper's x4.1 and /3.6.
 (d) Contended (``--contended``): the whole Philly CSV (82,247 jobs) on 256 and
     512 GPUs, and its first 14,000 jobs on 256 GPUs (a stand-in for the ~14k-job
-    Tiresias-CSV trace), for every policy: wall time, jobs/s, peak memory.
+    Tiresias-CSV trace), for every policy: wall time, jobs/s, peak memory; with
+    ``--trace FILE`` also that Tiresias-CSV trace on 256 GPUs (the ~14k-job one:
+    ``tools/tiresias_trace.py --start 2017-10-01 --jobs 13716 --max-gpus 256``).
 (e) Event cost against queue length (``--event-cost``): a full 256-GPU cluster
     with 10 to 10,000 waiting jobs; one event (an arrival, a departure, a
     progress report) and the policy round after it, in microseconds.
@@ -58,8 +60,12 @@ def _cpu_s() -> float:
     return u.ru_utime + u.ru_stime
 
 
-def one_run(policy: str, num_jobs: int | None, spec: str, start: str | None) -> dict:
-    """Simulate once in this process; timings, peak memory and the report summary."""
+def one_run(policy: str, num_jobs: int | None, spec: str, start: str | None,
+            trace: str = "philly") -> dict:
+    """Simulate once in this process; timings, peak memory and the report summary.
+
+    ``trace``: 'philly' or a trace file (e.g. a Tiresias CSV from tools/tiresias_trace.py).
+    """
     import numpy as np
     import tfgshare
 
@@ -72,7 +78,7 @@ def one_run(policy: str, num_jobs: int | None, spec: str, start: str | None) -> 
     t0 = time.perf_counter()
     profiles = load_profiles()
     cluster = load_cluster(spec)
-    work = load_workload("philly", profiles, cluster.num_gpus, num_jobs=num_jobs, start=start)
+    work = load_workload(trace, profiles, cluster.num_gpus, num_jobs=num_jobs, start=start)
     load_s = time.perf_counter() - t0
     cpu0 = _cpu_s()   # the replay's CPU time, loading excluded
     res = simulate(cluster, work.jobs, profiles, get_policy(policy))
@@ -92,13 +98,15 @@ def one_run(policy: str, num_jobs: int | None, spec: str, start: str | None) -> 
 
 
 def in_subprocess(policy: str, num_jobs: int | None, spec: str, start: str | None,
-                  timeout: float, code: str | None = None) -> dict | None:
+                  timeout: float, code: str | None = None,
+                  trace: str = "philly") -> dict | None:
     """``one_run`` in a fresh interpreter (clean peak RSS); None if it timed out.
 
     ``code``: import tfgshare from this checkout instead of this one.
     """
     cmd = [sys.executable, __file__, "--one", policy, str(num_jobs or 0), spec, start or ""]
     cmd += ["--code", code] if code else []
+    cmd += ["--trace", trace] if trace != "philly" else []
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=True)
     except subprocess.TimeoutExpired:
@@ -207,16 +215,23 @@ def stationary() -> list[str]:
 CONTENDED = ((None, "32x8"), (None, "64x8"), (14000, "32x8"))   # (jobs, cluster)
 
 
-def contended(policies: list[str], budget: float, before: str | None) -> list[str]:
-    """Whole-trace replays on small clusters (queues of thousands), before and after."""
+def contended(policies: list[str], budget: float, before: str | None,
+              tiresias_trace: str | None = None) -> list[str]:
+    """Whole-trace replays on small clusters (queues of thousands), before and after.
+
+    ``tiresias_trace``: also replay this Tiresias-CSV trace on 256 GPUs.
+    """
     lines = ["| trace | GPUs | policy | code | wall s | CPU s | jobs/s (by CPU s) | decide s "
              "| rounds | peak RSS MB | mean JCT h |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for n, spec in CONTENDED:
+    runs = [("philly", n, spec) for n, spec in CONTENDED]
+    runs += [(tiresias_trace, None, "32x8")] if tiresias_trace else []
+    for path, n, spec in runs:
         for pol in policies:
             for label, code in ([("before", before)] if before else []) + [("after", None)]:
-                r = in_subprocess(pol, n, spec, None, timeout=budget, code=code)
-                trace = "Philly, first 14,000" if n else "Philly, all"
+                r = in_subprocess(pol, n, spec, None, timeout=budget, code=code, trace=path)
+                trace = (Path(path).name if path != "philly" else
+                         "Philly, first 14,000" if n else "Philly, all")
                 if r is None:
                     lines.append(f"| {trace} | {spec} | {pol} | {label} | > {budget:,.0f} "
                                  "(stopped) | | | | | | |")
@@ -380,6 +395,8 @@ def main(argv: list[str] | None = None) -> int:
                    help=argparse.SUPPRESS)
     p.add_argument("--event", nargs=2, metavar=("POLICY", "WAITING"), help=argparse.SUPPRESS)
     p.add_argument("--code", help=argparse.SUPPRESS)   # import tfgshare from here
+    p.add_argument("--trace", default="philly",
+                   help="with --contended: also replay this Tiresias-CSV trace on 256 GPUs")
     p.add_argument("--policies", default="fifo,sjf,tiresias,gandiva,fgs")
     p.add_argument("--contended", action="store_true",
                    help="only (d): whole-trace replays on 256 and 512 GPUs")
@@ -402,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.one:
         pol, n, spec, start = args.one
-        print(json.dumps(one_run(pol, int(n) or None, spec, start or None)))
+        print(json.dumps(one_run(pol, int(n) or None, spec, start or None, args.trace)))
         return 0
     policies = args.policies.split(",")
     t0 = time.time()
@@ -414,7 +431,8 @@ def main(argv: list[str] | None = None) -> int:
                 + event_cost(policies, args.before) + [""]
         if args.contended:
             parts += ["### (d) Contended replays: the Philly CSV on 256 and 512 GPUs", ""] \
-                + contended(policies, args.budget, args.before) + [""]
+                + contended(policies, args.budget, args.before,
+                            None if args.trace == "philly" else args.trace) + [""]
         print(f"bench took {time.time() - t0:.0f} s")
         print("\n".join(parts))
         return 0

@@ -8,11 +8,12 @@ smallest first; the moves are kept only if the whole gang then fits.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 
 from .base import JobView, Migrate, Start
 from .fgs_round import BANDS, util_of
-from .placement import EPS, to_fragments
+from .placement import EPS, GpuUse, to_fragments
 
 CONSOLIDATE_TRIES = 8   # nearly fitting GPUs a consolidation tries to clear
 
@@ -38,34 +39,57 @@ class ConsolidateMixin:
             chosen.append(got[0])
         # used GPUs that a move of small tenants could clear, nearest to fitting first;
         # which tenants may move is asked only of the GPUs tried (it costs more than the sort)
-        keyed = []
-        fractions: dict[int, float] = {}   # memory size -> the job's fraction
-        for gid in fm.use:
-            gpu = fm.gpus.get(gid)
-            if gpu is None or gid in fm.closed or gid in chosen:
-                continue
-            f = fractions.get(gpu.memory_mb)
-            if f is None:
-                f = fractions[gpu.memory_mb] = need(gpu)
-            keyed.append((f - fm.free(gid), fm.order[gid], gid))
-        keyed.sort()
+        # (only GPUs that a running single-GPU job held as the round began: no other has
+        # a tenant consolidation may move)
+        closed, order, gpus, free, use = fm.closed, fm.order, fm.gpus, fm.free, fm.use
+        if len(fm.sizes) == 1:
+            f = need(first)
+            keyed = [(f - free(gid), order[gid], gid) for gid in self.memo.singles
+                     if gid in use and gid in gpus and gid not in closed and gid not in chosen]
+        else:
+            fractions: dict[int, float] = {}   # memory size -> the job's fraction
+            keyed = []
+            for gid in self.memo.singles:
+                gpu = gpus.get(gid)
+                if gpu is None or gid not in use or gid in closed or gid in chosen:
+                    continue
+                f = fractions.get(gpu.memory_mb)
+                if f is None:
+                    f = fractions[gpu.memory_mb] = need(gpu)
+                keyed.append((f - free(gid), order[gid], gid))
+        # in sorted order, but only as far as the tries go
+        heapq.heapify(keyed)
         holders = self.holders
-        cands = (c for c in keyed
-                 if any(self._may_consolidate(h) for h in holders.get(c[2], ())))
+
+        def cands():
+            while keyed:
+                c = heapq.heappop(keyed)
+                if any(self._may_consolidate(h) for h in holders.get(c[2], ())):
+                    yield c
+
         plan: list[tuple[JobView, list[tuple[str, float]]]] = []
-        for _, _, gid in itertools.islice(cands, CONSOLIDATE_TRIES + k):
+        saved: dict[str, GpuUse | None] = {}   # each GPU's use before this call changed it
+        self._nowhere = {}
+        for _, _, gid in itertools.islice(cands(), CONSOLIDATE_TRIES + k):
             if len(chosen) == k:
                 break
-            step = self._clear_by_migration(gid, need(self.free.gpus[gid]), util, chosen)
-            if step is not None and len(plan) + len(step) <= self.moves_left:
+            got = self._clear_by_migration(gid, need(self.free.gpus[gid]), util, chosen)
+            if got is None:
+                continue
+            step, before = got
+            if len(plan) + len(step) <= self.moves_left:
                 chosen.append(gid)
                 plan.extend(step)
-            elif step is not None:
-                self._undo(step)
+                for g, u in before.items():
+                    saved.setdefault(g, u)
+                if step:
+                    self._nowhere = {}   # the map changed: destinations found before may differ
+            else:
+                self._restore(before)
         placed = [(gid, need(self.free.gpus[gid])) for gid in chosen]
         fits = len(chosen) == k and all(self.room(g, f, util) for g, f in placed)
         if not fits:
-            self._undo(plan)
+            self._restore(saved)
             return
         for v, dest in plan:
             self.acted.add(v.id)
@@ -77,35 +101,78 @@ class ConsolidateMixin:
         self.failed.clear()
 
     def _clear_by_migration(self, gid: str, f: float, util: float, keep: list[str]):
-        """Tentatively move tenants of ``gid`` (smallest first) elsewhere until ``f`` fits."""
+        """Tentatively move tenants of ``gid`` (smallest first) elsewhere until ``f`` fits.
+
+        Returns the moves and each changed GPU's use before them, or None
+        (then the map is as it was, to the bit).
+        """
         hs = sorted((h for h in self.holders.get(gid, ()) if self._may_consolidate(h)),
                     key=lambda h: (h.fragments[0].fraction, h.id))
         step: list[tuple[JobView, list[tuple[str, float]]]] = []
+        before: dict[str, GpuUse | None] = {}
         avoid = set(keep) | {gid}
+        use = self.free.use
         for h in hs:
             if self.room(gid, f, util):
                 break
             hu = util_of(h)
-            self._release(h)
-            dest = self.free.best_fit(h.fragments[0].fraction, avoid,
-                                      lambda g, hu=hu: self.calm(g, hu),
-                                      min_band=min(BANDS, int(hu * BANDS)))
-            if dest is None:
-                self._take(h.id, hu, [(x.gpu, x.fraction) for x in h.fragments])
-                self._undo(step)
+            frac = h.fragments[0].fraction
+            band = min(BANDS, int(hu * BANDS))
+            if not step:
+                if self._nowhere_for(frac, hu, band, keep):
+                    return None   # the map is as the call found it: nothing to undo
+            elif self._nowhere_known(frac, hu):
+                # the moves so far only took room from other GPUs: still nowhere
+                self._restore(before)
                 return None
+            for x in h.fragments:
+                before.setdefault(x.gpu, use.get(x.gpu))
+            self._release(h)
+            dest = self.free.best_fit(frac, avoid, lambda g, hu=hu: self.calm(g, hu),
+                                      min_band=band)
+            if dest is None:
+                self._restore(before)
+                return None
+            before.setdefault(dest[0], use.get(dest[0]))
             self._take(h.id, hu, [dest])
             step.append((h, [dest]))
         if self.room(gid, f, util):
-            return step
-        self._undo(step)
+            return step, before
+        self._restore(before)
         return None
+
+    def _nowhere_for(self, frac: float, hu: float, band: int, keep: list[str]) -> bool:
+        """Whether no GPU but ``keep`` has room for a tenant of this fraction and utilisation.
+
+        Asked of a try's first move, on the map as the call left it: the move's
+        own search (that GPU's tenant taken off, that GPU excluded) finds a
+        subset of these, so "nowhere" answers it. Kept while the map stays as
+        it is (``_nowhere``), and also answers any tenant as big and as busy.
+        """
+        if self._nowhere_known(frac, hu):
+            return True
+        if self.free.best_fit(frac, keep, lambda g: self.calm(g, hu), min_band=band) is not None:
+            return False
+        if len(self._nowhere) < 8:
+            self._nowhere[(frac, hu)] = None
+        return True
+
+    def _nowhere_known(self, frac: float, hu: float) -> bool:
+        """Whether a "nowhere" answer kept for this call covers this tenant.
+
+        Valid on the map as the call left it and on any map that only has less
+        room, fewer places or busier GPUs outside the GPU being cleared (a try's
+        moves so far), since a GPU only loses candidacy that way.
+        """
+        for f0, u0 in self._nowhere:
+            if frac >= f0 and hu >= u0:
+                return True
+        return False
 
     def _may_consolidate(self, h: JobView) -> bool:
         return h.num_gpus == 1 and self.movable(h, 1)
 
-    def _undo(self, step) -> None:
-        for h, dest in reversed(step):
-            self.free.release(dest, util_of(h))
-            self._take(h.id, util_of(h), [(x.gpu, x.fraction) for x in h.fragments])
-
+    def _restore(self, before: dict) -> None:
+        """Put these GPUs' uses back as they were (exactly: no sums undone in floats)."""
+        for g, u in before.items():
+            self.free.set_use(g, u)

@@ -52,6 +52,11 @@ class FgsMemo(Memo):
         self.promoted = SortedList()        # (submit, id): waited past their bound
         self.pending: list = []             # heap (about when promoted, id, view)
         self.near: dict[str, JobView] = {}  # due, but not past the bound yet to the bit
+        # GPU id -> how many running single-GPU jobs hold it (the only jobs consolidation moves)
+        self.singles: dict[str, int] = {}
+        # job id -> (its view, running and not promoted, its minimum run): fgs_room's
+        # movability, as far as the view decides it (not time)
+        self.moving: dict[str, tuple[JobView, bool, float]] = {}
 
     def rebuild(self, config: tuple) -> None:
         """Refill the queues from every waiting view, for these settings."""
@@ -61,6 +66,16 @@ class FgsMemo(Memo):
             self.changed(jid, None, v)
 
     def changed(self, jid: str, old: JobView | None, new: JobView | None) -> None:
+        self.moving.pop(jid, None)
+        singles = self.singles
+        for v, d in ((old, -1), (new, 1)):
+            if v is not None and v.num_gpus == 1 and v.state is JobState.RUNNING:
+                for f in v.fragments:
+                    n = singles.get(f.gpu, 0) + d
+                    if n:
+                        singles[f.gpu] = n
+                    else:
+                        del singles[f.gpu]
         if self.indexes:
             for v in (old, new):
                 if v is not None and v.fragments:

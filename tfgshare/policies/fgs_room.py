@@ -46,34 +46,45 @@ class RoomMixin:
         key = (holder.id, size)
         got = self._movable.get(key)
         if got is None:
-            ever = (holder.state is JobState.RUNNING and holder.num_gpus <= size
-                    and not self.pol._overdue(holder.waited_s, remaining_s(holder),
-                                              self.pol.promote_floor(holder)))
-            got = self._movable[key] = (ever and self.settled(holder), ever)
+            # what the view alone decides is kept in the memo until the view changes
+            moving = self.memo.moving
+            seen = moving.get(holder.id)
+            if seen is None or seen[0] is not holder:
+                pol = self.pol
+                may = (holder.state is JobState.RUNNING
+                       and not pol._overdue(holder.waited_s, remaining_s(holder),
+                                            pol.promote_floor(holder)))
+                seen = moving[holder.id] = (holder, may, pol.min_run(holder) if may else 0.0)
+            ever = seen[1] and holder.num_gpus <= size
+            last = holder.last_start
+            got = self._movable[key] = (ever and (last is None or self.now - last >= seen[2]),
+                                        ever)
         return got
 
     def settled(self, job: JobView) -> bool:
         """Whether the job has run at least its ``min_run`` since its last start."""
         return job.last_start is None or self.now - job.last_start >= self.pol.min_run(job)
 
-    def readiness(self, size: int) -> dict[str, float]:
-        """``ready_in`` for every job holding a GPU, by job id, as if not acted on this round.
+    def readiness(self, size: int):
+        """``ready_in`` of a job holding a GPU as if not acted on this round, as a function.
 
-        Only read for holders not acted on, so it is kept for the round.
+        Only read for holders not acted on, so each answer is kept for the
+        round; worked out only for the holders asked about.
         """
         seen = self._ready.get(size)
-        if seen is not None:
-            return seen
-        seen = self._ready[size] = {}
-        acted, self.acted = self.acted, set()
-        try:
-            for hs in self.holders.values():
-                for h in hs:
-                    if h.id not in seen:
-                        seen[h.id] = self.ready_in(h, size)
-        finally:
-            self.acted = acted
-        return seen
+        if seen is None:
+            seen = self._ready[size] = {}
+
+        def ready(h: JobView) -> float:
+            t = seen.get(h.id)
+            if t is None:
+                acted, self.acted = self.acted, set()
+                try:
+                    t = seen[h.id] = self.ready_in(h, size)
+                finally:
+                    self.acted = acted
+            return t
+        return ready
 
     def ready_in(self, holder: JobView, size: int) -> float:
         """Seconds until this tenant's room could be had: 0 if it may move now."""
@@ -86,7 +97,7 @@ class RoomMixin:
         left = remaining_s(holder)
         return math.inf if left is None else max(left, EPS)
 
-    def clear_cost(self, gid: str, f: float, util: float, ready: dict[str, float]):
+    def clear_cost(self, gid: str, f: float, util: float, ready):
         """(seconds until free, tenants to move, those tenants) to fit one more job on ``gid``.
 
         Tenants go soonest-ready first, larger first on ties. None if even an
@@ -113,14 +124,14 @@ class RoomMixin:
         if len(hs) == 1 and tenants == 1:   # the common case: one tenant to move
             h = hs[0]
             if free + _frac_on(h, gid) + r >= f - EPS:
-                return (ready[h.id], 1, hs)
+                return (ready(h), 1, hs)
             return None
-        hs = sorted(hs, key=lambda h: (ready[h.id], -_frac_on(h, gid), h.id))
+        hs = sorted(hs, key=lambda h: (ready(h), -_frac_on(h, gid), h.id))
         gone: list[JobView] = []
         wait = 0.0
         for h in hs:
             gone.append(h)
-            wait = max(wait, ready[h.id])
+            wait = max(wait, ready(h))
             free += _frac_on(h, gid) + r
             tenants -= 1
             if free >= f - EPS and tenants < cap and self.calm(gid, util, gone):

@@ -17,6 +17,7 @@ from .base import (Action, ClusterSnapshot, Fragment, GPU, JobState, JobView,
 from .queueing import HOLDING
 
 EPS = 1e-9                 # tolerance on the per-GPU sum
+_ONE = 1 << 1100           # floats times this are integers (exact sums, see FreeMap.total_free)
 MIN_FRACTION = 0.01        # smallest fragment we hand out (TF needs some room)
 GANG_LOOKAHEAD = 64        # GPUs a gang search looks at past its first fit
 
@@ -214,6 +215,8 @@ class FreeMap:
         self.version = 0                # bumped on every change, for callers' caches
         self._max_free: tuple[int, dict] = (-1, {})   # (version, min_band -> max free)
         self._total: tuple[int, float] = (-1, 0.0)    # (version, total_free())
+        self._exact: int | None = None   # total_free() times _ONE, exact (kept once asked)
+        self._touched: dict[str, int] = {}   # GPUs changed since: their part of _exact
         self._bandf = band
         self._empty_band = empty_band
         self._band: dict[str, int] = {}  # band of each GPU that has tenants
@@ -256,6 +259,7 @@ class FreeMap:
         c._max_free = (-1, {})
         c._band = dict(self._band)
         c._free = dict(self._free)
+        c._touched = dict(self._touched)
         c._groups = {k: list(v) for k, v in self._groups.items()}
         c._bands = {k: list(v) for k, v in self._bands.items()}
         c._mems = list(self._mems)
@@ -283,17 +287,35 @@ class FreeMap:
     def total_free(self) -> float:
         """Free room summed over all up GPUs (each as it could take one more tenant).
 
-        Kept until the map changes (a copy keeps its original's answer too).
+        The exact sum, rounded once (as ``math.fsum``), so it does not depend on
+        the order GPUs were used in; after the first call it is brought up to
+        date from the GPUs changed since, O(changed GPUs).
         """
         if self._total[0] == self.version:
             return self._total[1]
-        total = self._whole
-        for gid in self.use:
-            g = self.gpus.get(gid)
-            if g is not None:
-                total += max(0.0, self.free(gid)) - free_fraction(g, None, self.reserve_mb)
-        self._total = (self.version, total)
-        return total
+        if self._exact is None:
+            total = _exact(self._whole)
+            for gid in self.use:
+                total += self._gain(gid)
+        else:
+            total = self._exact
+            for gid, old in self._touched.items():
+                total += self._gain(gid) - old
+        self._exact, self._touched = total, {}
+        value = total / _ONE
+        self._total = (self.version, value)
+        return value
+
+    def _gain(self, gid: str) -> int:
+        """What ``gid`` adds to the exact total now, over its whole-GPU room (x ``_ONE``)."""
+        g = self.gpus.get(gid)
+        if g is None or gid not in self.use:
+            return 0
+        empty = _EMPTY.get((g.memory_mb, self.reserve_mb))
+        if empty is None:
+            empty = _EMPTY[(g.memory_mb, self.reserve_mb)] = _exact(
+                free_fraction(g, None, self.reserve_mb))
+        return _exact(max(0.0, self.free(gid))) - empty
 
     def _searched(self, min_band: int | None) -> list[tuple[int, int, list]]:
         """(memory size, band, sorted keys) of the non-empty groups searched, in fixed order."""
@@ -471,6 +493,8 @@ class FreeMap:
         g = self.gpus[gid]
         self.version += 1
         self._drop(gid)
+        if self._exact is not None and gid not in self._touched:
+            self._touched[gid] = self._gain(gid)   # its part of the total as last summed
         if u is None or u.tenants <= 0:
             self.use.pop(gid, None)
             u = None
@@ -506,6 +530,15 @@ class FreeMap:
             gid, f = (frag.gpu, frag.fraction) if isinstance(frag, Fragment) else frag
             if gid in self.gpus:
                 self._move(gid, -f, -1, -util)
+
+
+_EMPTY: dict[tuple[int, float], int] = {}   # (memory, reserve) -> an idle GPU's room, exact
+
+
+def _exact(x: float) -> int:
+    """``x`` times ``_ONE``, exactly (every float is a multiple of 2**-1074)."""
+    n, d = x.as_integer_ratio()
+    return n * (_ONE // d)
 
 
 def to_fragments(placed: Sequence[tuple[str, float]]) -> tuple[Fragment, ...]:
