@@ -141,6 +141,11 @@ def inspect_checkpoint(path: str, expected: dict, step_variable: str | None = No
     return CheckpointInfo(path, spec, position, step)
 
 
+def stored_step(path: str, step_variable: str) -> int:
+    """The value of the variable ``step_variable`` in the checkpoint at ``path``."""
+    return int(tf.train.load_checkpoint(path).get_tensor(_value_key(step_variable)))
+
+
 class JobCheckpoint:
     """Save and restore ops for all global variables of a graph, built once, in the graph.
 

@@ -319,6 +319,12 @@ def train_loop(config: TrainConfig, built, session, sink: EventSink,
         if saved is None:
             last_save_time = time.monotonic()
             return
+        if built.step_after is not None:
+            # the other workers' gradients can move the global step on while the save
+            # runs: report the step the checkpoint holds, the one a resume continues at
+            from tfgshare.runner import checkpoint as ckpt
+
+            step = ckpt.stored_step(saved.path, built.global_step.op.name)
         last_saved_step, last_saved_path, last_save_time = step, saved.path, time.monotonic()
         sink.emit("checkpoint", step=step, path=saved.path, seconds=saved.seconds,
                   size_mb=saved.size_mb)
