@@ -23,7 +23,8 @@
    plus one step in a new session, on one pinned core with one thread, as the
    agent runs a job).
 
-Usage: python tools/bench_runner.py [--overhead-only | --moves-only | --migrate]
+Usage: python tools/bench_runner.py [--overhead-only | --moves-only | --migrate | --grappler-only
+       | --suspend-only]
        [--models ...] [--before REF]
 Prints markdown tables for docs/benchmarks.md.
 """
@@ -185,10 +186,14 @@ def bench_floor_and_suspend(model: str, work: Path, repeats: int = 4,
                             threads: int = 0) -> dict:
     """Saver restore + first step in a new session (the floor); runner save vs Saver save.
 
+    Both sessions use the runner's session config (``graph.session_config``). The first
+    save of each (a new run signature: TensorFlow optimises and sets up its subgraph)
+    is kept apart; then ``repeats`` pairs, each pair in the other order than the last.
     ``threads``: TensorFlow's intra- and inter-op threads (0: its default).
     """
     import tensorflow as tf
 
+    from tfgshare.runner import checkpoint as ckpt
     from tfgshare.runner import graph as runner_graph
 
     config = TrainConfig(train_dir=str(work / f"floor-{model}"), model_name=model, batch_size=1,
@@ -202,7 +207,15 @@ def bench_floor_and_suspend(model: str, work: Path, repeats: int = 4,
         saver = tf.compat.v1.train.Saver(var_list=built.variables, max_to_keep=1)
     session = _session(built, config)
     _timed_step(session, built)
-    saves, saver_saves = [], []
+    saves, saver_saves, pointers = [], [], []
+    publish = ckpt.publish
+
+    def timed_publish(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return publish(*args, **kwargs)
+        finally:
+            pointers.append(time.perf_counter() - start)
 
     def saver_save():
         with built.graph.as_default():
@@ -210,14 +223,23 @@ def bench_floor_and_suspend(model: str, work: Path, repeats: int = 4,
             saver.save(session, prefix, write_meta_graph=False)
             saver_saves.append(time.perf_counter() - start)
 
-    for step in range(1, 1 + repeats):
-        # alternating which goes first (the disk may still be writing the last one's bytes)
-        if step % 2 == 0:
-            saver_save()
-        saved = built.checkpoint.save(session, step)
-        saves.append(saved.seconds)
-        if step % 2 == 1:
-            saver_save()
+    ckpt.publish = timed_publish
+    try:
+        saved = built.checkpoint.save(session, 1)
+        first_save = saved.seconds
+        saver_save()
+        saver_first = saver_saves.pop()
+        pointers.clear()
+        for step in range(2, 2 + repeats):
+            # alternating which goes first (the disk may still be writing the last one's bytes)
+            if step % 2 == 1:
+                saver_save()
+            saved = built.checkpoint.save(session, step)
+            saves.append(saved.seconds)
+            if step % 2 == 0:
+                saver_save()
+    finally:
+        ckpt.publish = publish
     session.close()
 
     session = _session(built, config)
@@ -229,7 +251,105 @@ def bench_floor_and_suspend(model: str, work: Path, repeats: int = 4,
     session.close()
     return {"size_mb": saved.size_mb, "save_s": statistics.median(saves),
             "saver_save_s": statistics.median(saver_saves), "saver_restore_s": restore_s,
-            "floor_s": restore_s + first_step_s}
+            "pointer_s": statistics.median(pointers), "saves": saves,
+            "saver_saves": saver_saves, "first_save_s": first_save,
+            "saver_first_save_s": saver_first, "floor_s": restore_s + first_step_s}
+
+
+def print_suspends(models: list[str], work: Path, repeats: int) -> None:
+    """Runner save against Saver save for each model, ``repeats`` alternating pairs."""
+    print("| model | load avg | checkpoint MB | first save s: runner / Saver "
+          "| later saves, runner s (each) | Saver s (each) | runner median s "
+          "| of which pointer s | Saver median s | runner / Saver |")
+    print("|---" * 10 + "|")
+    for model in models:
+        load = os.getloadavg()[0]
+        r = bench_floor_and_suspend(model, work, repeats=repeats)
+        _remove(work, model)
+        each = ", ".join(f"{v:.2f}" for v in r["saves"])
+        saver_each = ", ".join(f"{v:.2f}" for v in r["saver_saves"])
+        print(f"| {model} | {load:.1f} | {r['size_mb']:.0f} | {r['first_save_s']:.2f} / "
+              f"{r['saver_first_save_s']:.2f} | {each} | {saver_each} | {r['save_s']:.2f} "
+              f"| {r['pointer_s']:.3f} | {r['saver_save_s']:.2f} "
+              f"| {r['save_s'] / r['saver_save_s']:.2f}x |", flush=True)
+
+
+def bench_grappler(model: str, work: Path, blocks: int, steps: int) -> dict:
+    """First step and steady step time of one graph under three grappler settings.
+
+    TensorFlow's default passes, the runner's light CPU passes (``graph.CPU_GRAPH_PASSES``)
+    and grappler off, each in its own session of the same graph (one thread, as the
+    agent runs a job), first steps one after the other, then ``blocks`` rounds of
+    ``steps`` steps each, the settings in turn (the order rotating each round).
+    Wall and CPU seconds per step; medians.
+    """
+    import tensorflow as tf
+
+    from tfgshare.runner import graph as runner_graph
+
+    config = TrainConfig(train_dir=str(work / f"grappler-{model}"), model_name=model,
+                         batch_size=1, optimizer="momentum", learning_rate=0.001,
+                         intra_op_threads=1, inter_op_threads=1)
+    config.check()
+    built = runner_graph.build_training_graph(config)
+    default = tf.compat.v1.ConfigProto()
+    default.CopyFrom(runner_graph.session_config(config))
+    default.graph_options.rewrite_options.Clear()
+    light = tf.compat.v1.ConfigProto()
+    light.CopyFrom(default)
+    runner_graph.light_graph_passes(light)
+    off = tf.compat.v1.ConfigProto()
+    off.CopyFrom(default)
+    off.graph_options.rewrite_options.disable_meta_optimizer = True
+    names = ("default", "light", "off")
+    sessions, first, losses = {}, {}, {}
+    for name, proto in zip(names, (default, light, off)):
+        session = tf.compat.v1.Session(graph=built.graph, config=proto)
+        session.run(built.init_op)
+        runner_graph.start_input(session, built)
+        wall, cpu = time.perf_counter(), time.process_time()
+        losses[name] = float(session.run(built.train_tensor, {built.step_key: 0}))
+        first[name] = (time.perf_counter() - wall, time.process_time() - cpu)
+        sessions[name] = session
+    walls = {name: [] for name in names}
+    cpus = {name: [] for name in names}
+    for block in range(blocks):
+        for name in names[block % 3:] + names[:block % 3]:
+            for i in range(steps):
+                wall, cpu = time.perf_counter(), time.process_time()
+                sessions[name].run(built.train_tensor, {built.step_key: 1 + block * steps + i})
+                walls[name].append(time.perf_counter() - wall)
+                cpus[name].append(time.process_time() - cpu)
+    for session in sessions.values():
+        session.close()
+    return {"model": model, "first": first, "losses": losses,
+            "wall": {n: statistics.median(v) for n, v in walls.items()},
+            "cpu": {n: statistics.median(v) for n, v in cpus.items()},
+            "steps": blocks * steps}
+
+
+def print_grappler(models: list[str], work: Path, blocks: int, steps: int) -> None:
+    """Run ``bench_grappler`` for each model on one pinned core; print the table."""
+    from tfgshare.agent.supervisor import pin_threads
+
+    print("| model | load avg | steps each | first step s (CPU s): default / light / off "
+          "| steady step s (CPU s): default / light / off | light / default (CPU) "
+          "| first loss default / light / off |")
+    print("|---" * 7 + "|")
+    everything = os.sched_getaffinity(0)
+    pin_threads(os.getpid(), (min(everything),))   # as the agent runs a job: one core
+    try:
+        for model in models:
+            load = os.getloadavg()[0]
+            r = bench_grappler(model, work, blocks, steps)
+            names = ("default", "light", "off")
+            first = " / ".join(f"{r['first'][n][0]:.2f} ({r['first'][n][1]:.2f})" for n in names)
+            steady = " / ".join(f"{r['wall'][n]:.3f} ({r['cpu'][n]:.3f})" for n in names)
+            losses = " / ".join(f"{r['losses'][n]:.6f}" for n in names)
+            print(f"| {model} | {load:.1f} | {r['steps']} | {first} | {steady} "
+                  f"| {r['cpu']['light'] / r['cpu']['default']:.3f} | {losses} |", flush=True)
+    finally:
+        pin_threads(os.getpid(), tuple(everything))
 
 
 # steps of a migrated job: its sample (at most a tenth of them) plus enough left that it
@@ -444,6 +564,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--overhead-only", action="store_true")
     parser.add_argument("--moves-only", action="store_true")
+    parser.add_argument("--suspend-only", action="store_true",
+                        help="only the runner's save against a Saver save (--models, --repeats)")
+    parser.add_argument("--repeats", type=int, default=6,
+                        help="with --suspend-only: alternating pairs of saves per model")
+    parser.add_argument("--grappler-only", action="store_true",
+                        help="only the first and steady steps under grappler's default, "
+                             "light CPU and no passes (--models, --blocks, --steps)")
     parser.add_argument("--spare-wait", type=float, action="append", metavar="S",
                         help="with --migrate: the agent's --spare-wait, repeatable to run "
                              "each model with each value in turn (default: its default)")
@@ -467,6 +594,12 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tmp)
         if args.migrate:
             print_migrations(args.models, work, args.spare_wait)
+            return 0
+        if args.suspend_only:
+            print_suspends(args.models, work, args.repeats)
+            return 0
+        if args.grappler_only:
+            print_grappler(args.models, work, args.blocks, args.steps)
             return 0
         if not args.moves_only:
             print("| model | batch | steps each | bare loop median ms | runner median ms "

@@ -276,11 +276,39 @@ def start_input(session, built: TrainingGraph) -> int:
     return position
 
 
+# Grappler (TensorFlow's graph optimiser) on a CPU-only process (virtual GPUs): "light"
+# runs one pass over the graph with only the passes that shrink it (pruning, common
+# subgraph elimination, dependency optimisation) and skips the rest, which cost most of a
+# resumed job's first step on the CPU and did not make steps faster there
+# (docs/benchmarks.md, Runner); "default" runs TensorFlow's defaults. A process that sees
+# GPUs always runs the defaults (layout and fusion passes matter there).
+CPU_GRAPH_PASSES = "light"
+_CPU_PASSES_OFF = ("layout_optimizer", "constant_folding", "shape_optimization", "remapping",
+                   "arithmetic_optimization", "loop_optimization", "function_optimization",
+                   "implementation_selector")
+
+
+def light_graph_passes(proto: "tf.compat.v1.ConfigProto") -> None:
+    """Set ``proto``'s grappler options to the light CPU passes (CPU_GRAPH_PASSES)."""
+    from tensorflow.core.protobuf import rewriter_config_pb2
+
+    rewriter = rewriter_config_pb2.RewriterConfig
+    options = proto.graph_options.rewrite_options
+    for name in _CPU_PASSES_OFF:
+        setattr(options, name, rewriter.OFF)
+    options.memory_optimization = rewriter.NO_MEM_OPT
+    options.disable_tfg_optimizer = True
+    options.meta_optimizer_iterations = rewriter.ONE
+
+
 def session_config(config: TrainConfig) -> "tf.compat.v1.ConfigProto":
-    """The ConfigProto a job's session runs with: its GPU memory fraction and threads."""
+    """The ConfigProto a job's session runs with: its GPU memory fraction, threads, and
+    on a CPU-only process the grappler passes of ``CPU_GRAPH_PASSES``."""
     proto = tf.compat.v1.ConfigProto(
         allow_soft_placement=True,
         intra_op_parallelism_threads=config.intra_op_threads,
         inter_op_parallelism_threads=config.inter_op_threads)
     proto.gpu_options.per_process_gpu_memory_fraction = config.memory_fraction
+    if CPU_GRAPH_PASSES == "light" and not tf.config.list_physical_devices("GPU"):
+        light_graph_passes(proto)
     return proto
