@@ -45,7 +45,8 @@ def under(loaded: list[str], *prefixes: str) -> list[str]:
 TF = ("tensorflow", "tf_slim", "tf_keras", "keras")
 # The runner contract and flag parsing are read by the agent and coordinator: no TF there either.
 LIGHT_RUNNER = ["tfgshare.runner", "tfgshare.runner.protocol", "tfgshare.runner.config",
-                "tfgshare.runner.timing", "tfgshare.runner.events"]
+                "tfgshare.runner.timing", "tfgshare.runner.events", "tfgshare.runner.stop",
+                "tfgshare.runner.cpu"]
 
 
 def test_nothing_outside_the_runner_and_slim_models_imports_tensorflow():

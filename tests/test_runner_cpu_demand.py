@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tfgshare.runner.main import cpu_demand_s, cpu_share
+from tfgshare.runner.cpu import cpu_demand_s, cpu_share
 
 BUSY = "import time\nend = time.time() + {s}\nwhile time.time() < end: pass\n"
 
@@ -22,7 +22,7 @@ def test_a_busy_job_sharing_its_core_reads_as_busy(tmp_path):
     rival = subprocess.Popen([sys.executable, "-c", BUSY.format(s=3.0)],
                              preexec_fn=lambda: os.sched_setaffinity(0, {core}))
     probe = (f"import os, time\nos.sched_setaffinity(0, {{{core}}})\n"
-             "from tfgshare.runner.main import cpu_demand_s, cpu_share\n"
+             "from tfgshare.runner.cpu import cpu_demand_s, cpu_share\n"
              "t, d, c = time.time(), cpu_demand_s(), time.process_time()\n"
              + BUSY.format(s=1.0) +
              "w = time.time() - t\n"

@@ -14,9 +14,9 @@ REPO = Path(__file__).resolve().parents[1]
 # a second (as in session.run: no bytecode, so no Python signal handler) while SIGUSR1 comes
 SCRIPT = """
 import json, os, signal, time
-from tfgshare.runner import main as runner_main
-stop = runner_main.StopRequest()
-runner_main._install_stop_signals(stop)
+from tfgshare.runner import stop as runner_stop
+stop = runner_stop.StopRequest()
+runner_stop.install_stop_signals(stop)
 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
 sent = time.monotonic()
 os.kill(os.getpid(), signal.SIGUSR1)

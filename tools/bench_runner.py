@@ -63,10 +63,13 @@ def _session(built, config):
     return session
 
 
-def bench_overhead(model: str, batch: int, blocks: int, steps: int, work: Path) -> dict:
+def bench_overhead(model: str, batch: int, blocks: int, steps: int, work: Path,
+                   threads: int = 1) -> dict:
     """Median step time of the runner loop vs a bare loop, alternating blocks.
 
-    Each runner block is a ``train_loop`` call that ends with a checkpoint (not
+    Wall and CPU seconds (the process's, from one step's end to the next one's, so
+    the runner's own work between steps counts) per step; ``threads``: TensorFlow's
+    intra- and inter-op threads (1: as the agent runs a job; 0: its default). Each runner block is a ``train_loop`` call that ends with a checkpoint (not
     counted in step times); sampling is off so blocks do not also checkpoint
     after their sample.
     """
@@ -76,13 +79,16 @@ def bench_overhead(model: str, batch: int, blocks: int, steps: int, work: Path) 
                          batch_size=batch, optimizer="momentum", learning_rate=0.01,
                          save_interval_secs=0, log_every_n_steps=10, num_sample_steps=0,
                          events_file=str(work / f"overhead-{model}.jsonl"),
-                         max_number_of_steps=10**9)
+                         max_number_of_steps=10**9, intra_op_threads=threads,
+                         inter_op_threads=threads)
     config.check()
     Path(config.train_dir).mkdir(parents=True)
     built = runner_graph.build_training_graph(config)
     session = _session(built, config)
     runner_times: list[float] = []
     bare_times: list[float] = []
+    runner_cpu: list[float] = []
+    bare_cpu: list[float] = []
 
     sink = EventSink(config.events_file, lambda event: None, "bench")
     step = 0
@@ -92,19 +98,22 @@ def bench_overhead(model: str, batch: int, blocks: int, steps: int, work: Path) 
     for _ in range(blocks):
         # the bare loop feeds the same step key, so both draw fresh dropout masks
         # each step (as TF-Slim's stateful random ops would)
-        tick = time.perf_counter()
+        tick, cpu_tick = time.perf_counter(), time.process_time()
         for i in range(steps):
             session.run(built.train_tensor, {key: i})
-            now = time.perf_counter()
+            now, cpu_now = time.perf_counter(), time.process_time()
             bare_times.append(now - tick)
-            tick = now
+            bare_cpu.append(cpu_now - cpu_tick)
+            tick, cpu_tick = now, cpu_now
         # the runner's own loop; it reports each step's time in its timer
         times: list[float] = []
+        cpu_marks: list[float] = []
         config.max_number_of_steps = step + steps
         timer_add = runner.StepTimer.add
 
         def recording_add(self, seconds, _add=timer_add):
             times.append(seconds)
+            cpu_marks.append(time.process_time())
             return _add(self, seconds)
 
         runner.StepTimer.add = recording_add
@@ -115,11 +124,15 @@ def bench_overhead(model: str, batch: int, blocks: int, steps: int, work: Path) 
             runner.StepTimer.add = timer_add
         step = result.global_step
         runner_times.extend(times)
+        runner_cpu.extend(b - a for a, b in zip(cpu_marks, cpu_marks[1:]))
     session.close()
     bare, ours = statistics.median(bare_times), statistics.median(runner_times)
+    bare_c, ours_c = statistics.median(bare_cpu), statistics.median(runner_cpu)
     return {"model": model, "batch": batch, "steps": len(bare_times),
             "bare_ms": bare * 1e3, "runner_ms": ours * 1e3,
-            "overhead_pct": (ours / bare - 1) * 100}
+            "overhead_pct": (ours / bare - 1) * 100,
+            "bare_cpu_ms": bare_c * 1e3, "runner_cpu_ms": ours_c * 1e3,
+            "cpu_overhead_pct": (ours_c / bare_c - 1) * 100}
 
 
 def _runner(src: Path, train_dir: Path, model: str, steps: int, events: Path,
@@ -602,13 +615,17 @@ def main(argv: list[str] | None = None) -> int:
             print_grappler(args.models, work, args.blocks, args.steps)
             return 0
         if not args.moves_only:
-            print("| model | batch | steps each | bare loop median ms | runner median ms "
-                  "| overhead |")
-            print("|---|---|---|---|---|---|")
+            print("| model | batch | load avg | steps each | bare loop median ms "
+                  "| runner median ms | overhead (wall) | bare loop CPU ms | runner CPU ms "
+                  "| overhead (CPU) |")
+            print("|---" * 10 + "|")
             for model in args.overhead_models:
+                load = os.getloadavg()[0]
                 r = bench_overhead(model, 32, args.blocks, args.steps, work)
-                print(f"| {r['model']} | {r['batch']} | {r['steps']} | {r['bare_ms']:.2f} "
-                      f"| {r['runner_ms']:.2f} | {r['overhead_pct']:+.1f}% |", flush=True)
+                print(f"| {r['model']} | {r['batch']} | {load:.1f} | {r['steps']} "
+                      f"| {r['bare_ms']:.2f} | {r['runner_ms']:.2f} | {r['overhead_pct']:+.1f}% "
+                      f"| {r['bare_cpu_ms']:.2f} | {r['runner_cpu_ms']:.2f} "
+                      f"| {r['cpu_overhead_pct']:+.1f}% |", flush=True)
             print()
         if not args.overhead_only:
             before = _source_tree(args.before, work) if args.before else None

@@ -12,7 +12,6 @@ import contextlib
 import json
 import os
 import resource
-import signal
 import sys
 import threading
 import time
@@ -23,7 +22,9 @@ from typing import Callable
 
 from tfgshare.runner import protocol as rp
 from tfgshare.runner.config import TrainConfig, parse_args
+from tfgshare.runner.cpu import cpu_demand_s, cpu_share
 from tfgshare.runner.events import EventSink
+from tfgshare.runner.stop import StopRequest, install_stop_signals
 from tfgshare.runner.timing import SamplePlan, StepTimer, plan_sampling
 
 SAMPLE_FILE = rp.SAMPLE_FILE
@@ -436,46 +437,6 @@ def _sample_event(timer: StepTimer, built, remaining_steps: int, elapsed_s: floa
             "cpu_util": cpu_share(time.time() - window[0], cpu_demand_s() - window[1])}
 
 
-def cpu_demand_s() -> float:
-    """CPU seconds this process has wanted so far: run on a core plus waited runnable for one.
-
-    Summed over its threads from Linux's schedstat (``/proc/self/task/*/schedstat``:
-    time on a CPU, time waiting on a run queue). On a machine shared with other
-    work a compute-bound job gets only part of its cores, so its CPU time alone
-    would read as a light job; the time it waited to run is demand too. Plain
-    CPU time where schedstat is not available.
-    """
-    total, seen = 0.0, False
-    try:
-        tasks = os.listdir("/proc/self/task")
-    except OSError:
-        tasks = []
-    for tid in tasks:
-        try:
-            with open(f"/proc/self/task/{tid}/schedstat") as f:
-                ran, waited = f.read().split()[:2]
-            total += (int(ran) + int(waited)) / 1e9
-            seen = True
-        except (OSError, ValueError):
-            continue   # a thread that just exited
-    return total if seen else time.process_time()
-
-
-def cpu_share(wall_s: float, cpu_s: float) -> float:
-    """CPU seconds over wall seconds, as a share of the cores this process may use, in [0, 1].
-
-    On a virtual GPU (a set of CPU cores) this is the job's single-tenant
-    utilisation of its GPU, measured over the sampled steps only.
-    """
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:   # not on Linux
-        cores = os.cpu_count() or 1
-    if wall_s <= 0:
-        return 1.0
-    return min(1.0, max(0.0, cpu_s / (wall_s * cores)))
-
-
 def _write_json(path: Path, obj: dict) -> None:
     tmp = path.with_suffix(".tmp")
     try:
@@ -484,52 +445,6 @@ def _write_json(path: Path, obj: dict) -> None:
     except OSError:
         tmp.unlink(missing_ok=True)
         raise
-
-
-class StopRequest(threading.Event):
-    """A threading.Event that remembers when it was first set (``set_at``, monotonic)."""
-
-    set_at: float | None = None
-
-    def set(self) -> None:
-        if self.set_at is None:
-            self.set_at = time.monotonic()
-        super().set()
-
-
-def _install_stop_signals(stop_event: threading.Event) -> None:
-    def handler(signum, _frame):
-        stop_event.set()
-        print(f"signal {signal.Signals(signum).name}: suspending after the current step",
-              flush=True)
-
-    for sig in rp.SUSPEND_SIGNALS:
-        signal.signal(sig, handler)
-    _watch_stop_signals(stop_event)
-
-
-def _watch_stop_signals(stop_event: threading.Event) -> None:
-    """Set ``stop_event`` as soon as a stop signal arrives, so its ``set_at`` (and the
-    ``stop_wait_s`` reported) counts the step in flight.
-
-    Python runs a signal's handler in the main thread only between bytecodes, so after
-    ``session.run`` returns; its C handler writes the signal's number to the wakeup fd at
-    once, which a thread reads here.
-    """
-    read_fd, write_fd = os.pipe()
-    os.set_blocking(write_fd, False)
-    signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
-    stops = {int(sig) for sig in rp.SUSPEND_SIGNALS}
-
-    def watch() -> None:
-        while True:
-            got = os.read(read_fd, 64)
-            if not got:
-                return
-            if stops & set(got):
-                stop_event.set()
-
-    threading.Thread(target=watch, name="stop-signals", daemon=True).start()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -555,7 +470,7 @@ def _main(config: TrainConfig) -> int:
         return replicas.serve_ps(config)
     stop_event = StopRequest()
     if threading.current_thread() is threading.main_thread():
-        _install_stop_signals(stop_event)
+        install_stop_signals(stop_event)
     sink = EventSink(config.events_file, None, config.job_id)
     try:
         result = train(config, stop_event=stop_event)

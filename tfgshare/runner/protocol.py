@@ -29,7 +29,7 @@ then takes its job as one line on stdin (``warm_job_line``); see ``runner.warm``
 A job's first run warms up and samples its step time over the sampled steps
 only (``tfgshare.sampling``); the ``sample`` event (with ``window_start``, the
 wall time the sampled steps began, and ``cpu_util``, the runner's CPU demand (time run plus
-time waited runnable, ``runner.main.cpu_demand_s``) over
+time waited runnable, ``runner.cpu.cpu_demand_s``) over
 them as a share of its cores) is also written to ``<train_dir>/sample.json``
 (``SAMPLE_FILE``), and a checkpoint follows it, so the job can be moved right
 after sampling. A run on a train_dir that holds ``sample.json`` does not sample
