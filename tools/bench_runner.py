@@ -22,6 +22,12 @@
    start, graph, restore, first step); beside it the floor (a plain Saver restore
    plus one step in a new session, on one pinned core with one thread, as the
    agent runs a job).
+4. With ``--suspend-only``: the runner's save against a Saver save, ``--repeats``
+   alternating pairs per model, the first save of each (a new run signature) apart,
+   and the part of the runner's save that is its pointer update.
+5. With ``--grappler-only``: first and steady step times (wall and CPU seconds) of one
+   graph under TensorFlow's default grappler passes, the runner's light CPU passes
+   (``graph.CPU_GRAPH_PASSES``) and grappler off, side by side.
 
 Usage: python tools/bench_runner.py [--overhead-only | --moves-only | --migrate | --grappler-only
        | --suspend-only]
