@@ -14,12 +14,15 @@ from tfgshare.runner import graph as runner_graph  # noqa: E402
 from tfgshare.runner import main as runner  # noqa: E402
 
 
-def test_cpu_sessions_skip_the_costly_passes_and_the_switch_restores_the_defaults(
-        tmp_path, monkeypatch):
+def test_the_light_switch_skips_the_costly_passes_on_the_cpu(tmp_path, monkeypatch):
     from tensorflow.core.protobuf.rewriter_config_pb2 import RewriterConfig
 
     assert not tf.config.list_physical_devices("GPU")   # the light passes are for CPUs only
     config = small_config(tmp_path)
+    monkeypatch.setattr(runner_graph, "CPU_GRAPH_PASSES", "default")
+    assert runner_graph.session_config(config).graph_options.rewrite_options == RewriterConfig()
+
+    monkeypatch.setattr(runner_graph, "CPU_GRAPH_PASSES", "light")
     options = runner_graph.session_config(config).graph_options.rewrite_options
     for name in ("constant_folding", "arithmetic_optimization", "layout_optimizer", "remapping"):
         assert getattr(options, name) == RewriterConfig.OFF, name
@@ -29,11 +32,9 @@ def test_cpu_sessions_skip_the_costly_passes_and_the_switch_restores_the_default
     assert options.dependency_optimization == RewriterConfig.DEFAULT
     assert not options.disable_model_pruning and not options.disable_meta_optimizer
 
-    monkeypatch.setattr(runner_graph, "CPU_GRAPH_PASSES", "default")
-    assert runner_graph.session_config(config).graph_options.rewrite_options == RewriterConfig()
-
 
 def test_training_with_the_light_passes_matches_the_default_passes(tmp_path, monkeypatch):
+    monkeypatch.setattr(runner_graph, "CPU_GRAPH_PASSES", "light")
     light = runner.train(small_config(tmp_path / "light", optimizer="momentum",
                                       max_number_of_steps=6), stop_event=threading.Event())
     monkeypatch.setattr(runner_graph, "CPU_GRAPH_PASSES", "default")
