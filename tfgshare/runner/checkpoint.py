@@ -359,8 +359,8 @@ def write_state(train_dir: str | Path, paths: list[str], epoch: int = 0) -> None
     Not fsynced, as a Saver's state file is not: the checkpoint files it names are not
     either, so an fsync here bought no durability against a power loss (a restore falls
     back to the newest readable checkpoint), and a killed process or node agent leaves
-    the page cache intact. On a busy disk the fsync waited for the checkpoint's own bytes
-    (0.42 s of a 10.6 s alexnet_v2 save at load 16, docs/benchmarks.md)."""
+    the page cache intact; on a busy disk an fsync can wait for the journal that holds
+    the checkpoint's own just-written bytes (docs/benchmarks.md, Runner)."""
     from google.protobuf import text_format
     from tensorflow.python.training import checkpoint_state_pb2
 
