@@ -279,12 +279,11 @@ def start_input(session, built: TrainingGraph) -> int:
 # Grappler (TensorFlow's graph optimiser) on a CPU-only process (virtual GPUs): "light"
 # runs one pass over the graph with only the passes that shrink it (pruning, common
 # subgraph elimination, dependency optimisation) and skips the rest, which cost most of a
-# resumed job's first step on the CPU (resnet_v1_50: 2.86 -> 1.20 CPU s); "default" runs
-# TensorFlow's defaults. Steady steps read 0.97x, 1.02x and 1.05x (inception_v3, 8 steps)
-# the default passes' on a loaded machine (docs/benchmarks.md, Runner), not shown free, so
-# the defaults stay until a quiet run settles it. A process that sees GPUs always runs the
+# resumed job's first step on the CPU (resnet_v1_50: 2.86 -> 1.20 CPU s, inception_v3:
+# 3.04 -> 1.27) and did not make steady steps faster there (docs/benchmarks.md, Runner);
+# "default" runs TensorFlow's defaults. A process that sees GPUs always runs the
 # defaults (layout and fusion passes matter there).
-CPU_GRAPH_PASSES = "default"
+CPU_GRAPH_PASSES = "light"
 _CPU_PASSES_OFF = ("layout_optimizer", "constant_folding", "shape_optimization", "remapping",
                    "arithmetic_optimization", "loop_optimization", "function_optimization",
                    "implementation_selector")
