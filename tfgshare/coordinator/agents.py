@@ -217,7 +217,7 @@ class AgentProtocol:
         job.sampling_start = job.last_start
         sharing = self._sharing_beside(job, job.last_start, now) if co else None
         self.cluster.forecast.note_sharing(sharing)
-        job.solo_step_s = solo_step_s(step_time, sharing)
+        job.solo_step_s = solo_step_s(step_time, sharing, self._waited_per_step(job, ev))
         warmup = number(ev, "warmup_steps", int) or 0
         start = number(ev, "window_start", float)
         if start is not None and job.last_start is not None:
@@ -307,6 +307,21 @@ class AgentProtocol:
         found = [x for x in found if x is not None]
         return sum(found) / len(found) if found else None
 
+    def _waited_per_step(self, job: LiveJob, ev: dict[str, Any]) -> float | None:
+        """On virtual GPUs, the time the runner waited for a core per sampled step
+        (its ``cpu_wait_s`` over ``sampled_steps``); None elsewhere or unreported."""
+        waited = number(ev, "cpu_wait_s", float)
+        steps = number(ev, "sampled_steps", int)
+        if waited is None or not steps or not self._virtual(job):
+            return None
+        return max(0.0, waited) / steps
+
+    def _virtual(self, job: LiveJob) -> bool:
+        """Whether the job's fragments are all on virtual GPUs (CPU cores)."""
+        node = self.cluster.nodes.get(job.node or "")
+        infos = [node.gpus.get(split_gpu_id(f.gpu)[1]) for f in job.fragments] if node else []
+        return bool(infos) and all(i is not None and i.virtual for i in infos)
+
     def _sampled_util(self, job: LiveJob, ev: dict[str, Any]) -> float:
         """The job's single-tenant utilisation over its sampled steps, in [0, 1].
 
@@ -316,9 +331,7 @@ class AgentProtocol:
         from the heartbeats inside the sampled window. 1 (the safe guess)
         when neither was measured.
         """
-        node = self.cluster.nodes.get(job.node or "")
-        infos = [node.gpus.get(split_gpu_id(f.gpu)[1]) for f in job.fragments] if node else []
-        if infos and all(i is not None and i.virtual for i in infos):
+        if self._virtual(job):
             util = number(ev, "cpu_util", float)
         else:
             start = number(ev, "window_start", float)

@@ -289,7 +289,7 @@ def train_loop(config: TrainConfig, built, session, sink: EventSink,
         # checkpoint; the warm-up is still left out of the running step time
         plan = SamplePlan(plan.warmup, 0)
     timer = StepTimer(plan, built.images_per_step)
-    window = None   # (wall time, process CPU demand) when the sampled steps began
+    window = None   # (wall time, process CPU run, CPU wait) when the sampled steps began
     fetches = built.train_tensor
     key = built.step_key
     loss = None
@@ -332,7 +332,7 @@ def train_loop(config: TrainConfig, built, session, sink: EventSink,
     sampled_only = False
     while step < total and not stop_event.is_set() and not sampled_only:
         if window is None and timer.steps_seen == timer.plan.warmup:
-            window = (time.time(), cpu_demand_s())
+            window = (time.time(), *cpu_times())
         if built.step_after is None:
             loss = float(session.run(fetches, feed_dict={key: step}))
             step += 1
@@ -426,26 +426,39 @@ def _periodic_save_due(config: TrainConfig, step: int, last_save_time: float) ->
 
 
 def _sample_event(timer: StepTimer, built, remaining_steps: int, elapsed_s: float,
-                  window: tuple[float, float]) -> dict:
+                  window: tuple[float, float, float]) -> dict:
     stats = timer.sample_stats()
+    ran, waited = cpu_times()
     peak_mb, source = peak_memory(built.devices)
     remaining = remaining_steps * stats["step_time_mean_s"]
     return {**stats, "peak_memory_mb": peak_mb, "memory_source": source,
             "predicted_remaining_s": remaining, "predicted_total_s": elapsed_s + remaining,
             "window_start": window[0],
-            "cpu_util": cpu_share(time.time() - window[0], cpu_demand_s() - window[1])}
+            "cpu_util": cpu_share(time.time() - window[0], ran + waited - window[1] - window[2]),
+            # the time it waited for a core over the sampled steps: its steps alone
+            # are that much shorter (tfgshare.policies.prediction.solo_step_s)
+            "cpu_wait_s": max(0.0, waited - window[2])}
 
 
 def cpu_demand_s() -> float:
     """CPU seconds this process has wanted so far: run on a core plus waited runnable for one.
 
-    Summed over its threads from Linux's schedstat (``/proc/self/task/*/schedstat``:
-    time on a CPU, time waiting on a run queue). On a machine shared with other
-    work a compute-bound job gets only part of its cores, so its CPU time alone
-    would read as a light job; the time it waited to run is demand too. Plain
-    CPU time where schedstat is not available.
+    On a machine shared with other work a compute-bound job gets only part of
+    its cores, so its CPU time alone would read as a light job; the time it
+    waited to run is demand too (``cpu_times``).
     """
-    total, seen = 0.0, False
+    ran, waited = cpu_times()
+    return ran + waited
+
+
+def cpu_times() -> tuple[float, float]:
+    """CPU seconds this process has run on a core, and waited runnable for one, so far.
+
+    Summed over its threads from Linux's schedstat (``/proc/self/task/*/schedstat``:
+    time on a CPU, time waiting on a run queue). Plain CPU time and no wait
+    where schedstat is not available.
+    """
+    ran_s, waited_s, seen = 0.0, 0.0, False
     try:
         tasks = os.listdir("/proc/self/task")
     except OSError:
@@ -454,11 +467,12 @@ def cpu_demand_s() -> float:
         try:
             with open(f"/proc/self/task/{tid}/schedstat") as f:
                 ran, waited = f.read().split()[:2]
-            total += (int(ran) + int(waited)) / 1e9
+            ran_s += int(ran) / 1e9
+            waited_s += int(waited) / 1e9
             seen = True
         except (OSError, ValueError):
             continue   # a thread that just exited
-    return total if seen else time.process_time()
+    return (ran_s, waited_s) if seen else (time.process_time(), 0.0)
 
 
 def cpu_share(wall_s: float, cpu_s: float) -> float:
