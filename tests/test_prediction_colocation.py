@@ -37,7 +37,9 @@ def test_step_alone_on_a_virtual_gpu_is_the_sampled_step_less_its_wait_for_a_cor
     assert solo_step_s(0.4, None, 0.3) == pytest.approx(0.1)
     assert solo_step_s(0.4, 1.2, 0.3) == pytest.approx(0.1)   # the wait, not the sharing
     assert solo_step_s(0.4, None, 0.0) == pytest.approx(0.4)
-    assert 0 < solo_step_s(0.4, None, 0.5) < 0.4    # a wait summed over threads: bounded
+    # a wait summed over threads that waited at once: no shorter than the time they ran
+    assert solo_step_s(0.4, None, 0.39, 0.05) == pytest.approx(0.05)
+    assert solo_step_s(0.4, None, 0.5) == pytest.approx(0.4)   # nothing to go by: as sampled
 
 
 def test_run_time_beside_sampling_then_alone():
@@ -224,7 +226,7 @@ def test_live_steps_alone_on_virtual_gpus_come_from_the_wait_for_a_core(tmp_path
         run.at(t0 + 2 * step_s + 8 * step_s)
         run.event(job, "sample", step_time_mean_s=step_s, predicted_remaining_s=90 * step_s,
                   predicted_total_s=100 * step_s, window_start=t0 + 2 * step_s,
-                  cpu_wait_s=waited_s, **sample)
+                  cpu_wait_s=waited_s, cpu_run_s=8 * step_s - waited_s, **sample)
         progress(job, 10, step_s)
         run.event(job, "checkpoint", step=10, path="ckpt", seconds=0.5, size_mb=10.0)
         run.event(job, "suspended", step=10)

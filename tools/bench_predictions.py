@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from philly.jobs import TraceJob  # noqa: E402
 from tfgshare.localcluster import LocalCluster  # noqa: E402
+from tfgshare.policies.prediction import solo_step_s  # noqa: E402
 from tfgshare.policies.registry import get_policy  # noqa: E402
 from tfgshare.schema import JobSpec  # noqa: E402
 
@@ -100,7 +101,8 @@ def run_parts(lines: list[str]) -> dict:
             step, n = float(fields["step_time_mean_s"]), int(fields["sampled_steps"])
             out["sampled_step_s"] = step
             if "cpu_wait_s" in fields and n:
-                out["solo_step_s"] = step - float(fields["cpu_wait_s"]) / n
+                out["solo_step_s"] = solo_step_s(step, None, float(fields["cpu_wait_s"]) / n,
+                                                 float(fields.get("cpu_run_s", 0)) / n)
         elif text.startswith(("resume on", "start on", "migrate")):
             start, marks = t, []
         elif start is not None and " progress " in f" {text} ":

@@ -217,7 +217,8 @@ class AgentProtocol:
         job.sampling_start = job.last_start
         sharing = self._sharing_beside(job, job.last_start, now) if co else None
         self.cluster.forecast.note_sharing(sharing)
-        job.solo_step_s = solo_step_s(step_time, sharing, self._waited_per_step(job, ev))
+        waited, ran = self._cpu_per_step(job, ev)
+        job.solo_step_s = solo_step_s(step_time, sharing, waited, ran)
         warmup = number(ev, "warmup_steps", int) or 0
         start = number(ev, "window_start", float)
         if start is not None and job.last_start is not None:
@@ -307,14 +308,16 @@ class AgentProtocol:
         found = [x for x in found if x is not None]
         return sum(found) / len(found) if found else None
 
-    def _waited_per_step(self, job: LiveJob, ev: dict[str, Any]) -> float | None:
-        """On virtual GPUs, the time the runner waited for a core per sampled step
-        (its ``cpu_wait_s`` over ``sampled_steps``); None elsewhere or unreported."""
+    def _cpu_per_step(self, job: LiveJob, ev: dict[str, Any]) -> tuple[float | None, float]:
+        """On virtual GPUs, the time the runner waited for a core and ran (over its
+        cores) per sampled step (``cpu_wait_s``, ``cpu_run_s`` over ``sampled_steps``);
+        (None, 0) elsewhere or unreported."""
         waited = number(ev, "cpu_wait_s", float)
+        ran = number(ev, "cpu_run_s", float)
         steps = number(ev, "sampled_steps", int)
         if waited is None or not steps or not self._virtual(job):
-            return None
-        return max(0.0, waited) / steps
+            return None, 0.0
+        return max(0.0, waited) / steps, max(0.0, ran or 0.0) / steps
 
     def _virtual(self, job: LiveJob) -> bool:
         """Whether the job's fragments are all on virtual GPUs (CPU cores)."""

@@ -188,23 +188,23 @@ class ColocationForecast:
         return (lo + hi) / 2
 
 
-MAX_CONTENTION = 20.0   # a step alone is taken as at least 1/20 of the sampled one
-
-
 def solo_step_s(sampled_step_s: float, sharing: float | None,
-                waited_per_step_s: float | None = None) -> float:
+                waited_per_step_s: float | None = None, ran_per_step_s: float = 0.0) -> float:
     """A job's step time alone, from its sampled step.
 
     On a virtual GPU (CPU cores) every cause of a slower step shows as time
     its threads waited runnable for a core: co-tenants, other runners'
     start-ups, any other process. The step alone is then the sampled step
-    less ``waited_per_step_s``, whatever was beside it. Elsewhere (no wait
-    measured, None) a step sampled beside a running job that was measured
-    ``sharing`` x slower meanwhile is divided by that factor (the sampled step
-    when None).
+    less ``waited_per_step_s``, whatever was beside it, and no shorter than
+    the time its threads ran per step over its cores (``ran_per_step_s``:
+    the wait is summed over threads, which may wait at once). Elsewhere (no
+    wait measured, None) a step sampled beside a running job that was
+    measured ``sharing`` x slower meanwhile is divided by that factor (the
+    sampled step when None).
     """
     if waited_per_step_s is not None:
-        return max(sampled_step_s / MAX_CONTENTION, sampled_step_s - max(0.0, waited_per_step_s))
+        alone = max(ran_per_step_s, sampled_step_s - max(0.0, waited_per_step_s))
+        return min(sampled_step_s, alone) if alone > 0 else sampled_step_s
     return sampled_step_s / max(1.0, sharing) if sharing is not None else sampled_step_s
 
 

@@ -435,9 +435,11 @@ def _sample_event(timer: StepTimer, built, remaining_steps: int, elapsed_s: floa
             "predicted_remaining_s": remaining, "predicted_total_s": elapsed_s + remaining,
             "window_start": window[0],
             "cpu_util": cpu_share(time.time() - window[0], ran + waited - window[1] - window[2]),
-            # the time it waited for a core over the sampled steps: its steps alone
-            # are that much shorter (tfgshare.policies.prediction.solo_step_s)
-            "cpu_wait_s": max(0.0, waited - window[2])}
+            # over the sampled steps, the time its threads waited for a core, and the
+            # time they ran over the cores it may use: its steps alone are that much
+            # shorter, and no shorter than that (tfgshare.policies.prediction.solo_step_s)
+            "cpu_wait_s": max(0.0, waited - window[2]),
+            "cpu_run_s": max(0.0, ran - window[1]) / usable_cores()}
 
 
 def cpu_demand_s() -> float:
@@ -481,13 +483,18 @@ def cpu_share(wall_s: float, cpu_s: float) -> float:
     On a virtual GPU (a set of CPU cores) this is the job's single-tenant
     utilisation of its GPU, measured over the sampled steps only.
     """
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:   # not on Linux
-        cores = os.cpu_count() or 1
+    cores = usable_cores()
     if wall_s <= 0:
         return 1.0
     return min(1.0, max(0.0, cpu_s / (wall_s * cores)))
+
+
+def usable_cores() -> int:
+    """How many CPU cores this process may run on (its affinity)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:   # not on Linux
+        return os.cpu_count() or 1
 
 
 def _write_json(path: Path, obj: dict) -> None:
