@@ -11,8 +11,8 @@ from tfgshare.coordinator.errors import REPLIED, RequestError, number, short
 from tfgshare.coordinator.gangs import spans_nodes
 from tfgshare.coordinator.logs import log
 from tfgshare.policies.base import JobState, SampleRecord
-from tfgshare.policies.prediction import (AHEAD_SCAN, promotion_in, sharing_factor,
-                                          solo_step_s, work_ahead_s)
+from tfgshare.policies.prediction import (AHEAD_SCAN, outside_slowdown, promotion_in,
+                                          sharing_factor, solo_step_s, work_ahead_s)
 from tfgshare.runner import protocol as rp
 
 MARKS_KEPT = 64   # progress marks kept per job (co-tenants' step time while a job samples)
@@ -219,6 +219,9 @@ class AgentProtocol:
         self.cluster.forecast.note_sharing(sharing)
         waited, ran = self._cpu_per_step(job, ev)
         job.solo_step_s = solo_step_s(step_time, sharing, waited, ran)
+        if waited is not None:   # on virtual GPUs: the rest of its slowdown came from outside
+            self.cluster.forecast.note_outside(outside_slowdown(
+                step_time, job.solo_step_s, number(ev, "cluster_runnable", float) or 0.0))
         warmup = number(ev, "warmup_steps", int) or 0
         start = number(ev, "window_start", float)
         if start is not None and job.last_start is not None:

@@ -24,6 +24,7 @@ from typing import Callable
 from tfgshare.runner import protocol as rp
 from tfgshare.runner.config import TrainConfig, parse_args
 from tfgshare.runner.events import EventSink
+from tfgshare.runner.neighbours import Neighbours
 from tfgshare.runner.timing import SamplePlan, StepTimer, plan_sampling
 
 SAMPLE_FILE = rp.SAMPLE_FILE
@@ -333,6 +334,7 @@ def train_loop(config: TrainConfig, built, session, sink: EventSink,
     while step < total and not stop_event.is_set() and not sampled_only:
         if window is None and timer.steps_seen == timer.plan.warmup:
             window = (time.time(), *cpu_times())
+            neighbours = Neighbours()
         if built.step_after is None:
             loss = float(session.run(fetches, feed_dict={key: step}))
             step += 1
@@ -344,8 +346,12 @@ def train_loop(config: TrainConfig, built, session, sink: EventSink,
         if phases is not None:
             sink.emit("start_phases", **phases, first_step_s=seconds)
             phases = None
+        if window is not None and not timer.sample_done and timer.steps_seen % 2 == 0:
+            neighbours.scan()          # between steps, not timed as a step
+            tick = time.perf_counter()
         if timer.add(seconds):
-            sample = _sample_event(timer, built, total - step, now - run_start, window)
+            sample = _sample_event(timer, built, total - step, now - run_start, window,
+                                   neighbours)
             sink.emit("sample", **sample)
             if config.is_chief:   # a gang's chief writes its sample file
                 try:
@@ -426,7 +432,7 @@ def _periodic_save_due(config: TrainConfig, step: int, last_save_time: float) ->
 
 
 def _sample_event(timer: StepTimer, built, remaining_steps: int, elapsed_s: float,
-                  window: tuple[float, float, float]) -> dict:
+                  window: tuple[float, float, float], neighbours: Neighbours) -> dict:
     stats = timer.sample_stats()
     ran, waited = cpu_times()
     peak_mb, source = peak_memory(built.devices)
@@ -439,7 +445,9 @@ def _sample_event(timer: StepTimer, built, remaining_steps: int, elapsed_s: floa
             # time they ran over the cores it may use: its steps alone are that much
             # shorter, and no shorter than that (tfgshare.policies.prediction.solo_step_s)
             "cpu_wait_s": max(0.0, waited - window[2]),
-            "cpu_run_s": max(0.0, ran - window[1]) / usable_cores()}
+            "cpu_run_s": max(0.0, ran - window[1]) / usable_cores(),
+            # the cluster's own processes competing for its cores then (runner.neighbours)
+            "cluster_runnable": neighbours.mean()}
 
 
 def cpu_demand_s() -> float:

@@ -30,8 +30,9 @@ A job's first run warms up and samples its step time over the sampled steps
 only (``tfgshare.sampling``); the ``sample`` event (with ``window_start``, the
 wall time the sampled steps began, ``cpu_util``, the runner's CPU demand (time run plus
 time waited runnable, ``runner.main.cpu_demand_s``) over them as a share of its
-cores, ``cpu_wait_s``, the time it waited runnable then, and ``cpu_run_s``, the time
-it ran over its cores) is also written to
+cores, ``cpu_wait_s``, the time it waited runnable then, ``cpu_run_s``, the time it
+ran over its cores, and ``cluster_runnable``, the agent's other runners competing for
+its cores, ``runner.neighbours``) is also written to
 ``<train_dir>/sample.json``
 (``SAMPLE_FILE``), and a checkpoint follows it, so the job can be moved right
 after sampling. A run on a train_dir that holds ``sample.json`` does not sample
@@ -107,7 +108,7 @@ EVENTS: dict[str, tuple[str, ...]] = {
     "sample": ("warmup_steps", "sampled_steps", "step_time_mean_s", "step_time_std_s",
                "images_per_sec", "peak_memory_mb", "memory_source",
                "predicted_remaining_s", "predicted_total_s", "window_start", "cpu_util",
-               "cpu_wait_s", "cpu_run_s"),
+               "cpu_wait_s", "cpu_run_s", "cluster_runnable"),
     "progress": ("step", "loss", "step_time_s", "images_per_sec", "predicted_remaining_s"),
     "checkpoint": ("step", "path", "seconds", "size_mb"),
     "suspended": ("step",),
