@@ -4,11 +4,14 @@ On a virtual GPU (CPU cores) a runner's step is slowed by whatever else runs
 on its cores: the other runners of its agent (co-tenants pinned to the same
 cores, spare runners importing TensorFlow on any core) and processes from
 outside the cluster. The first are the cluster's and pass; the second stay.
-``Neighbours`` counts the first while the job samples: the runnable threads of
-its agent's other child processes, each weighted by the share of its allowed
+``Neighbours`` counts the first while the job samples: its agent's other child
+processes with a thread runnable, each weighted by the share of its allowed
 cores that are this runner's, per core of this runner, averaged over scans
-(Linux ``/proc``; 0 elsewhere). The coordinator takes the rest of the
-slowdown it measured as the load from outside (``prediction.background``).
+(Linux ``/proc``; 0 elsewhere). Processes, not threads: every runner is its
+own process session, and Linux shares a core fairly between sessions, so a
+runner with two threads runnable takes one turn, as one with a single thread.
+The coordinator takes the rest of the slowdown it measured as the load from
+outside (``prediction.outside_slowdown``).
 """
 
 from __future__ import annotations
@@ -33,25 +36,24 @@ def _siblings(parent: int, me: int) -> list[int]:
     return sorted(kids)
 
 
-def _runnable_threads(pid: int) -> int:
-    """Threads of ``pid`` running or waiting to run now (state R)."""
-    n = 0
+def _runnable(pid: int) -> bool:
+    """Whether a thread of ``pid`` is running or waiting to run now (state R)."""
     try:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
-        return 0
+        return False
     for tid in tids:
         try:
             with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split(None, 1)[0]
+                if f.read().rsplit(")", 1)[1].split(None, 1)[0] == "R":
+                    return True
         except (OSError, IndexError):
             continue
-        n += state == "R"
-    return n
+    return False
 
 
 class Neighbours:
-    """Mean runnable threads of the agent's other runners on this runner's cores, per core."""
+    """Mean runnable processes of the agent's other runners on this runner's cores, per core."""
 
     def __init__(self) -> None:
         self.total = 0.0
@@ -72,8 +74,8 @@ class Neighbours:
             except OSError:
                 continue
             share = len(allowed & self.cores) / len(allowed) if allowed else 0.0
-            if share > 0:
-                count += share * _runnable_threads(pid)
+            if share > 0 and _runnable(pid):
+                count += share
         self.total += count / len(self.cores)
         self.scans += 1
 
