@@ -283,3 +283,25 @@ def test_a_gang_migrated_by_the_policy_is_checked_and_moved_as_one(tmp_path, age
             assert client.metrics()["refused"] == {}
     finally:
         ct.close()
+
+
+def test_a_gang_migrated_onto_one_node_runs_as_one_runner_there(make, agents):
+    ct, client = make()
+    jid, a, b = held_gang(ct, client, agents, gpus=((0, 16384), (1, 16384), (2, 16384)))
+    client.migrate(jid, "a:0,b:0")
+    for x in (a, b):
+        x.wait_command(s.StartJob, jid)
+    client.migrate(jid, "a:1,a:2")
+    for x in (a, b):
+        x.wait_command(s.SuspendJob, jid)
+    b.exit(jid, 75)
+    a.event(jid, "suspended", step=9)
+    a.exit(jid, 75)
+    b.wait_command(s.KillJob, jid)
+    start = a.wait_command(s.StartJob, jid)
+    assert start.gang is None and [f.gpu_index for f in start.fragments] == [1, 2]
+    b.pump(0.2)
+    assert not [c for c in b.commands if isinstance(c, s.StartJob)]
+    assert ct.coord.gangs == {} and not any(ct.coord.gang_ports.used.values())
+    info = client.job(jid)
+    assert info["state"] == "running" and info["migrations"] == 1 and info["node"] == "a"
