@@ -180,7 +180,7 @@ def test_gpu_check_passes_its_allow_cpu_mode(tmp_path):
 
 
 def test_colocation_fit_recovers_the_model_that_made_the_slowdowns():
-    from tfgshare.repro.profile import fit_colocation
+    from tfgshare.repro.colocate import fit_colocation
     from tfgshare.sim.colocation import Colocation
 
     truth = Colocation(overhead=0.15, exponent=1.3)
@@ -191,6 +191,54 @@ def test_colocation_fit_recovers_the_model_that_made_the_slowdowns():
     assert fit["overhead"] == pytest.approx(0.15, abs=0.011)
     assert fit["exponent"] == pytest.approx(1.3, abs=0.051)
     assert fit["fit_error_max"] < 0.01 and fit["points"] == 6
+
+
+def test_the_colocation_fit_on_a_shared_cpu_uses_each_runs_measured_share():
+    from tfgshare.repro.colocate import fit_colocation, pair_share
+    from tfgshare.sim.colocation import Colocation
+
+    # a pair whose runners each ran 3 s and waited 7 s: 3 s for the partner, 4 s for other
+    # work, so the pair had 6 / 10 of its core
+    assert pair_share([(3.0, 7.0), (3.0, 7.0)]) == pytest.approx(0.6)
+    assert pair_share([(2.0, 2.0), (2.0, 2.0)]) == pytest.approx(1.0)   # nobody else
+    truth = Colocation(overhead=0.15, exponent=1.3)
+    full_util = {"a/1": 0.9, "b/1": 0.5, "c/1": 0.3}
+    alone_share = {"a/1": 0.5, "b/1": 0.25, "c/1": 0.9}      # the load changed between runs
+    utils = {k: u * alone_share[k] for k, u in full_util.items()}   # busy share measured
+    pairs = []
+    for (x, y), s in zip((("a/1", "b/1"), ("a/1", "c/1"), ("b/1", "c/1")), (0.3, 0.8, 0.5)):
+        true = truth.slowdown(2, full_util[x] + full_util[y])
+        # step at share s in the pair over step at its own share alone
+        pairs.append({"models": [x, y], "pair_share": s,
+                      "slowdown": [true * alone_share[k] / s for k in (x, y)]})
+    fit = fit_colocation(pairs, utils, alone_share)
+    assert fit["basis"] == "full core"
+    assert fit["overhead"] == pytest.approx(0.15, abs=0.011)
+    assert fit["exponent"] == pytest.approx(1.3, abs=0.051)
+    assert fit["fit_error_max"] < 0.01
+    as_measured = fit_colocation(pairs, utils)     # without the shares: the load's noise
+    assert as_measured["basis"] == "as measured" and as_measured["fit_error_max"] > 0.2
+
+
+def test_replay_step_counts_use_a_cpu_profiles_steps_at_a_whole_core(tmp_path):
+    from tfgshare.repro.replay import compressed_jobs
+
+    prof = load_profiles(_tiny_profile(tmp_path))
+    at_profile = compressed_jobs("philly", prof, 1000, num_jobs=20, start=0)
+    at_core = compressed_jobs("philly", prof, 1000, num_jobs=20, start=0,
+                              shares={"alexnet_v2": 0.25, "lenet": 0.25})
+    assert [j.id for j in at_profile] == [j.id for j in at_core]
+    for a, b in zip(at_profile, at_core):      # a step at a whole core is a quarter as long
+        step = prof.get(a.model, a.batch_size).step_time_s
+        assert a.total_steps == max(1, round(a.duration / step))
+        assert b.total_steps == max(1, round(a.duration / (step * 0.25)))
+    assert sum(b.total_steps for b in at_core) > sum(a.total_steps for a in at_profile)
+
+
+def _tiny_profile(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.yaml"
+    path.write_text(TINY_PROFILE)
+    return path
 
 
 def test_a_measured_profile_sets_the_simulators_colocation_and_checkpoint_bandwidth(tmp_path):
