@@ -51,10 +51,14 @@ def test_profile_on_the_cpu_writes_a_profile_the_simulator_loads(tmp_path):
     done = tfgshare("profile", "lenet", "cifarnet", "--batch-sizes", "1", "--cpu",
                     "--colocate", "--out", str(out))
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "co-location fit: overhead" in done.stdout and "fit error mean" in done.stdout
+    # on the CPU the pair's slowdowns are taken at a whole core, from the measured shares
+    assert "co-location fit (full core): overhead" in done.stdout
+    assert "fit error mean" in done.stdout and "at a whole core" in done.stdout
     doc = yaml.safe_load(out.read_text())
     assert doc["device"].startswith("CPU virtual GPU") and doc["tensorflow"] != "unknown"
     assert doc["date"] and doc["colocation"]["pairs"][0]["models"] == ["lenet/1", "cifarnet/1"]
+    assert doc["colocation"]["basis"] == "full core"
+    assert 0 < doc["colocation"]["pairs"][0]["pair_share"] <= 1
     row = doc["models"]["lenet"]
     assert row["startup_s"] > row["graph_build_s"] > 0 and row["save_s"] > 0
     # the share of its core the runner got while measured (the times are at that share)
@@ -95,8 +99,10 @@ def test_replay_of_a_small_slice_finishes_every_job_and_reports_live_beside_sim(
     from tfgshare.repro.cpushare import RunnerShareProbe
 
     profile = tmp_path / "tiny.yaml"
+    # lenet profiled at half a core: 0.04 s a step there, 0.02 s at a whole core
     profile.write_text(TINY_PROFILE.replace("    startup_s: 10\n",
-                                            "    startup_s: 10\n    cpu_share: 0.5\n"))
+                                            "    startup_s: 10\n    cpu_share: 0.5\n")
+                       .replace("step_time_s: 0.02", "step_time_s: 0.04"))
     out = tmp_path / "replay"
     # the CPU share of the agent's runners, measured as tools/replay_local.py measures it
     probe = RunnerShareProbe(cluster.procs["agent-n1"].pid)
@@ -117,7 +123,8 @@ def test_replay_of_a_small_slice_finishes_every_job_and_reports_live_beside_sim(
     assert doc["jct_mean_sim_live_startups_vs_live"] is not None
     spent = doc["live_time_spent"]
     assert len(spent) == 4 and all(r["starting_s"] > 0 and r["checkpoints_s"] > 0 for r in spent)
-    # steps follow the compressed durations: 66 s / 20000 is under a step; 159,721 s / 20000 / 0.02 s
+    # steps follow the compressed durations at a whole core: 66 s / 20000 is under a step;
+    # 159,721 s / 20000 / 0.02 s
     assert [j["total_steps"] for j in doc["mapping"]][:3] == [1, 1, 399]
     # and the profile simulated at the share the live runners got
     assert 0 < doc["live_cpu_share"] <= 1

@@ -57,7 +57,8 @@ def colocate_pair(device: Device, a: tuple[str, int, int | None], b: tuple[str, 
     end = [float("inf")]
 
     def overlap_start() -> float | None:
-        firsts = [r.first("sample") for r in runs]
+        # each run checkpoints right after its sample: the window starts once both have
+        firsts = [r.first("checkpoint") or r.first("sample") for r in runs]
         return None if None in firsts else max(e["time"] for e in firsts)
 
     def in_overlap(r: Run) -> list[float]:
