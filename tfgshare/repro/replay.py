@@ -419,7 +419,8 @@ def main(argv: list[str] | None = None, share_probe=None) -> int:
         at_live = simulate_same(jobs, at_share(profiles, shares, live_share), policy, spec,
                                 args.seed)
         used = sorted({j.model for j in jobs})
-        print(f"CPU share of the live runners: {live_share:.3f}; of the profile's runners: "
+        print(f"CPU share of the live runners: {live_share:.3f} ({share_probe.ran:.0f} CPU s "
+              f"run, {share_probe.waited:.0f} s waited runnable); of the profile's runners: "
               + ", ".join(f"{m} {shares[m]:.3f}" for m in used if m in shares))
     elif share_probe is not None:
         print("CPU share of the live runners: "
@@ -437,8 +438,13 @@ def main(argv: list[str] | None = None, share_probe=None) -> int:
         print(line)
     print(time_spent_line(spent))
     print(per_job_lines(spent, (at_live or sim).records, calibrated.records))
-    return write_report(out, args, jobs, run, metrics, live, sim, policy, spec,
+    code = write_report(out, args, jobs, run, metrics, live, sim, policy, spec,
                         calibrated, startups, spent, resumed, at_live, live_share)
+    if share_probe is not None:      # what the runners used, which the load does not change
+        doc = json.loads((out / "report.json").read_text())
+        doc["live_runner_cpu_s"] = {"ran": share_probe.ran, "waited": share_probe.waited}
+        (out / "report.json").write_text(json.dumps(doc, indent=2, default=str))
+    return code
 
 
 def per_job(live_jobs: list[dict], sim_records: list) -> list[dict]:
