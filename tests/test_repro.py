@@ -167,6 +167,8 @@ def test_reproduce_four_models_records_match_the_coordinators_store(tmp_path):
             assert j["submit_time"] == pytest.approx(s["submit_time"])
             assert j["steps_done"] == s["steps_done"] == s["spec"]["max_number_of_steps"]
         assert doc["policies"][policy]["report"]["finished"] == 2
+        # the CPU the policy's cluster used (its runners trained and started two jobs)
+        assert doc["policies"][policy]["cpu_s"] > 1 and len(doc["policies"][policy]["load"]) == 6
         # the reset between policies deleted the batch's checkpoints
         assert not (out / "clusters" / policy / "checkpoints").exists()
 
@@ -365,3 +367,16 @@ def test_a_profile_at_another_cpu_share_scales_the_cpu_bound_times(tmp_path):
     assert lenet.checkpoint_mb == 40 and alex.step_time_s == 0.3 and alex.startup_s == 12
     with pytest.raises(ValueError, match="CPU share"):
         at_share(load_profiles(path), shares, 0.0)
+
+
+def test_a_batch_yaml_names_its_optimizer_and_a_bad_one_is_refused(tmp_path):
+    from tfgshare.repro.four_models import default_config, load_batch, schedule
+
+    small = schedule(load_batch(default_config(), "small"))
+    assert {spec.optimizer for _, spec in small} == {"sgd"}   # checkpoints a third of rmsprop's
+    config = tmp_path / "batch.yaml"
+    config.write_text(yaml.safe_dump({"scales": {"small": {
+        "cluster": {"nodes": 1}, "optimizer": "adagrad",
+        "jobs": [{"model": "lenet", "batch_size": 2, "steps": 3}]}}}))
+    with pytest.raises(ValueError, match="optimizer: 'adagrad' is not one of sgd"):
+        load_batch(config, "small")
