@@ -158,6 +158,23 @@ def test_promoted_job_moves_a_small_job_when_there_is_room_elsewhere():
     assert acts[1].job == "p" and acts[1].fragments[0].gpu == "n0:0"
 
 
+def test_a_job_still_to_sample_is_promoted_and_room_is_made_for_its_sampling():
+    # no GPU has room for the sampling fragment: without promotion the wide job
+    # waits for as long as small jobs keep the GPUs (tests/test_sim_properties)
+    c = make_cluster(1, 2)
+    jobs = [make_job("a", submit=1, on={"n0:0": 0.5}, memory_mb=4000, gpu_util=0.3,
+                     last_start=0),
+            make_job("b", submit=2, on={"n0:1": 0.5}, memory_mb=4000, gpu_util=0.3,
+                     last_start=0),
+            make_job("wide", submit=0, gpus=2)]
+    pol = fgs(max_wait_s=4 * H)
+    assert check(pol, 3 * H, c, jobs) == []
+    acts = check(pol, 5 * H, c, jobs)
+    assert acts[:2] == [Suspend("a"), Suspend("b")]
+    assert acts[2] == Start("wide", acts[2].fragments, sample_only=True) and len(acts) == 3
+    assert sorted(f.gpu for f in acts[2].fragments) == ["n0:0", "n0:1"]
+
+
 def _split():
     """Two GPUs, each 0.45 used; a 0.6 job fits in the total free room but on neither."""
     c = make_cluster(1, 2)
