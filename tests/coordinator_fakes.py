@@ -147,4 +147,5 @@ def sample_event(step_time: float = 0.1, peak_mb: float = 2000.0, cpu_util: floa
                 memory_source="process_rss_peak",
                 predicted_remaining_s=remaining_steps * step_time,
                 predicted_total_s=(remaining_steps + 7) * step_time,
-                window_start=time.time() - 5 * step_time, cpu_util=cpu_util)
+                window_start=time.time() - 5 * step_time, cpu_util=cpu_util,
+                cpu_wait_s=0.0, cpu_run_s=5 * step_time, cluster_runnable=0.0)

@@ -1,10 +1,11 @@
-"""Jobs across nodes, live: a 2-GPU lenet job on two agents with one virtual GPU each.
+"""Jobs across nodes, live: a 2-GPU lenet job on two agents (one or two virtual GPUs each).
 
 It trains as TF-Slim trains across machines (between-graph replication with a
 parameter server and synchronous replicas, ``tfgshare.runner.replicas``): one
 runner per node, the chief on the node of its first GPU owning the checkpoint.
 The policy (fgs, defaults) places it; the tests check it runs to its last step
-through a suspend and resume, and through the loss of one member's runner.
+through a suspend and resume, through the loss of one member's runner, and
+through a migration of the whole gang to other GPUs (its chief to the other node).
 """
 
 from __future__ import annotations
@@ -91,3 +92,40 @@ def test_a_lost_member_brings_the_gang_back_to_its_last_checkpoint(make_cluster)
     after = [e for n, _, evs in runs if n == killed + 1 for e in evs
              if e["event"] == "started" and e["restored"]]
     assert len(after) == 1 and after[0]["global_step"] == saved[-1] > 0
+
+
+def test_a_gang_migrated_to_other_gpus_moves_as_one_and_continues_from_its_checkpoint(
+        make_cluster):
+    cluster = make_cluster()
+    cluster.start_coordinator()
+    steps = 80
+    with cluster.client() as c:
+        # held before any node is up, then placed across the nodes by hand: the policy
+        # would put a 2-GPU job on one node of two GPUs
+        (j,) = c.submit([gang_job(steps)])
+        c.suspend(j)
+        cluster.start_agent("a", "2x16GiB")
+        cluster.start_agent("b", "2x16GiB")
+        cluster.wait_nodes({"a", "b"})
+        c.migrate(j, "a:0,b:0")
+        info = wait_until("the gang to train", lambda: training(c, j, 30), timeout=600)
+        assert [f[0] for f in info["fragments"]] == ["a:0", "b:0"] and info["node"] == "a"
+        assert c.migrate(j, ["b:1", "a:1"])["state"] == "migrating"   # the chief to b
+        moved = wait_until("the gang to start again", lambda: (
+            (x := job_in(c, j, "running")) and x["attempt"] > info["attempt"] and x),
+            timeout=600)
+        assert [f[0] for f in moved["fragments"]] == ["b:1", "a:1"] and moved["node"] == "b"
+        wait_until("the job to finish", lambda: job_in(c, j, "finished"), timeout=600)
+        final = c.job(j)
+        assert final["steps_done"] == steps and final["migrations"] == 1
+        no_refusals(c)
+    runs = {(n, node): evs for n, node, evs in attempts(cluster, j)}
+    before, after = info["attempt"], info["attempt"] + 1
+    assert set(runs) == {(before, "a"), (before, "b"), (after, "a"), (after, "b")}
+    suspended = [e["step"] for e in runs[before, "a"] if e["event"] == "suspended"]
+    saved = [e["step"] for e in runs[before, "a"] if e["event"] == "checkpoint"]
+    started = next(e for e in runs[after, "b"] if e["event"] == "started")
+    # one checkpoint, by the old chief; the new chief continues at its global step
+    assert started["restored"] and started["global_step"] == suspended[-1] == saved[-1] > 0
+    assert not [e for e in runs[before, "b"] + runs[after, "a"] if e["event"] == "checkpoint"]
+    assert [e["step"] for e in runs[after, "b"] if e["event"] == "finished"] == [steps]

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from coordinator_fakes import CoordinatorThread
 from tfgshare import schema as s
-from tfgshare.client.api import Client
+from tfgshare.client.api import Client, Refused
+from tfgshare.policies.base import Fragment, Migrate, Start
 from tfgshare.policies.registry import get_policy
 from test_coordinator import agents, make, spec  # noqa: F401 (fixtures)
 
@@ -152,3 +155,153 @@ def test_a_gang_member_not_back_after_a_restart_brings_the_gang_to_its_checkpoin
     finally:
         client.close()
         ct.close()
+
+
+def held_gang(ct, client, agents, gpus=((0, 16384), (1, 16384))):
+    """A 2-GPU job held before any node is up, then two nodes of two GPUs each."""
+    (jid,) = client.submit([spec("lenet", num_gpus=2, memory_fraction=0.5,
+                                 max_number_of_steps=50)])
+    client.suspend(jid)
+    a, b = agents(ct.address, "a", gpus), agents(ct.address, "b", gpus)
+    a.register()
+    b.register()
+    return jid, a, b
+
+
+def test_a_gang_migrated_by_its_user_moves_as_one_and_continues_from_its_checkpoint(
+        make, agents):
+    ct, client = make()
+    jid, a, b = held_gang(ct, client, agents)
+    with pytest.raises(Refused, match="uses 2 GPUs: name as many"):
+        client.migrate(jid, "a:0")
+    client.migrate(jid, ["a:0", "b:0"])                # placed across the nodes by hand
+    first = {x.node: x.wait_command(s.StartJob, jid) for x in (a, b)}
+    assert (first["a"].gang.task, first["b"].gang.task) == (0, 1)
+    a.event(jid, "started", global_step=0, restored=False)
+    a.event(jid, "progress", step=10, loss=1.0, step_time_s=0.1, images_per_sec=1.0,
+            predicted_remaining_s=4.0)
+    with pytest.raises(Refused, match="already holds"):
+        client.migrate(jid, "a:1,b:0")                 # a gang moves as a whole
+    client.migrate(jid, "b:1,a:1")                     # the chief moves to b
+    for x in (a, b):
+        x.wait_command(s.SuspendJob, jid)
+    assert client.job(jid)["state"] == "migrating"
+    # the target is held while the gang stops: a job needing most of a GPU waits
+    (big,) = client.submit([spec("lenet", memory_fraction=0.9)])
+    b.event(jid, "suspended", step=10)                 # the member stops after its step
+    b.exit(jid, 75)
+    assert client.job(jid)["state"] == "migrating"
+    a.event(jid, "checkpoint", step=11, path="model.ckpt-11", seconds=0.2, size_mb=1.0)
+    a.event(jid, "suspended", step=11)                 # the chief saves the one checkpoint
+    a.exit(jid, 75)
+    moved = {x.node: x.wait_command(s.StartJob, jid) for x in (a, b)}
+    assert {m.attempt for m in moved.values()} == {first["a"].attempt + 1}
+    assert (moved["b"].gang.task, moved["a"].gang.task) == (0, 1)
+    assert [f.gpu_index for m in moved.values() for f in m.fragments] == [1, 1]
+    assert moved["b"].gang.worker_hosts == moved["a"].gang.worker_hosts
+    info = client.job(jid)
+    assert info["state"] == "running" and info["node"] == "b" and info["migrations"] == 1
+    assert [f[0] for f in info["fragments"]] == ["b:1", "a:1"]
+    assert info["steps_done"] == 11
+    # the newcomer takes the room the gang left, not its new GPUs
+    deadline = time.monotonic() + 5
+    while client.job(big)["state"] != "running":
+        assert time.monotonic() < deadline, "the waiting job did not start"
+        time.sleep(0.05)
+    assert client.job(big)["fragments"][0][0] in ("a:0", "b:0")
+    b.event(jid, "started", global_step=11, restored=True)
+    assert client.job(jid)["steps_done"] == 11
+    b.exit(jid, 0)
+    assert client.job(jid)["state"] == "finished"
+    assert client.metrics()["refused"] == {}
+
+
+def test_a_late_exit_of_the_old_gang_does_not_touch_the_migrated_one(make, agents):
+    ct, client = make()
+    jid, a, b = held_gang(ct, client, agents)
+    client.migrate(jid, "a:0,b:0")
+    old = {x.node: x.wait_command(s.StartJob, jid) for x in (a, b)}
+    client.migrate(jid, "a:1,b:1")
+    for x in (a, b):
+        x.wait_command(s.SuspendJob, jid)
+    a.event(jid, "suspended", step=7)
+    a.exit(jid, 75)                                    # the chief's exit comes first
+    new = {x.node: x.wait_command(s.StartJob, jid) for x in (a, b)}
+    assert new["a"].gang.task == 0
+    for x in (a, b):
+        x.wait_command(s.KillJob, jid)                 # the old gang's, sent before the starts
+    # the old member's exit was on its way: it is stale
+    reply = b.request(s.JobExit(node="b", job=jid, attempt=old["b"].attempt, exit_code=75))
+    assert reply.fields.get("stale") is True
+    b.pump(0.2)
+    assert not [c for c in a.commands + b.commands if isinstance(c, s.KillJob)]
+    info = client.job(jid)
+    assert info["state"] == "running" and info["attempt"] == new["a"].attempt
+    assert ct.coord.gangs[jid].attempt == new["a"].attempt
+
+
+class Scripted:
+    """A policy that plans what the test gives it, once each."""
+
+    name = "scripted"
+
+    def __init__(self) -> None:
+        self.plans: list[list] = []
+
+    def decide(self, now, cluster, jobs):
+        return self.plans.pop(0) if self.plans else []
+
+
+def test_a_gang_migrated_by_the_policy_is_checked_and_moved_as_one(tmp_path, agents):
+    policy = Scripted()
+    ct = CoordinatorThread(tmp_path / "state.db", policy=policy)
+    try:
+        two = ((0, 16384), (1, 16384))
+        a, b = agents(ct.address, "a", two), agents(ct.address, "b", two)
+        a.register()
+        b.register()
+        with Client(ct.address, timeout_s=5.0) as client:
+            (jid,) = client.submit([spec("lenet", num_gpus=2, memory_fraction=0.5)])
+            policy.plans.append([Start(jid, (Fragment("a:0", 0.5), Fragment("b:0", 0.5)))])
+            first = {x.node: x.wait_command(s.StartJob, jid) for x in (a, b)}
+            a.event(jid, "progress", step=10, loss=1.0, step_time_s=0.1,
+                    images_per_sec=1.0, predicted_remaining_s=4.0)
+            policy.plans.append([Migrate(jid, (Fragment("b:1", 0.5), Fragment("a:1", 0.5)))])
+            for x in (a, b):
+                x.wait_command(s.SuspendJob, jid)
+            view = ct.coord.cluster.active[jid].view()   # what the policy sees meanwhile
+            assert view.state.value == "suspending"
+            assert {f.gpu for f in view.fragments} == {"a:0", "b:0", "a:1", "b:1"}
+            b.exit(jid, 75)
+            a.event(jid, "suspended", step=10)
+            a.exit(jid, 75)
+            moved = {x.node: x.wait_command(s.StartJob, jid) for x in (a, b)}
+            assert (moved["b"].gang.task, moved["a"].gang.task) == (0, 1)
+            assert {m.attempt for m in moved.values()} == {first["a"].attempt + 1}
+            info = client.job(jid)
+            assert info["node"] == "b" and info["migrations"] == 1
+            assert client.metrics()["refused"] == {}
+    finally:
+        ct.close()
+
+
+def test_a_gang_migrated_onto_one_node_runs_as_one_runner_there(make, agents):
+    ct, client = make()
+    jid, a, b = held_gang(ct, client, agents, gpus=((0, 16384), (1, 16384), (2, 16384)))
+    client.migrate(jid, "a:0,b:0")
+    for x in (a, b):
+        x.wait_command(s.StartJob, jid)
+    client.migrate(jid, "a:1,a:2")
+    for x in (a, b):
+        x.wait_command(s.SuspendJob, jid)
+    b.exit(jid, 75)
+    a.event(jid, "suspended", step=9)
+    a.exit(jid, 75)
+    b.wait_command(s.KillJob, jid)
+    start = a.wait_command(s.StartJob, jid)
+    assert start.gang is None and [f.gpu_index for f in start.fragments] == [1, 2]
+    b.pump(0.2)
+    assert not [c for c in b.commands if isinstance(c, s.StartJob)]
+    assert ct.coord.gangs == {} and not any(ct.coord.gang_ports.used.values())
+    info = client.job(jid)
+    assert info["state"] == "running" and info["migrations"] == 1 and info["node"] == "a"

@@ -15,8 +15,9 @@ import pytest
 from philly.jobs import TraceJob
 from tfgshare import schema as s
 from tfgshare.policies.base import Fragment, JobState, Start
-from tfgshare.policies.prediction import (ColocationForecast, predict_remaining_s, run_time_s,
-                                          sharing_factor, solo_step_s, work_ahead_s)
+from tfgshare.policies.prediction import (ColocationForecast, outside_slowdown,
+                                          predict_remaining_s, run_time_s, sharing_factor,
+                                          solo_step_s, work_ahead_s)
 from tfgshare.policies.registry import get_policy
 from tfgshare.sim.cluster import load_cluster
 from tfgshare.sim.engine import simulate
@@ -29,6 +30,34 @@ def test_sharing_factor_and_step_alone():
     assert sharing_factor(0.4, 0.0) is None
     assert solo_step_s(0.4, 2.0) == pytest.approx(0.2)
     assert solo_step_s(0.4, None) == 0.4             # nothing measured: as sampled
+
+
+def test_step_alone_on_a_virtual_gpu_is_the_sampled_step_less_its_wait_for_a_core():
+    # a runner that waited runnable 0.3 s of each 0.4 s step ran 0.1 s a step, whatever
+    # kept it waiting (a co-tenant, another runner's start-up, any other process)
+    assert solo_step_s(0.4, None, 0.3) == pytest.approx(0.1)
+    assert solo_step_s(0.4, 1.2, 0.3) == pytest.approx(0.1)   # the wait, not the sharing
+    assert solo_step_s(0.4, None, 0.0) == pytest.approx(0.4)
+    # a wait summed over threads that waited at once: no shorter than the time they ran
+    assert solo_step_s(0.4, None, 0.39, 0.05) == pytest.approx(0.05)
+    assert solo_step_s(0.4, None, 0.5) == pytest.approx(0.4)   # nothing to go by: as sampled
+
+
+
+def test_slowdown_from_outside_the_cluster_is_what_its_own_processes_do_not_explain():
+    # sampled 4x slower than alone beside one of the cluster's competitors per core:
+    # two more came from outside, and slow it 3x when it runs with none of the cluster's
+    assert outside_slowdown(0.4, 0.1, 1.0) == pytest.approx(3.0)
+    assert outside_slowdown(0.2, 0.1, 1.0) == 1.0         # all the cluster's own: none
+    assert outside_slowdown(0.2, 0.0, 0.0) is None
+    f = ColocationForecast()
+    assert f.outside_now() == 1.0                         # none measured (GPUs, simulator)
+    f.note_outside(3.0)
+    f.note_outside(None)
+    f.note_outside(5.0)
+    assert f.outside_now() == pytest.approx(4.0)
+    # 100 steps of 0.1 s alone, 4x slower from outside, nothing left to sample
+    assert f.remaining_s(100, 0.1, 2.0, 0, 2, None) == pytest.approx(2.0 + 100 * 0.4)
 
 
 def test_run_time_beside_sampling_then_alone():
@@ -188,4 +217,93 @@ def test_live_job_sampled_beside_a_running_job_is_predicted_at_its_step_alone(tm
     assert job.sample.co_tenants == 1
     assert run.coord.cluster.forecast.sharing == [pytest.approx(2.0)]
     # its start cost: 35 - 30 s before its first step, and 90 steps at 1 s alone
+    assert job.predicted_total_s == pytest.approx(5.0 + 90 * 1.0)
+
+
+def test_live_steps_alone_on_virtual_gpus_come_from_the_wait_for_a_core(tmp_path):
+    """A burst's first jobs sample while other runners start up on the same cores:
+    j1 samples alone on its virtual GPU at 1 s a step, of which it waited 0.5 s
+    for a core. It is predicted at 0.5 s a step, and when it then runs at 1 s a
+    step beside j2's sampling run, the sharing measured is 2 (not 1, as against
+    its sampled step), and j2, sampled at 1 s a step of which it waited 0.5, is
+    predicted at 0.5 s a step alone. Before, both were predicted at 1 s a step,
+    twice as long as they then ran alone (bench_predictions on a quiet machine)."""
+    from test_coordinator_accounts import LiveRun
+
+    run = LiveRun(tmp_path)
+    run.coord.policy = BesideScript()
+    spec = dict(model_name="lenet", batch_size=32, max_number_of_steps=100)
+    sample = dict(warmup_steps=2, sampled_steps=8, step_time_std_s=0.0, images_per_sec=32.0,
+                  peak_memory_mb=1000.0, memory_source="process_rss_peak", cpu_util=1.0)
+
+    def progress(job, step, step_s):
+        run.event(job, "progress", step=step, loss=1.0, step_time_s=step_s,
+                  images_per_sec=32 / step_s, predicted_remaining_s=(100 - step) * step_s)
+
+    def sampled(job, t0, step_s, waited_s, beside=1.0):
+        run.at(t0 + 2 * step_s + 8 * step_s)
+        run.event(job, "sample", step_time_mean_s=step_s, predicted_remaining_s=90 * step_s,
+                  predicted_total_s=100 * step_s, window_start=t0 + 2 * step_s,
+                  cpu_wait_s=waited_s, cpu_run_s=8 * step_s - waited_s,
+                  cluster_runnable=beside, **sample)
+        progress(job, 10, step_s)
+        run.event(job, "checkpoint", step=10, path="ckpt", seconds=0.5, size_mb=10.0)
+        run.event(job, "suspended", step=10)
+        run.exit(job, 75)
+        run.round()
+
+    a = run.submit(s.JobSpec(**spec))
+    run.round()                                     # j1 samples alone: 1 s a step ...
+    run.at(5.0)
+    run.event(a, "started", global_step=0, restored=False, device="cpu", memory_fraction=0.3)
+    sampled(a, 5.0, 1.0, 8 * 0.5)                   # ... half of it waiting for a core
+    # (held by one of the cluster's processes: a spare runner importing TensorFlow)
+    assert run.coord.cluster.jobs[a].predicted_total_s == pytest.approx(5.0 + 90 * 0.5)
+    run.at(20.0)
+    run.event(a, "started", global_step=10, restored=True, device="cpu", memory_fraction=0.3)
+    for i in range(1, 11):                          # alone now: 0.5 s a step
+        run.at(20.0 + 0.5 * i)
+        progress(a, 10 + i, 0.5)
+    b = run.submit(s.JobSpec(**spec))
+    run.at(25.0)
+    run.round()                                     # j2 samples beside j1
+    assert run.attempts[b] == 1
+    for i in range(1, 21):                          # j1 at 1 s a step meanwhile
+        run.at(25.0 + i)
+        progress(a, 20 + i, 1.0)
+    run.at(30.0)
+    run.event(b, "started", global_step=0, restored=False, device="cpu", memory_fraction=0.5)
+    sampled(b, 30.0, 1.0, 8 * 0.5)                  # j2 waited half its steps beside j1
+    job = run.coord.cluster.jobs[b]
+    assert job.sample.co_tenants == 1
+    assert run.coord.cluster.forecast.sharing == [pytest.approx(2.0)]
+    assert job.predicted_total_s == pytest.approx(5.0 + 90 * 0.5)
+
+
+def test_live_load_from_outside_the_cluster_slows_the_predicted_steps(tmp_path):
+    """On a machine shared with other work the wait for a core is not the cluster's:
+    a job sampled at 1 s a step, of which it waited 0.75 s with none of the
+    cluster's processes beside it, runs 0.25 s a step alone but 4x slower with
+    that load: it is predicted at 1 s a step, not 0.25."""
+    from test_coordinator_accounts import LiveRun
+
+    run = LiveRun(tmp_path)
+    run.coord.policy = BesideScript()
+    a = run.submit(s.JobSpec(model_name="lenet", batch_size=32, max_number_of_steps=100))
+    run.round()
+    run.at(5.0)
+    run.event(a, "started", global_step=0, restored=False, device="cpu", memory_fraction=0.3)
+    run.at(15.0)
+    run.event(a, "sample", warmup_steps=2, sampled_steps=8, step_time_mean_s=1.0,
+              step_time_std_s=0.0, images_per_sec=32.0, peak_memory_mb=1000.0,
+              memory_source="process_rss_peak", predicted_remaining_s=90.0,
+              predicted_total_s=100.0, window_start=7.0, cpu_util=1.0,
+              cpu_wait_s=8 * 0.75, cpu_run_s=8 * 0.25, cluster_runnable=0.0)
+    run.event(a, "checkpoint", step=10, path="ckpt", seconds=0.5, size_mb=10.0)
+    run.event(a, "suspended", step=10)
+    run.exit(a, 75)
+    run.round()
+    job = run.coord.cluster.jobs[a]
+    assert job.solo_step_s == pytest.approx(0.25)
+    assert run.coord.cluster.forecast.outside == [pytest.approx(4.0)]
     assert job.predicted_total_s == pytest.approx(5.0 + 90 * 1.0)

@@ -51,10 +51,14 @@ def test_profile_on_the_cpu_writes_a_profile_the_simulator_loads(tmp_path):
     done = tfgshare("profile", "lenet", "cifarnet", "--batch-sizes", "1", "--cpu",
                     "--colocate", "--out", str(out))
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "co-location fit: overhead" in done.stdout and "fit error mean" in done.stdout
+    # on the CPU the pair's slowdowns are taken at a whole core, from the measured shares
+    assert "co-location fit (full core): overhead" in done.stdout
+    assert "fit error mean" in done.stdout and "at a whole core" in done.stdout
     doc = yaml.safe_load(out.read_text())
     assert doc["device"].startswith("CPU virtual GPU") and doc["tensorflow"] != "unknown"
     assert doc["date"] and doc["colocation"]["pairs"][0]["models"] == ["lenet/1", "cifarnet/1"]
+    assert doc["colocation"]["basis"] == "full core"
+    assert 0 < doc["colocation"]["pairs"][0]["pair_share"] <= 1
     row = doc["models"]["lenet"]
     assert row["startup_s"] > row["graph_build_s"] > 0 and row["save_s"] > 0
     # the share of its core the runner got while measured (the times are at that share)
@@ -95,8 +99,10 @@ def test_replay_of_a_small_slice_finishes_every_job_and_reports_live_beside_sim(
     from tfgshare.repro.cpushare import RunnerShareProbe
 
     profile = tmp_path / "tiny.yaml"
+    # lenet profiled at half a core: 0.04 s a step there, 0.02 s at a whole core
     profile.write_text(TINY_PROFILE.replace("    startup_s: 10\n",
-                                            "    startup_s: 10\n    cpu_share: 0.5\n"))
+                                            "    startup_s: 10\n    cpu_share: 0.5\n")
+                       .replace("step_time_s: 0.02", "step_time_s: 0.04"))
     out = tmp_path / "replay"
     # the CPU share of the agent's runners, measured as tools/replay_local.py measures it
     probe = RunnerShareProbe(cluster.procs["agent-n1"].pid)
@@ -117,7 +123,8 @@ def test_replay_of_a_small_slice_finishes_every_job_and_reports_live_beside_sim(
     assert doc["jct_mean_sim_live_startups_vs_live"] is not None
     spent = doc["live_time_spent"]
     assert len(spent) == 4 and all(r["starting_s"] > 0 and r["checkpoints_s"] > 0 for r in spent)
-    # steps follow the compressed durations: 66 s / 20000 is under a step; 159,721 s / 20000 / 0.02 s
+    # steps follow the compressed durations at a whole core: 66 s / 20000 is under a step;
+    # 159,721 s / 20000 / 0.02 s
     assert [j["total_steps"] for j in doc["mapping"]][:3] == [1, 1, 399]
     # and the profile simulated at the share the live runners got
     assert 0 < doc["live_cpu_share"] <= 1
@@ -160,6 +167,8 @@ def test_reproduce_four_models_records_match_the_coordinators_store(tmp_path):
             assert j["submit_time"] == pytest.approx(s["submit_time"])
             assert j["steps_done"] == s["steps_done"] == s["spec"]["max_number_of_steps"]
         assert doc["policies"][policy]["report"]["finished"] == 2
+        # the CPU the policy's cluster used (its runners trained and started two jobs)
+        assert doc["policies"][policy]["cpu_s"] > 1 and len(doc["policies"][policy]["load"]) == 6
         # the reset between policies deleted the batch's checkpoints
         assert not (out / "clusters" / policy / "checkpoints").exists()
 
@@ -180,7 +189,7 @@ def test_gpu_check_passes_its_allow_cpu_mode(tmp_path):
 
 
 def test_colocation_fit_recovers_the_model_that_made_the_slowdowns():
-    from tfgshare.repro.profile import fit_colocation
+    from tfgshare.repro.colocate import fit_colocation
     from tfgshare.sim.colocation import Colocation
 
     truth = Colocation(overhead=0.15, exponent=1.3)
@@ -191,6 +200,54 @@ def test_colocation_fit_recovers_the_model_that_made_the_slowdowns():
     assert fit["overhead"] == pytest.approx(0.15, abs=0.011)
     assert fit["exponent"] == pytest.approx(1.3, abs=0.051)
     assert fit["fit_error_max"] < 0.01 and fit["points"] == 6
+
+
+def test_the_colocation_fit_on_a_shared_cpu_uses_each_runs_measured_share():
+    from tfgshare.repro.colocate import fit_colocation, pair_share
+    from tfgshare.sim.colocation import Colocation
+
+    # a pair whose runners each ran 3 s and waited 7 s: 3 s for the partner, 4 s for other
+    # work, so the pair had 6 / 10 of its core
+    assert pair_share([(3.0, 7.0), (3.0, 7.0)]) == pytest.approx(0.6)
+    assert pair_share([(2.0, 2.0), (2.0, 2.0)]) == pytest.approx(1.0)   # nobody else
+    truth = Colocation(overhead=0.15, exponent=1.3)
+    full_util = {"a/1": 0.9, "b/1": 0.5, "c/1": 0.3}
+    alone_share = {"a/1": 0.5, "b/1": 0.25, "c/1": 0.9}      # the load changed between runs
+    utils = {k: u * alone_share[k] for k, u in full_util.items()}   # busy share measured
+    pairs = []
+    for (x, y), s in zip((("a/1", "b/1"), ("a/1", "c/1"), ("b/1", "c/1")), (0.3, 0.8, 0.5)):
+        true = truth.slowdown(2, full_util[x] + full_util[y])
+        # step at share s in the pair over step at its own share alone
+        pairs.append({"models": [x, y], "pair_share": s,
+                      "slowdown": [true * alone_share[k] / s for k in (x, y)]})
+    fit = fit_colocation(pairs, utils, alone_share)
+    assert fit["basis"] == "full core"
+    assert fit["overhead"] == pytest.approx(0.15, abs=0.011)
+    assert fit["exponent"] == pytest.approx(1.3, abs=0.051)
+    assert fit["fit_error_max"] < 0.01
+    as_measured = fit_colocation(pairs, utils)     # without the shares: the load's noise
+    assert as_measured["basis"] == "as measured" and as_measured["fit_error_max"] > 0.2
+
+
+def test_replay_step_counts_use_a_cpu_profiles_steps_at_a_whole_core(tmp_path):
+    from tfgshare.repro.replay import compressed_jobs
+
+    prof = load_profiles(_tiny_profile(tmp_path))
+    at_profile = compressed_jobs("philly", prof, 1000, num_jobs=20, start=0)
+    at_core = compressed_jobs("philly", prof, 1000, num_jobs=20, start=0,
+                              shares={"alexnet_v2": 0.25, "lenet": 0.25})
+    assert [j.id for j in at_profile] == [j.id for j in at_core]
+    for a, b in zip(at_profile, at_core):      # a step at a whole core is a quarter as long
+        step = prof.get(a.model, a.batch_size).step_time_s
+        assert a.total_steps == max(1, round(a.duration / step))
+        assert b.total_steps == max(1, round(a.duration / (step * 0.25)))
+    assert sum(b.total_steps for b in at_core) > sum(a.total_steps for a in at_profile)
+
+
+def _tiny_profile(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.yaml"
+    path.write_text(TINY_PROFILE)
+    return path
 
 
 def test_a_measured_profile_sets_the_simulators_colocation_and_checkpoint_bandwidth(tmp_path):
@@ -310,3 +367,16 @@ def test_a_profile_at_another_cpu_share_scales_the_cpu_bound_times(tmp_path):
     assert lenet.checkpoint_mb == 40 and alex.step_time_s == 0.3 and alex.startup_s == 12
     with pytest.raises(ValueError, match="CPU share"):
         at_share(load_profiles(path), shares, 0.0)
+
+
+def test_a_batch_yaml_names_its_optimizer_and_a_bad_one_is_refused(tmp_path):
+    from tfgshare.repro.four_models import default_config, load_batch, schedule
+
+    small = schedule(load_batch(default_config(), "small"))
+    assert {spec.optimizer for _, spec in small} == {"sgd"}   # checkpoints a third of rmsprop's
+    config = tmp_path / "batch.yaml"
+    config.write_text(yaml.safe_dump({"scales": {"small": {
+        "cluster": {"nodes": 1}, "optimizer": "adagrad",
+        "jobs": [{"model": "lenet", "batch_size": 2, "steps": 3}]}}}))
+    with pytest.raises(ValueError, match="optimizer: 'adagrad' is not one of sgd"):
+        load_batch(config, "small")

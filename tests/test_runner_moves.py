@@ -64,11 +64,11 @@ def test_a_stale_or_garbled_graph_file_is_rebuilt_not_used(tmp_path, damage):
     assert one(again, "start_phases")["graph_source"] == "imported"   # rewritten, now current
 
 
-def test_graph_key_covers_devices_versions_and_sources():
-    config = small_config("/tmp/unused")
+def test_graph_key_covers_devices_versions_and_sources(tmp_path):
+    config = small_config(tmp_path / "here")
     key = graph_file.graph_key(config, ["/cpu:0"])
     assert graph_file._differences(key, graph_file.graph_key(config, ["/gpu:0"])) == ["devices"]
-    moved = small_config("/tmp/elsewhere", max_number_of_steps=99, memory_fraction=0.5)
+    moved = small_config(tmp_path / "elsewhere", max_number_of_steps=99, memory_fraction=0.5)
     assert graph_file._differences(key, graph_file.graph_key(moved, ["/cpu:0"])) == []
     assert {"tensorflow", "tf_slim", "sources", "graph_version", "batch_norm"} <= set(key)
 

@@ -428,7 +428,8 @@ class ResumeRequest(Message, tag="resume"):
 
 
 class MigrateRequest(Message, tag="migrate"):
-    """Move a job to GPU ``to`` ("NODE:GPU") if its fragment fits there."""
+    """Move a job to GPU ``to`` ("NODE:GPU") if its fragment fits there; a job on
+    several GPUs to as many, comma-separated (the first names its chief's node)."""
 
     job: Name
     to: Name

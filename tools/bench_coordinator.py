@@ -58,7 +58,9 @@ def sample_event(job: str) -> dict:
             "step_time_mean_s": 0.2, "step_time_std_s": 0.01, "images_per_sec": 160.0,
             "peak_memory_mb": 3000.0 + 100 * (hash(job) % 40),
             "memory_source": "gpu_allocator_peak", "predicted_remaining_s": 200.0,
-            "predicted_total_s": 205.0, "window_start": time.time() - 4.0, "cpu_util": 0.3}
+            "predicted_total_s": 205.0, "window_start": time.time() - 4.0, "cpu_util": 0.3,
+            "cpu_wait_s": 0.0, "cpu_run_s": 1.2,
+            "cluster_runnable": 0.0}
 
 
 class SimAgents:

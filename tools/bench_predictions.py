@@ -11,13 +11,21 @@ sampled step time, peak memory, utilisation, start-up), fgs with its defaults
 and the simulator's measurement noise. Also the policy actions the coordinator
 refused (goal: none).
 
-Usage: python tools/bench_predictions.py [--jobs 20] [--json OUT]
+Per job it prints what the prediction assumed (its step time alone, sampled
+less the time it waited for a core; the co-tenants then) and what the run
+did (its steps' mean time, the rest: start, restore, final save, exit), and
+the load average at the start and the end, since the machine's other work
+changes step times on virtual GPUs.
+
+Usage: python tools/bench_predictions.py [--jobs 20] [--out OUT.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import statistics
 import sys
 import tempfile
@@ -28,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from philly.jobs import TraceJob  # noqa: E402
 from tfgshare.localcluster import LocalCluster  # noqa: E402
+from tfgshare.policies.prediction import solo_step_s  # noqa: E402
 from tfgshare.policies.registry import get_policy  # noqa: E402
 from tfgshare.schema import JobSpec  # noqa: E402
 
@@ -57,12 +66,59 @@ def live(n: int, root: Path, timeout_s: float) -> dict:
                 jobs = [c.job(j) for j in ids]
                 if all(j["state"] in ("finished", "failed", "cancelled") for j in jobs):
                     break
-                if time.monotonic() > end:
-                    raise TimeoutError(f"batch not done in {timeout_s:g}s")
+                if time.monotonic() > end:   # report the jobs that finished
+                    print(f"timed out after {timeout_s:g}s: "
+                          f"{sum(j['state'] != 'finished' for j in jobs)} jobs unfinished")
+                    break
                 time.sleep(1.0)
             report = c.metrics()
+            logs = {j: c.logs(j) for j in ids}
     return {"wall_s": time.time() - t0, "jobs": jobs, "error": report["prediction_error"],
-            "refused": report["refused"], "report": report["report"]}
+            "refused": report["refused"], "report": report["report"], "logs": logs}
+
+
+_LINE = re.compile(r"^(\d\d):(\d\d):(\d\d\.\d+) (.*)$")
+_FIELD = re.compile(r"(\w+)=(\S+)")
+
+
+def run_parts(lines: list[str]) -> dict:
+    """From a job's log: its sample (step time, time waited for a core, co-tenants
+    unknown here) and its runs after sampling (steps, their mean step time from
+    the progress marks, the run time not spent in those steps)."""
+    out: dict = {"sampled_step_s": None, "solo_step_s": None, "run_s": 0.0, "steps": 0,
+                 "step_s": None}
+    day, last, start, marks = 0.0, None, None, []
+    steps_s = steps = 0.0
+    for line in lines:
+        m = _LINE.match(line)
+        if not m:
+            continue
+        t = int(m[1]) * 3600 + int(m[2]) * 60 + float(m[3]) + day
+        if last is not None and t < last - 43200:   # past midnight
+            day += 86400.0
+            t += 86400.0
+        last, text = t, m[4]
+        fields = dict(_FIELD.findall(text))
+        if " sample " in f" {text} " and "step_time_mean_s" in fields:
+            step, n = float(fields["step_time_mean_s"]), int(fields["sampled_steps"])
+            out["sampled_step_s"] = step
+            if "cpu_wait_s" in fields and n:
+                out["solo_step_s"] = solo_step_s(step, None, float(fields["cpu_wait_s"]) / n,
+                                                 float(fields.get("cpu_run_s", 0)) / n)
+        elif text.startswith(("resume on", "start on", "migrate")):
+            start, marks = t, []
+        elif start is not None and " progress " in f" {text} ":
+            marks.append((t, int(fields["step"])))
+        elif start is not None and (text.startswith(("finished", "suspended:", "requeued"))
+                                    or " suspended " in text):
+            out["run_s"] += t - start
+            if len(marks) >= 2 and marks[-1][1] > marks[0][1]:
+                steps_s += marks[-1][0] - marks[0][0]
+                steps += marks[-1][1] - marks[0][1]
+            start, marks = None, []
+    if steps:
+        out["steps"], out["step_s"] = int(steps), steps_s / steps
+    return out
 
 
 def simulated(n: int, jobs: list[dict]) -> dict:
@@ -102,26 +158,47 @@ def simulated(n: int, jobs: list[dict]) -> dict:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--jobs", type=int, default=20)
-    p.add_argument("--timeout", type=float, default=1500.0)
-    p.add_argument("--json", type=Path, help="write the figures here")
+    p.add_argument("--timeout", type=float, default=3600.0,
+                   help="stop waiting after this many seconds and report the finished jobs")
+    p.add_argument("--out", "--json", dest="json", type=Path,
+                   help="write the figures (and each job's log) here as JSON")
     args = p.parse_args()
+    load0 = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="tfgshare-pred-") as tmp:
         got = live(args.jobs, Path(tmp), args.timeout)
+    load1 = os.getloadavg()
     sim = simulated(args.jobs, got["jobs"])
     err = got["error"]
     print(got["report"])
-    print("\njob    steps  suspends  migrations  predicted s  error (|predicted - actual| / actual)")
+    print("\nper job: sampled step time, and alone (less its wait for a core); co-tenants while "
+          "it sampled; predicted and actual run time after sampling; the run's mean step time "
+          "and its time outside those steps (start, restore, final save, exit)")
+    print("job    steps  susp  mig  sampled s  alone s  co  predicted s  actual s  error  "
+          "run step s  other s")
     for j in got["jobs"]:
         err_j = j["prediction_error"]
-        print(f"{j['id']:<6} {j['total_steps']:>5}  {j['suspends']:>8}  {j['migrations']:>10}  "
-              f"{j['predicted_total_s'] or 0:>11.1f}  "
-              f"{'-' if err_j is None else f'{100 * err_j:.0f} %'}")
+        parts = run_parts(got["logs"][j["id"]])
+        pred = j["predicted_total_s"]
+        actual = None if err_j is None or not pred else \
+            (parts["run_s"] if parts["run_s"] else None)
+        other = None if parts["step_s"] is None or not parts["run_s"] else \
+            parts["run_s"] - parts["steps"] * parts["step_s"]
+
+        def f(x, w, d):
+            return f"{'-':>{w}}" if x is None else f"{x:>{w}.{d}f}"
+        print(f"{j['id']:<6} {j['total_steps']:>5}  {j['suspends']:>4}  {j['migrations']:>3}  "
+              f"{f(parts['sampled_step_s'], 9, 3)}  {f(parts['solo_step_s'], 7, 3)}  "
+              f"{(j['sample'] or {}).get('co_tenants', '-'):>2}  {f(pred, 11, 1)}  "
+              f"{f(actual, 8, 1)}  {'-' if err_j is None else f'{100 * err_j:.0f} %':>5}  "
+              f"{f(parts['step_s'], 10, 3)}  {f(other, 7, 1)}")
     moved = [j["prediction_error"] for j in got["jobs"]
              if j["prediction_error"] is not None and (j["suspends"] or j["migrations"])]
     print(f"policy moves: {sum(j['suspends'] + j['migrations'] for j in got['jobs'])}; "
           f"mean error of the {len(moved)} moved jobs: "
           f"{100 * statistics.fmean(moved) if moved else 0:.1f} %")
-    print(f"\nlive: {args.jobs} jobs in {got['wall_s']:.0f}s; prediction error mean "
+    print(f"\nload average (1 min) {load0[0]:.1f} at the start, {load1[0]:.1f} at the end, "
+          f"on {os.cpu_count()} cores")
+    print(f"live: {args.jobs} jobs in {got['wall_s']:.0f}s; prediction error mean "
           f"{100 * (err['mean'] or 0):.1f} %, p90 {100 * (err['p90'] or 0):.1f} % over "
           f"{err['jobs']} jobs; refused actions: {sum(got['refused'].values())} {got['refused']}")
     print(f"simulated (same batch, measured profile {sim['profile']}): prediction error mean "
@@ -129,7 +206,7 @@ def main() -> int:
           f"{sim['jobs']} jobs")
     if args.json:
         args.json.write_text(json.dumps({"live": {k: v for k, v in got.items() if k != "report"},
-                                         "simulated": sim}, indent=1))
+                                         "load": [load0, load1], "simulated": sim}, indent=1))
     return 0
 
 

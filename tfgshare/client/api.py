@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import Any, Sequence
 
 import zmq
 
@@ -185,8 +185,11 @@ class Client:
         """Release a held job."""
         return self.request(s.ResumeRequest(job=job))
 
-    def migrate(self, job: str, to: str) -> dict[str, Any]:
-        """Move a job to GPU ``to`` ("NODE:GPU")."""
+    def migrate(self, job: str, to: str | Sequence[str]) -> dict[str, Any]:
+        """Move a job to GPU ``to`` ("NODE:GPU"); a job on several GPUs to as many
+        ("NODE:GPU,NODE:GPU" or a list), moved as one."""
+        if not isinstance(to, str):
+            to = ",".join(to)
         return self.request(s.MigrateRequest(job=job, to=to))
 
     def metrics(self, since_round: int = 0) -> dict[str, Any]:

@@ -517,6 +517,7 @@ def resume(argv: list[str]) -> int:
 def migrate(argv: list[str]) -> int:
     """Move a job to NODE:GPU."""
     def extra(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--to", required=True, metavar="NODE:GPU", help="target GPU")
+        p.add_argument("--to", required=True, metavar="NODE:GPU[,NODE:GPU...]",
+                       help="target GPU; one per GPU of the job, comma-separated")
     return _job_command("migrate", "Move a job to another GPU.",
                         lambda c, a: c.migrate(a.job, a.to), argv, extra)

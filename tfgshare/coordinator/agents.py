@@ -11,8 +11,8 @@ from tfgshare.coordinator.errors import REPLIED, RequestError, number, short
 from tfgshare.coordinator.gangs import spans_nodes
 from tfgshare.coordinator.logs import log
 from tfgshare.policies.base import JobState, SampleRecord
-from tfgshare.policies.prediction import (AHEAD_SCAN, promotion_in, sharing_factor,
-                                          solo_step_s, work_ahead_s)
+from tfgshare.policies.prediction import (AHEAD_SCAN, outside_slowdown, promotion_in,
+                                          sharing_factor, solo_step_s, work_ahead_s)
 from tfgshare.runner import protocol as rp
 
 MARKS_KEPT = 64   # progress marks kept per job (co-tenants' step time while a job samples)
@@ -217,7 +217,11 @@ class AgentProtocol:
         job.sampling_start = job.last_start
         sharing = self._sharing_beside(job, job.last_start, now) if co else None
         self.cluster.forecast.note_sharing(sharing)
-        job.solo_step_s = solo_step_s(step_time, sharing)
+        waited, ran = self._cpu_per_step(job, ev)
+        job.solo_step_s = solo_step_s(step_time, sharing, waited, ran)
+        if waited is not None:   # on virtual GPUs: the rest of its slowdown came from outside
+            self.cluster.forecast.note_outside(outside_slowdown(
+                step_time, job.solo_step_s, number(ev, "cluster_runnable", float) or 0.0))
         warmup = number(ev, "warmup_steps", int) or 0
         start = number(ev, "window_start", float)
         if start is not None and job.last_start is not None:
@@ -307,6 +311,23 @@ class AgentProtocol:
         found = [x for x in found if x is not None]
         return sum(found) / len(found) if found else None
 
+    def _cpu_per_step(self, job: LiveJob, ev: dict[str, Any]) -> tuple[float | None, float]:
+        """On virtual GPUs, the time the runner waited for a core and ran (over its
+        cores) per sampled step (``cpu_wait_s``, ``cpu_run_s`` over ``sampled_steps``);
+        (None, 0) elsewhere or unreported."""
+        waited = number(ev, "cpu_wait_s", float)
+        ran = number(ev, "cpu_run_s", float)
+        steps = number(ev, "sampled_steps", int)
+        if waited is None or not steps or not self._virtual(job):
+            return None, 0.0
+        return max(0.0, waited) / steps, max(0.0, ran or 0.0) / steps
+
+    def _virtual(self, job: LiveJob) -> bool:
+        """Whether the job's fragments are all on virtual GPUs (CPU cores)."""
+        node = self.cluster.nodes.get(job.node or "")
+        infos = [node.gpus.get(split_gpu_id(f.gpu)[1]) for f in job.fragments] if node else []
+        return bool(infos) and all(i is not None and i.virtual for i in infos)
+
     def _sampled_util(self, job: LiveJob, ev: dict[str, Any]) -> float:
         """The job's single-tenant utilisation over its sampled steps, in [0, 1].
 
@@ -316,9 +337,7 @@ class AgentProtocol:
         from the heartbeats inside the sampled window. 1 (the safe guess)
         when neither was measured.
         """
-        node = self.cluster.nodes.get(job.node or "")
-        infos = [node.gpus.get(split_gpu_id(f.gpu)[1]) for f in job.fragments] if node else []
-        if infos and all(i is not None and i.virtual for i in infos):
+        if self._virtual(job):
             util = number(ev, "cpu_util", float)
         else:
             start = number(ev, "window_start", float)

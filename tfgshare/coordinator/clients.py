@@ -191,36 +191,42 @@ class ClientApi:
         job = self._job(msg.job)
         self._may_act_on(job)
         now = self.clock()
-        try:
-            split_gpu_id(msg.to)
-        except ValueError as exc:
-            raise RequestError(str(exc)) from None
-        info = self.cluster.gpu(msg.to)
-        if info is None:
-            up = [n.gpu_id(i) for n in self.cluster.up_nodes() for i in sorted(n.gpus)]
-            raise RequestError(f"no up GPU {msg.to!r}; up GPUs: {', '.join(up) or 'none'}")
+        to = [t.strip() for t in msg.to.split(",")]
+        for gpu in to:
+            try:
+                split_gpu_id(gpu)
+            except ValueError as exc:
+                raise RequestError(str(exc)) from None
+            if self.cluster.gpu(gpu) is None:
+                up = [n.gpu_id(i) for n in self.cluster.up_nodes() for i in sorted(n.gpus)]
+                raise RequestError(f"no up GPU {gpu!r}; up GPUs: {', '.join(up) or 'none'}")
         if job.state.done:
             raise RequestError(f"job {job.id} is already {job.state.value}")
-        if job.spec.num_gpus != 1:
-            raise RequestError(f"job {job.id} uses {job.spec.num_gpus} GPUs; migrate moves "
-                               "single-GPU jobs")
+        if len(to) != job.spec.num_gpus:
+            raise RequestError(f"job {job.id} uses {job.spec.num_gpus} GPUs: name as many "
+                               f"(NODE:GPU,NODE:GPU,...), not {len(to)}")
         if job.unknown or job.cancel_requested or job.state in (JobState.SAMPLING,
                                                                  JobState.SUSPENDING):
             raise RequestError(f"job {job.id} is {job.display_state}; try once it runs or "
                                "waits")
-        if job.state is JobState.RUNNING:
-            if job.fragments[0].gpu == msg.to:
+        running = job.state is JobState.RUNNING
+        if running:
+            if set(to) == {f.gpu for f in job.fragments}:
                 raise RequestError(f"job {job.id} already runs on {msg.to}")
-            fraction = job.fragments[0].fraction
+            fractions = [f.fraction for f in job.fragments]
         else:
             snapshot = self.cluster.snapshot()
-            fraction = fraction_for(job.view(), snapshot.gpu(msg.to),
-                                    reserve_mb=self.cluster.reserve_mb)
-        if not self.cluster.fits(msg.to, fraction):
-            raise RequestError(f"job {job.id} needs a fraction of {fraction:.3f}, which does "
-                               f"not fit on {msg.to} now")
-        target = (Fragment(msg.to, fraction),)
-        if job.state is JobState.RUNNING:
+            fractions = [fraction_for(job.view(), snapshot.gpu(gpu),
+                                      reserve_mb=self.cluster.reserve_mb) for gpu in to]
+        target = tuple(Fragment(gpu, f) for gpu, f in zip(to, fractions))
+        # the rule the policy's moves are checked by; a gang moves as one (gangs.py)
+        reason, why = self.cluster.placement_problem(job, target, migrate=running)
+        if reason == "later":   # room a suspend in flight frees: not now
+            raise RequestError(f"job {job.id} does not fit on {msg.to} now ({why}); "
+                               "try again once that move ends")
+        if reason:
+            raise RequestError(f"job {job.id}: {why}")
+        if running:
             self._ask_suspend(job, now, "asked by the user", target=target)
         else:
             self._start(job, target, False, now, note="placed by the user")

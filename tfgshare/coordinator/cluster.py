@@ -453,13 +453,25 @@ class Cluster:
             return "not_running", f"job is {job.display_state}, not running"
         if isinstance(a, Suspend):
             return "", ""
-        frags = a.fragments
+        return self._placement_problem(job, a.fragments, isinstance(a, Migrate), use, freeing)
+
+    def placement_problem(self, job: LiveJob, frags: Sequence[Fragment],
+                          migrate: bool) -> tuple[str, str]:
+        """Why ``job`` cannot start on (or, ``migrate``: move to) these fragments now,
+        by the rule ``check_actions`` applies to the policy's actions: ("", "") if
+        it can, ("later", why) once moves in flight free the room, else (reason
+        key, why not)."""
+        return self._placement_problem(job, frags, migrate, {}, {})
+
+    def _placement_problem(self, job: LiveJob, frags: Sequence[Fragment], migrate: bool,
+                           use: dict[str, GpuUse], freeing: dict[str, GpuUse]
+                           ) -> tuple[str, str]:
         if len(frags) != job.spec.num_gpus:
             return "bad_fragments", f"{len(frags)} fragments for a {job.spec.num_gpus}-GPU job"
         gpus = [f.gpu for f in frags]
         if len(set(gpus)) != len(gpus):
             return "bad_fragments", f"two fragments on one GPU {gpus}"
-        if isinstance(a, Migrate) and set(gpus) & {f.gpu for f in job.fragments}:
+        if migrate and set(gpus) & {f.gpu for f in job.fragments}:
             return "bad_fragments", "a migration target is a GPU it already holds"
         try:
             nodes = {split_gpu_id(g)[0] for g in gpus}

@@ -4,7 +4,8 @@ After Chung, Tong and Chen, "A fine-grained GPU sharing and job scheduling for
 deep learning jobs on the cloud", J. Supercomputing 81(2), 2025, as read in
 docs (PAPER.md). Each decision, in order:
 
-1. **Promoted jobs** (waited past a bound, see ``starving``): the
+1. **Promoted jobs** (waited past a bound, see ``starving``; a job still to
+   sample too, at ``max_wait_s``, and then for its sampling phase): the
    ``max_reservations`` longest waiting go first (the others keep their
    shortest-first place until their turn). One that cannot be placed makes room: small running jobs (no more
    GPUs than it, past their ``min_run``) on the GPUs that free soonest are moved
@@ -258,18 +259,20 @@ class Fgs:
         # only the longest waiting promoted jobs jump the queue and make room;
         # the others keep their shortest-first place until their turn comes
         first = [k[1] for k in memo.promoted.islice(0, self.max_reservations)]
-        promoted = [(info[jid][0], info[jid][3]) for jid in first]
-        to_sample = ((info[k[1]][0], info[k[1]][3]) for k in memo.to_sample)
+        # a promoted job not sampled yet is placed (room made) for its sampling phase
+        promoted = [(info[jid][0], info[jid][3]) for jid in first if info[jid][1] == 1]
+        promoted_sample = [(info[jid][0], info[jid][3]) for jid in first if info[jid][1] == 0]
         skip = set(first)
+        to_sample = ((info[k[1]][0], info[k[1]][3]) for k in memo.to_sample if k[1] not in skip)
         ordinary = ((info[k[2]][0], info[k[2]][3]) for k in memo.ordinary if k[2] not in skip)
         reservations = self.max_reservations
         defrag = self.defrag
 
-        def make_room(job: JobView) -> bool:
+        def make_room(job: JobView, sample_only: bool = False) -> bool:
             nonlocal reservations
             if reservations > 0 and job.num_gpus <= r.up:
                 reservations -= 1
-                r.make_room(job)
+                r.make_room(job, sample_only)
             return reservations > 0
 
         def consolidate(job: JobView) -> bool:
@@ -282,7 +285,11 @@ class Fgs:
         r.fill(promoted, Rest(SortedList((sz[0], j.id) for j, sz in promoted),
                                SortedList((sz[1], j.id) for j, sz in promoted), set()),
                on_fail=make_room)
-        r.fill(to_sample, Rest(memo.sample_fs, None, set()), sample_only=True)
+        if promoted_sample:
+            r.fill(promoted_sample, Rest(SortedList((sz[0], j.id) for j, sz in promoted_sample),
+                                         None, set()),
+                   sample_only=True, on_fail=lambda job: make_room(job, True))
+        r.fill(to_sample, Rest(memo.sample_fs, None, set(skip)), sample_only=True)
         r.fill(ordinary, Rest(memo.fs, memo.us, set(skip)), on_fail=consolidate)
         return r.actions
 

@@ -4,18 +4,28 @@ When the first job that does not fit would fit in the total free capacity,
 tenants of the GPUs nearest to fitting it (at most ``CONSOLIDATE_TRIES`` more
 than the gang needs) are tentatively migrated into other GPUs' free room,
 smallest first; the moves are kept only if the whole gang then fits.
+
+Two shortcuts skip work whose answer is known (``Fgs.shortcuts``; the
+full search decides the same, ``tests/test_policies_memo.py``): the memo's
+``MovableIndex`` keeps, per GPU, from when one of its single-GPU tenants may
+move, so GPUs none of whose tenants may move yet are not scanned; and a try
+that would not make room even with every movable tenant gone is not made.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+import math
 
-from .base import JobView, Migrate, Start
+from .base import JobState, JobView, Migrate, Start
 from .fgs_round import BANDS, util_of
-from .placement import EPS, GpuUse, to_fragments
+from .interference import room_for
+from .placement import EPS, GpuUse, free_fraction, to_fragments
+from .prediction import remaining_s
 
 CONSOLIDATE_TRIES = 8   # nearly fitting GPUs a consolidation tries to clear
+SLACK = 1e-9            # margin over float rounding in the bounds the shortcuts check
 
 
 class ConsolidateMixin:
@@ -42,14 +52,17 @@ class ConsolidateMixin:
         # (only GPUs that a running single-GPU job held as the round began: no other has
         # a tenant consolidation may move)
         closed, order, gpus, free, use = fm.closed, fm.order, fm.gpus, fm.free, fm.use
+        singles = self.memo.singles
+        if self.pol.shortcuts:   # only GPUs where some tenant may move by now
+            singles = MovableIndex.of(self).movable_by(self.now)
         if len(fm.sizes) == 1:
             f = need(first)
-            keyed = [(f - free(gid), order[gid], gid) for gid in self.memo.singles
+            keyed = [(f - free(gid), order[gid], gid) for gid in singles
                      if gid in use and gid in gpus and gid not in closed and gid not in chosen]
         else:
             fractions: dict[int, float] = {}   # memory size -> the job's fraction
             keyed = []
-            for gid in self.memo.singles:
+            for gid in singles:
                 gpu = gpus.get(gid)
                 if gpu is None or gid not in use or gid in closed or gid in chosen:
                     continue
@@ -110,6 +123,8 @@ class ConsolidateMixin:
                     key=lambda h: (h.fragments[0].fraction, h.id))
         step: list[tuple[JobView, list[tuple[str, float]]]] = []
         before: dict[str, GpuUse | None] = {}
+        if self.pol.shortcuts and self._bound_to_fail(gid, f, util, hs):
+            return None   # with all of them gone it would not fit: nothing to try
         avoid = set(keep) | {gid}
         use = self.free.use
         for h in hs:
@@ -140,6 +155,30 @@ class ConsolidateMixin:
             return step, before
         self._restore(before)
         return None
+
+    def _bound_to_fail(self, gid: str, f: float, util: float, hs: list[JobView]) -> bool:
+        """Whether ``gid`` would not have room for ``f`` even with all of ``hs`` moved away.
+
+        Moving a tenant only adds room, takes a tenant off and lowers the summed
+        utilisation, so a try that fails this way fails at every step;
+        ``SLACK`` covers the rounding of the try's own sums.
+        """
+        use = self.free.use.get(gid)
+        if use is None:
+            return False
+        n = use.tenants - len(hs)
+        if n >= self.pol.max_cotenants:
+            return True
+        if n <= 0:
+            room = free_fraction(self.free.gpus[gid], None, self.reserve)
+            return room < f - EPS - SLACK
+        used = use.used - sum(h.fragments[0].fraction for h in hs)
+        room = free_fraction(self.free.gpus[gid], GpuUse(used, n, 0.0), self.reserve)
+        if room < f - EPS - SLACK:
+            return True
+        total = use.util - sum(util_of(h) for h in hs) - SLACK
+        return util > room_for(n, total, self.pol.slowdown_cap,
+                               self.pol.interference_overhead) + EPS
 
     def _nowhere_for(self, frac: float, hu: float, band: int, keep: list[str]) -> bool:
         """Whether no GPU but ``keep`` has room for a tenant of this fraction and utilisation.
@@ -176,3 +215,74 @@ class ConsolidateMixin:
         """Put these GPUs' uses back as they were (exactly: no sums undone in floats)."""
         for g, u in before.items():
             self.free.set_use(g, u)
+
+
+class MovableIndex:
+    """Per GPU, from when one of its running single-GPU tenants may be moved (memo-kept).
+
+    A tenant may move for consolidation once it has run its ``min_run`` since
+    its last start (and is not a promoted job); that moment is kept a little
+    early, never late, per GPU (the soonest of its tenants), and recomputed
+    only for GPUs whose tenants changed (``stale``, filled by the memo). A GPU
+    not yet due has no tenant consolidation may move this round.
+    """
+
+    def __init__(self, key: tuple) -> None:
+        self.key = key
+        self.now = -math.inf
+        self.stale: set[str] = set()     # GPUs whose tenants changed (the memo adds them)
+        self.fresh = True                # nothing computed yet: every GPU is stale
+        self.due: dict[str, float] = {}  # GPU -> from when a tenant may move (early)
+        self.ready: set[str] = set()     # GPUs due by ``now``
+        self.heap: list[tuple[float, str]] = []   # (moment, GPU) not due yet; some outdated
+
+    @staticmethod
+    def of(r) -> "MovableIndex":
+        """The memo's index for this round's policy settings (made or rebuilt as needed)."""
+        memo = r.memo
+        key = r.pol.room_key()
+        index = memo.indexes.get("movable")
+        if index is None or index.key != key or r.now < index.now:
+            index = memo.indexes["movable"] = MovableIndex(key)
+        index.update(r.pol, memo.holdings.by_gpu())
+        return index
+
+    def update(self, pol, holders: dict[str, list[JobView]]) -> None:
+        """Recompute the GPUs whose tenants changed."""
+        gids = holders.keys() if self.fresh else self.stale
+        self.fresh = False
+        for gid in gids:
+            self.ready.discard(gid)
+            t = math.inf
+            for h in holders.get(gid, ()):
+                if (h.num_gpus == 1 and h.state is JobState.RUNNING
+                        and not pol._overdue(h.waited_s, remaining_s(h), pol.promote_floor(h))):
+                    if h.last_start is None:
+                        t = -math.inf
+                        break
+                    run = pol.min_run(h)
+                    at = h.last_start + run
+                    at -= SLACK * (1.0 + abs(h.last_start) + abs(run))
+                    t = min(t, at)
+            if t == math.inf:
+                self.due.pop(gid, None)
+                continue
+            self.due[gid] = t
+            if t <= self.now:
+                self.ready.add(gid)
+            else:
+                heapq.heappush(self.heap, (t, gid))
+        self.stale = set()
+        if len(self.heap) > 2 * len(self.due) + 64:   # drop outdated entries
+            self.heap = [(t, g) for g, t in self.due.items() if g not in self.ready]
+            heapq.heapify(self.heap)
+
+    def movable_by(self, now: float) -> set[str]:
+        """The GPUs where some single-GPU tenant may have passed its minimum run by ``now``."""
+        self.now = now
+        heap, due, ready = self.heap, self.due, self.ready
+        while heap and heap[0][0] <= now:
+            t, gid = heapq.heappop(heap)
+            if due.get(gid) == t:
+                ready.add(gid)
+        return ready

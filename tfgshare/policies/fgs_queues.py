@@ -26,9 +26,9 @@ class FgsMemo(Memo):
     """fgs's state between rounds: the tenants, a plan-ready FreeMap and the waiting queues.
 
     Waiting jobs are kept in the orders fgs walks them: jobs to sample by
-    arrival, the others by predicted remaining time, the promoted ones by
-    arrival; each job's promotion is a timed event at the moment its wait
-    passes its bound. Sizes are kept sorted too, so a round can tell in
+    arrival, the others by predicted remaining time, the promoted ones (of
+    either kind) by arrival; each job's promotion is a timed event at the
+    moment its wait passes its bound. Sizes are kept sorted too, so a round can tell in
     O(log n) that none of the jobs left could fit anywhere.
     """
 
@@ -91,8 +91,8 @@ class FgsMemo(Memo):
                 self.ordinary.remove(key)
                 self.fs.remove((size[0], jid))
                 self.us.remove((size[1], jid))
-                self.promoted.discard((had[0].submit_time, jid))
-                self.near.pop(jid, None)
+            self.promoted.discard((had[0].submit_time, jid))
+            self.near.pop(jid, None)
         if new is None or new.state not in WAITING or self.config is None:
             return
         (ratio, cap_s, floor, *_), rep, headroom, reserve, sample_default = self.config
@@ -103,7 +103,9 @@ class FgsMemo(Memo):
             key = (new.submit_time, jid)
             self.to_sample.add(key)
             self.sample_fs.add((size[0], jid))
-            self.info[jid] = (new, 0, key, size, None)
+            # promoted too (its bound: cap_s, no prediction): a job that cannot get a
+            # sampling fragment (a wide one behind newcomers' sampling runs) gets room made
+            self._promote_at(jid, new, (new, 0, key, size), max(floor(new), cap_s))
             return
         left = remaining_s(new)
         u = new.sample.gpu_util if new.sample is not None else 1.0
@@ -112,14 +114,18 @@ class FgsMemo(Memo):
         self.ordinary.add(key)
         self.fs.add((size[0], jid))
         self.us.add((u, jid))
+        bound = max(floor(new), cap_s if left is None else min(cap_s, ratio * left))
+        self._promote_at(jid, new, (new, 1, key, size), bound)
+
+    def _promote_at(self, jid: str, new: JobView, entry: tuple, bound: float) -> None:
+        """Keep a waiting job's entry with its wait, and its promotion as a timed event."""
         # it has waited a + max(0, now - b) (total_wait_s); promoted once past bound
         if new.last_wait_start is None and new.last_start is None:
             a, b = 0.0, new.submit_time
         else:
             a = new.waited_s
             b = new.last_wait_start if new.last_wait_start is not None else new.submit_time
-        bound = max(floor(new), cap_s if left is None else min(cap_s, ratio * left))
-        self.info[jid] = (new, 1, key, size, (a, b, bound))
+        self.info[jid] = (*entry, (a, b, bound))
         due = -math.inf if a > bound else b + (bound - a)
         due -= 1e-6 * (1.0 + abs(due)) if due != -math.inf else 0.0   # early, never late
         heapq.heappush(self.pending, (due, jid, new))

@@ -138,9 +138,10 @@ class RoomMixin:
                 return (wait, len(gone), hs[:len(gone)])
         return None
 
-    def make_room(self, job: JobView) -> None:
-        """Move small jobs off the GPUs that free soonest, or reserve those GPUs."""
-        need, util = self.need(job), util_of(job)
+    def make_room(self, job: JobView, sample_only: bool = False) -> None:
+        """Move small jobs off the GPUs that free soonest, or reserve those GPUs
+        (``sample_only``: for the job's sampling phase)."""
+        need, util = self.need(job, sample_only), util_of(job)
         if self.out_of_reach(job, need):
             return
         ready = self.readiness(job.num_gpus)
@@ -173,7 +174,7 @@ class RoomMixin:
         self._take(job.id, util, placed)
         moves = [self.relocate(v) for v in sorted(victims.values(), key=arrival_key)]
         self.actions.extend(moves)
-        self.actions.append(Start(job.id, to_fragments(placed)))
+        self.actions.append(Start(job.id, to_fragments(placed), sample_only))
         self.acted.add(job.id)
         self.failed.clear()
 

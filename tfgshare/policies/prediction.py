@@ -78,6 +78,7 @@ def attained_now(job: JobView, now: float) -> float:
 
 SHARING_KEPT = 8       # the latest sharing measurements averaged
 SAMPLING_KEPT = 8      # the latest sampling-run durations averaged
+OUTSIDE_KEPT = 8       # the latest measured slowdowns from outside the cluster averaged
 
 
 def sharing_factor(shared_step_s: float, solo_step_s: float) -> float | None:
@@ -86,6 +87,22 @@ def sharing_factor(shared_step_s: float, solo_step_s: float) -> float | None:
     if not (shared_step_s > 0 and solo_step_s > 0):
         return None
     return max(1.0, shared_step_s / solo_step_s)
+
+
+def outside_slowdown(sampled_step_s: float, solo_step_s: float, cluster_runnable: float) -> float | None:
+    """How much slower than alone a job on a virtual GPU runs with none of the
+    cluster's processes beside it: the load from outside the cluster.
+
+    Each process session gets a fair share of a core (Linux's scheduler), so a
+    step sampled beside ``cluster_runnable`` of the cluster's own competitors
+    per core (``runner.neighbours``: co-tenants, spare runners importing
+    TensorFlow) and ``n`` from outside takes ``1 + cluster_runnable + n`` times
+    its step alone; alone among the cluster's it takes ``1 + n``. At least 1;
+    None when a step time is unknown.
+    """
+    if not (sampled_step_s > 0 and solo_step_s > 0):
+        return None
+    return max(1.0, sampled_step_s / solo_step_s - max(0.0, cluster_runnable))
 
 
 def run_time_s(steps: float, solo_step_s: float, sharing: float, start_in_s: float,
@@ -115,13 +132,18 @@ class ColocationForecast:
     still to come (jobs not yet sampled x the mean sampling run, one per GPU
     at a time) and when it would be promoted. No sharing is assumed before one
     is measured (the interference model's 2.1 for two busy jobs was measured
-    1.0-1.9 live on a loaded machine, see docs/benchmarks.md). The live
-    coordinator and the simulator each keep one and feed it their measurements.
+    1.0-1.9 live on a loaded machine, see docs/benchmarks.md). On virtual GPUs
+    it also keeps the latest measured slowdowns from outside the cluster
+    (``outside_slowdown``: other users' processes on the same cores), which
+    slow every step of the run; none is measured on GPUs or in the simulator.
+    The live coordinator and the simulator each keep one and feed it their
+    measurements.
     """
 
     def __init__(self) -> None:
         self.sharing: list[float] = []
         self.sampling_s: list[float] = []
+        self.outside: list[float] = []
 
     def note_sharing(self, factor: float | None) -> None:
         """A measured sharing factor (``sharing_factor``); None is ignored."""
@@ -132,6 +154,15 @@ class ColocationForecast:
         """A sampling run took ``seconds`` from its start to its exit."""
         if seconds > 0:
             self.sampling_s = (self.sampling_s + [seconds])[-SAMPLING_KEPT:]
+
+    def note_outside(self, factor: float | None) -> None:
+        """A measured slowdown from outside the cluster (``outside_slowdown``); None is ignored."""
+        if factor is not None:
+            self.outside = (self.outside + [factor])[-OUTSIDE_KEPT:]
+
+    def outside_now(self) -> float:
+        """The mean of the latest measured slowdowns from outside the cluster (1 before any)."""
+        return sum(self.outside) / len(self.outside) if self.outside else 1.0
 
     def sharing_now(self) -> float:
         """The mean of the latest measured sharing factors (1 before any)."""
@@ -162,9 +193,13 @@ class ColocationForecast:
         step time alone when no sampling is left to come.
         """
         restart = max(0.0, restart_s)
+        # the load from outside the cluster slows every step; the sharing measured
+        # (against the step alone) holds it too
+        outside = self.outside_now()
+        solo_step_s = max(0.0, solo_step_s) * outside
         alone = predict_remaining_s(steps_left, solo_step_s, 1, restart)
         left_s = self.sampling_left_s(unsampled, gpus)
-        sharing = self.sharing_now()
+        sharing = max(1.0, self.sharing_now() / outside)
         if promoted_in is None or left_s <= 0 or sharing <= 1.0 \
                 or promoted_in(alone) + restart >= left_s:   # promoted after the sampling
             return alone
@@ -188,9 +223,23 @@ class ColocationForecast:
         return (lo + hi) / 2
 
 
-def solo_step_s(sampled_step_s: float, sharing: float | None) -> float:
-    """A job's step time alone, from its step sampled beside a running job that
-    was measured ``sharing`` x slower meanwhile (the sampled step when None)."""
+def solo_step_s(sampled_step_s: float, sharing: float | None,
+                waited_per_step_s: float | None = None, ran_per_step_s: float = 0.0) -> float:
+    """A job's step time alone, from its sampled step.
+
+    On a virtual GPU (CPU cores) every cause of a slower step shows as time
+    its threads waited runnable for a core: co-tenants, other runners'
+    start-ups, any other process. The step alone is then the sampled step
+    less ``waited_per_step_s``, whatever was beside it, and no shorter than
+    the time its threads ran per step over its cores (``ran_per_step_s``:
+    the wait is summed over threads, which may wait at once). Elsewhere (no
+    wait measured, None) a step sampled beside a running job that was
+    measured ``sharing`` x slower meanwhile is divided by that factor (the
+    sampled step when None).
+    """
+    if waited_per_step_s is not None:
+        alone = max(ran_per_step_s, sampled_step_s - max(0.0, waited_per_step_s))
+        return min(sampled_step_s, alone) if alone > 0 else sampled_step_s
     return sampled_step_s / max(1.0, sharing) if sharing is not None else sampled_step_s
 
 

@@ -45,7 +45,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass
-from typing import ClassVar, Sequence
+from typing import Callable, ClassVar, Iterable, Sequence
 
 from sortedcontainers import SortedList
 
@@ -168,24 +168,51 @@ class Tiresias:
         moved: list[tuple[tuple, JobView, _Place]] = []
         holding: list[JobView] = []
         waiting: list[JobView] = []
-        running = JobState.RUNNING
         for j in jobs:
             s = j.state
             if s in HOLDING:
                 holding.append(j)
             elif s in WAITING:
                 waiting.append(j)
-            p = places.get(j.id)
-            if p is None:
-                fresh.append(j)
-            elif p.part != (RUN if s is running else WAIT) and not (
-                    p.part == TAIL and p.since == now and s is running):
-                # (a job demoted at this very time has not been walked yet)
-                moved.append(((p.queue, p.part, p.key), j, p))
+            self._observe(now, j, places.get(j.id), fresh, moved)
         if len(places) > len(jobs) - len(fresh):
             live = {j.id for j in jobs}
             for jid in [k for k in places if k not in live]:
                 del places[jid]
+        self._settle(now, memo, fresh, moved)
+        # demotions (and promotions), in arrival order as their runnable list
+        last = len(self.thresholds)
+        candidates = holding + waiting if self.promote_knob else holding
+        for j in sorted(candidates, key=lambda j: (j.submit_time, j.id)):
+            p = places[j.id]
+            service = attained_now(j, now) - p.base_service
+            if j.state in HOLDING:
+                if p.queue < last and service >= self.thresholds[p.queue] - EPS:
+                    self._demote(now, p, service, memo)
+            elif p.queue > 0 and service > 0 and p.base_wait is not None:
+                pending = total_wait_s(j, now) - p.base_wait
+                if pending >= self.promote_knob * service / j.num_gpus:
+                    p.queue, p.part, p.key = 0, WAIT, memo.tail()
+                    p.base_service += service
+                    p.base_wait = None
+        return candidates
+
+    @staticmethod
+    def _observe(now: float, j: JobView, p: _Place | None, fresh: list[JobView],
+                 moved: list[tuple[tuple, JobView, _Place]]) -> None:
+        """Note a job new to the queues, or one that started or stopped since the last
+        decision (with its place then: the order it is settled in)."""
+        if p is None:
+            fresh.append(j)
+        elif p.part != (RUN if j.state is JobState.RUNNING else WAIT) and not (
+                p.part == TAIL and p.since == now and j.state is JobState.RUNNING):
+            # (a job demoted at this very time has not been walked yet)
+            moved.append(((p.queue, p.part, p.key), j, p))
+
+    def _settle(self, now: float, memo: TiresiasMemo, fresh: list[JobView],
+                moved: list[tuple[tuple, JobView, _Place]]) -> None:
+        """Move the jobs ``_observe`` noted to their new places."""
+        places = memo.places
         # what happened since the last decision, in that decision's walk order
         moved.sort(key=lambda t: t[0])
         preempted = [(j, p) for _, j, p in moved if j.state is not JobState.RUNNING]
@@ -208,23 +235,11 @@ class Tiresias:
             q = self._level(attained_now(j, now))
             places[j.id] = _Place(q, RUN if runs else WAIT, memo.tail(),
                                   base_wait=total_wait_s(j, now) if runs else None)
-        # demotions (and promotions), in arrival order as their runnable list
-        last = len(self.thresholds)
-        candidates = holding + waiting if self.promote_knob else holding
-        for j in sorted(candidates, key=lambda j: (j.submit_time, j.id)):
-            p = places[j.id]
-            service = attained_now(j, now) - p.base_service
-            if j.state in HOLDING:
-                if p.queue < last and service >= self.thresholds[p.queue] - EPS:
-                    p.queue = max(p.queue + 1, self._level(service))
-                    p.part, p.key, p.since = TAIL, memo.tail(), now
-            elif p.queue > 0 and service > 0 and p.base_wait is not None:
-                pending = total_wait_s(j, now) - p.base_wait
-                if pending >= self.promote_knob * service / j.num_gpus:
-                    p.queue, p.part, p.key = 0, WAIT, memo.tail()
-                    p.base_service += service
-                    p.base_wait = None
-        return candidates
+
+    def _demote(self, now: float, p: _Place, service: float, memo: TiresiasMemo) -> None:
+        """A holding job reached its queue's threshold: to the back of a lower queue."""
+        p.queue = max(p.queue + 1, self._level(service))
+        p.part, p.key, p.since = TAIL, memo.tail(), now
 
     def _level(self, service: float) -> int:
         q = 0
@@ -271,9 +286,25 @@ class Tiresias:
         if not any_waiting:
             return []
         walk.sort()
+        running = JobState.RUNNING
+        return self._walk(cluster, memo, ((i, e[3]) for i, e in enumerate(walk)), free,
+                          movable, lambda i: (e[3] for e in walk[i + 1:]
+                                              if e[3].state is running))
+
+    def _walk(self, cluster: ClusterSnapshot, memo: TiresiasMemo,
+              order: Iterable[tuple[object, JobView]], free: int, movable: int,
+              running_after: Callable[[object], Iterable[JobView]]) -> list[Action]:
+        """The walk: in queue order each job runs if its GPUs are still free, a running
+        job that does not fit is preempted; the preemptions, then the starts.
+
+        ``order`` gives (position, view) in walk order, the running jobs and
+        the waiting ones; ``running_after(position)`` the running jobs after
+        that position; ``free``: the up GPUs less those of holding jobs not in
+        the walk; ``movable``: the running jobs in it.
+        """
         chosen: list[JobView] = []
         victims: list[JobView] = []
-        for _, _, _, j in walk:
+        for at, j in order:
             runs = j.state is JobState.RUNNING
             if j.num_gpus <= free:
                 free -= j.num_gpus
@@ -285,6 +316,10 @@ class Tiresias:
                 movable -= 1
             elif free == 0 and movable == 0:
                 break                        # nothing left to start or to preempt
+            if free <= 0 and movable > 0:
+                # nothing more starts: every running job further on is preempted
+                victims.extend(running_after(at))
+                break
         if not chosen:
             return []
         idle = IdleMap(cluster, memo=memo)
@@ -302,7 +337,6 @@ class Tiresias:
             memo.restarted = False
             for jid in [k for k in places if k not in views]:
                 del places[jid]
-        running = JobState.RUNNING
         touched = memo.pending
         memo.pending = set()
         fresh: list[JobView] = []
@@ -312,31 +346,8 @@ class Tiresias:
             if j is None:
                 places.pop(jid, None)
                 continue
-            s = j.state
-            p = places.get(jid)
-            if p is None:
-                fresh.append(j)
-            elif p.part != (RUN if s is running else WAIT) and not (
-                    p.part == TAIL and p.since == now and s is running):
-                moved.append(((p.queue, p.part, p.key), j, p))
-        moved.sort(key=lambda t: t[0])
-        preempted = [(j, p) for _, j, p in moved if j.state is not running]
-        start = memo.front - len(preempted)
-        for i, (j, p) in enumerate(preempted):
-            if p.part == RUN:
-                p.key = start + i
-            p.part = WAIT
-        memo.front = start
-        for _, j, p in moved:
-            if j.state is running:
-                p.part, p.key = RUN, memo.tail()
-                if p.base_wait is None:
-                    p.base_wait = total_wait_s(j, now)
-        fresh.sort(key=lambda j: (j.submit_time, j.id))
-        for j in fresh:
-            runs = j.state is running
-            places[j.id] = _Place(self._level(attained_now(j, now)), RUN if runs else WAIT,
-                                  memo.tail(), base_wait=total_wait_s(j, now) if runs else None)
+            self._observe(now, j, places.get(jid), fresh, moved)
+        self._settle(now, memo, fresh, moved)
         for jid in touched:   # (their crossings too, before the demotions below)
             self._index(now, jid, memo)
         # a TAIL job moves to its part at the next decision: look at it then
@@ -366,9 +377,7 @@ class Tiresias:
             heapq.heapify(heap)
         for j in sorted({j.id: j for j in due}.values(), key=lambda j: (j.submit_time, j.id)):
             p = places[j.id]
-            service = attained_now(j, now) - p.base_service
-            p.queue = max(p.queue + 1, self._level(service))
-            p.part, p.key, p.since = TAIL, memo.tail(), now
+            self._demote(now, p, attained_now(j, now) - p.base_service, memo)
             touched.add(j.id)
         for jid in touched:
             self._index(now, jid, memo)
@@ -452,34 +461,10 @@ class Tiresias:
         if not memo.n_waiting:
             return []
         views = memo.tracker.views
-        free = len(up_gpus(cluster)) - memo.held_other
-        movable = memo.n_running
-        chosen: list[JobView] = []
-        victims: list[JobView] = []
-        for e in memo.order:
-            j = views[e[3]]
-            runs = j.state is JobState.RUNNING
-            if j.num_gpus <= free:
-                free -= j.num_gpus
-                if not runs:
-                    chosen.append(j)
-            elif runs:
-                victims.append(j)
-            if runs:
-                movable -= 1
-            elif free == 0 and movable == 0:
-                break
-            if free <= 0 and movable > 0:
-                # nothing more starts: every running job further on is preempted
-                victims.extend(views[r[3]] for r in memo.running.irange(e, inclusive=(False, True)))
-                break
-        if not chosen:
-            return []
-        idle = IdleMap(cluster, memo=memo)
-        for v in victims:
-            idle.release(f.gpu for f in v.fragments)
-        starts = [s for s in (start_exclusive(idle, j) for j in chosen) if s is not None]
-        return [Suspend(v.id) for v in victims] + starts
+        return self._walk(cluster, memo, ((e, views[e[3]]) for e in memo.order),
+                          len(up_gpus(cluster)) - memo.held_other, memo.n_running,
+                          lambda e: (views[r[3]] for r in
+                                     memo.running.irange(e, inclusive=(False, True))))
 
     def _next_jump(self, now: float, jobs: Sequence[JobView],
                    memo: TiresiasMemo) -> float | None:
@@ -490,18 +475,15 @@ class Tiresias:
             p = memo.places.get(j.id)
             if p is None:
                 continue
-            service = attained_now(j, now) - p.base_service
             if j.state is JobState.RUNNING:
-                if p.queue < last:
-                    if self.authors_wake:
-                        g = j.num_gpus
-                        t = now + max(0.0, (self.thresholds[p.queue] - service / g) / g)
-                    else:
-                        t = now + (self.thresholds[p.queue] - service) / j.num_gpus
-                else:
+                if p.queue >= last:
                     continue
-            elif self.promote_knob and j.state in WAITING and p.queue > 0 and service > 0 \
+                t = self._jump_time(now, j, p)
+            elif self.promote_knob and j.state in WAITING and p.queue > 0 \
                     and p.base_wait is not None:
+                service = attained_now(j, now) - p.base_service
+                if service <= 0:
+                    continue
                 t = now + self.promote_knob * service / j.num_gpus - (
                     total_wait_s(j, now) - p.base_wait)
             else:

@@ -2,7 +2,9 @@
 
 - ``profile``: ``tfgshare profile`` measures each model and batch size on the devices
   present (runner subprocesses) and writes the profile YAML the simulator reads, with
-  the co-location model fitted from measured pairs.
+  the co-location model fitted from measured pairs; ``measure`` runs and reads the
+  runner processes it measures, ``colocate`` runs the pairs and fits the model (on the
+  CPU at a whole core, from the runners' measured shares, ``cpushare``).
 - ``replay``: ``tfgshare replay`` submits a time-compressed Philly slice to a running
   coordinator and runs the same slice through the simulator, side by side.
 - ``four_models``: ``tfgshare reproduce four-models`` runs the paper's four models on a

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -53,6 +54,14 @@ def load_batch(path: Path, scale: str, max_jobs: int | None = None) -> dict:
             if key not in j:
                 raise ValueError(f"{path}: scales.{scale}.jobs[{i}] lacks {key!r}")
         nets_factory.check_model(j["model"], j.get("image_size"))
+    from typing import get_args
+
+    from tfgshare.schema import Optimizer
+    for where, opt in [("optimizer", batch.get("optimizer"))] + [
+            (f"jobs[{i}].optimizer", j.get("optimizer")) for i, j in enumerate(jobs)]:
+        if opt is not None and opt not in get_args(Optimizer):
+            raise ValueError(f"{path}: scales.{scale}.{where}: {opt!r} is not one of "
+                             f"{', '.join(get_args(Optimizer))}")
     batch["jobs"] = jobs
     return batch
 
@@ -62,13 +71,15 @@ def schedule(batch: dict) -> list:
     from tfgshare.schema import JobSpec
 
     burst, interval = int(batch.get("burst", len(batch["jobs"]))), float(batch.get("interval_s", 0))
+    optimizer = batch.get("optimizer")      # the scale's, unless a job names its own
     out = []
     for i, j in enumerate(batch["jobs"]):
         at = 0.0 if i < burst else (i - burst + 1) * interval
         out.append((at, JobSpec(model_name=j["model"], name=f"{i + 1:02d}-{j['model']}",
                                 batch_size=int(j["batch_size"]),
                                 max_number_of_steps=int(j["steps"]),
-                                image_size=j.get("image_size"))))
+                                image_size=j.get("image_size"),
+                                optimizer=j.get("optimizer", optimizer))))
     return out
 
 
@@ -80,6 +91,8 @@ def run_policy(policy: str, batch: dict, root: Path, quiet: bool = False) -> dic
     from .live import live_report, run_schedule, wait_warm
 
     c = batch["cluster"]
+    load_before = os.getloadavg()
+    cpu_before = _children_cpu_s()
     with LocalCluster(root, policy=policy) as cluster:
         cluster.start_coordinator()
         names = {f"node{i + 1}" for i in range(int(c.get("nodes", 1)))}
@@ -101,9 +114,19 @@ def run_policy(policy: str, batch: dict, root: Path, quiet: bool = False) -> dic
     shutil.rmtree(cluster.checkpoints, ignore_errors=True)
     report = live_report(metrics)
     return {"policy": policy, "report": report, "wall_s": run.wall_s,
+            # CPU the cluster used (coordinator, agent and every runner it reaped), which
+            # unlike the wall time does not depend on the load, and the load around it
+            "cpu_s": _children_cpu_s() - cpu_before,
+            "load": [round(x, 1) for x in (*load_before, *os.getloadavg())],
             "timed_out": run.timed_out, "fragments": run.fragments,
             "jobs": [records[i] for i in run.ids], "job_rows": metrics["jobs"],
             "state": str(root / "state.db")}
+
+
+def _children_cpu_s() -> float:
+    """User + system CPU seconds of this process's ended, reaped children (and theirs)."""
+    t = os.times()
+    return t.children_user + t.children_system
 
 
 def write_outputs(out: Path, results: dict[str, dict]) -> dict[str, Report]:
@@ -120,6 +143,7 @@ def write_outputs(out: Path, results: dict[str, dict]) -> dict[str, Report]:
         writer.writerows(rows)
     doc = {"baseline": baseline,
            "policies": {p: {"report": r["report"].as_dict(), "wall_s": r["wall_s"],
+                            "cpu_s": r.get("cpu_s"), "load": r.get("load"),
                             "timed_out": r["timed_out"], "jobs": r["jobs"]}
                         for p, r in results.items()}}
     (out / "jobs.json").write_text(json.dumps(doc, indent=1, default=str))
@@ -252,7 +276,8 @@ def main(argv: list[str] | None = None) -> int:
         results[name] = run_policy(name, batch, out / "clusters" / name)
         r = results[name]
         print(f"{name}: {r['report'].finished}/{r['report'].jobs} finished in "
-              f"{r['wall_s']:.0f} s", file=sys.stderr)
+              f"{r['wall_s']:.0f} s; the cluster used {r['cpu_s']:.0f} CPU s; load average "
+              f"{r['load'][0]:.1f} before, {r['load'][3]:.1f} after", file=sys.stderr)
         # written after each policy, so a run stopped part-way keeps the policies it finished
         write_outputs(out, results)
     print((out / "report.txt").read_text())

@@ -3,7 +3,10 @@
 The jobs of the slice get a model and batch size from ``philly.mapping`` (the
 simulator's seeded rule, on the job's original GPU-time) and a step count so that
 ``steps * step_time`` on the profiled device is the job's original duration divided by
-the speed-up ``K`` (at least one step); arrivals are compressed by ``K`` too. GPU
+the speed-up ``K`` (at least one step); arrivals are compressed by ``K`` too. A CPU
+profile's step times are taken at a whole core (``step_time * cpu_share``, the share
+its runner got while measured), so a profile measured on a busy machine does not
+shrink the jobs to one step. GPU
 counts are capped at ``--max-gpus-per-job`` (default 1: on virtual GPUs a job's
 towers share the one CPU, so a wider job would not run at the profile's speed) and at
 the live cluster's size. Each job is submitted to the running coordinator at its
@@ -32,11 +35,15 @@ RUNNER_TICK_S = 0.5     # LocalCluster's coordinator tick: the simulator calls t
 
 def compressed_jobs(trace: str, profiles, speedup: float, *, num_jobs: int | None = None,
                     start=None, end=None, vcs: list[str] | None = None, seed: int = 0,
-                    max_gpus: int = 1, as_model: tuple[str, int] | None = None) -> list:
+                    max_gpus: int = 1, as_model: tuple[str, int] | None = None,
+                    shares: dict[str, float] | None = None) -> list:
     """The slice's jobs, mapped and compressed by ``speedup`` (see the module doc).
 
     ``as_model`` (model, batch size) runs every job as that profiled model instead of its
     mapped one, with the step count its duration needs (a quick stand-in, e.g. lenet).
+    ``shares`` (each model's ``cpu_share`` in a CPU profile) turns the profile's step
+    times into a whole core's (step x share) before the step counts are chosen, so the
+    counts do not depend on the load the profile was measured at.
     """
     from philly.filters import compress_time
     from philly.mapping import assign_models
@@ -56,7 +63,8 @@ def compressed_jobs(trace: str, profiles, speedup: float, *, num_jobs: int | Non
                   for j in mapped]
     out = []
     for job in compress_time(mapped, speedup, durations=True):
-        step = profiles.get(job.model, job.batch_size).step_time_s
+        step = profiles.get(job.model, job.batch_size).step_time_s * (shares or {}).get(
+            job.model, 1.0)
         out.append(dataclasses.replace(job, num_gpus=min(job.num_gpus, max_gpus),
                                        total_steps=max(1, round(job.duration / step))))
     return out
@@ -374,7 +382,7 @@ def main(argv: list[str] | None = None, share_probe=None) -> int:
         jobs = compressed_jobs(args.trace, profiles, args.speedup, num_jobs=args.jobs,
                                start=time_arg(args.start), end=time_arg(args.end), vcs=vcs,
                                seed=args.seed, max_gpus=args.max_gpus_per_job,
-                               as_model=as_model)
+                               as_model=as_model, shares=shares)
     except (ValueError, KeyError, FileNotFoundError) as err:
         msg = err.args[0] if isinstance(err, KeyError) and err.args else err
         print(f"tfgshare replay: error: {msg}", file=sys.stderr)
@@ -411,7 +419,8 @@ def main(argv: list[str] | None = None, share_probe=None) -> int:
         at_live = simulate_same(jobs, at_share(profiles, shares, live_share), policy, spec,
                                 args.seed)
         used = sorted({j.model for j in jobs})
-        print(f"CPU share of the live runners: {live_share:.3f}; of the profile's runners: "
+        print(f"CPU share of the live runners: {live_share:.3f} ({share_probe.ran:.0f} CPU s "
+              f"run, {share_probe.waited:.0f} s waited runnable); of the profile's runners: "
               + ", ".join(f"{m} {shares[m]:.3f}" for m in used if m in shares))
     elif share_probe is not None:
         print("CPU share of the live runners: "
@@ -429,8 +438,13 @@ def main(argv: list[str] | None = None, share_probe=None) -> int:
         print(line)
     print(time_spent_line(spent))
     print(per_job_lines(spent, (at_live or sim).records, calibrated.records))
-    return write_report(out, args, jobs, run, metrics, live, sim, policy, spec,
+    code = write_report(out, args, jobs, run, metrics, live, sim, policy, spec,
                         calibrated, startups, spent, resumed, at_live, live_share)
+    if share_probe is not None:      # what the runners used, which the load does not change
+        doc = json.loads((out / "report.json").read_text())
+        doc["live_runner_cpu_s"] = {"ran": share_probe.ran, "waited": share_probe.waited}
+        (out / "report.json").write_text(json.dumps(doc, indent=2, default=str))
+    return code
 
 
 def per_job(live_jobs: list[dict], sim_records: list) -> list[dict]:

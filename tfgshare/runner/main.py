@@ -22,8 +22,9 @@ from typing import Callable
 
 from tfgshare.runner import protocol as rp
 from tfgshare.runner.config import TrainConfig, parse_args
-from tfgshare.runner.cpu import cpu_demand_s, cpu_share
+from tfgshare.runner.cpu import cpu_share, cpu_times, usable_cores
 from tfgshare.runner.events import EventSink
+from tfgshare.runner.neighbours import Neighbours
 from tfgshare.runner.stop import StopRequest, install_stop_signals
 from tfgshare.runner.timing import SamplePlan, StepTimer, plan_sampling
 
@@ -290,7 +291,7 @@ def train_loop(config: TrainConfig, built, session, sink: EventSink,
         # checkpoint; the warm-up is still left out of the running step time
         plan = SamplePlan(plan.warmup, 0)
     timer = StepTimer(plan, built.images_per_step)
-    window = None   # (wall time, process CPU demand) when the sampled steps began
+    window = None   # (wall time, process CPU run, CPU wait) when the sampled steps began
     fetches = built.train_tensor
     key = built.step_key
     loss = None
@@ -333,7 +334,8 @@ def train_loop(config: TrainConfig, built, session, sink: EventSink,
     sampled_only = False
     while step < total and not stop_event.is_set() and not sampled_only:
         if window is None and timer.steps_seen == timer.plan.warmup:
-            window = (time.time(), cpu_demand_s())
+            window = (time.time(), *cpu_times())
+            neighbours = Neighbours()
         if built.step_after is None:
             loss = float(session.run(fetches, feed_dict={key: step}))
             step += 1
@@ -345,8 +347,12 @@ def train_loop(config: TrainConfig, built, session, sink: EventSink,
         if phases is not None:
             sink.emit("start_phases", **phases, first_step_s=seconds)
             phases = None
+        if window is not None and not timer.sample_done and timer.steps_seen % 2 == 0:
+            neighbours.scan()          # between steps, not timed as a step
+            tick = time.perf_counter()
         if timer.add(seconds):
-            sample = _sample_event(timer, built, total - step, now - run_start, window)
+            sample = _sample_event(timer, built, total - step, now - run_start, window,
+                                   neighbours)
             sink.emit("sample", **sample)
             if config.is_chief:   # a gang's chief writes its sample file
                 try:
@@ -427,14 +433,22 @@ def _periodic_save_due(config: TrainConfig, step: int, last_save_time: float) ->
 
 
 def _sample_event(timer: StepTimer, built, remaining_steps: int, elapsed_s: float,
-                  window: tuple[float, float]) -> dict:
+                  window: tuple[float, float, float], neighbours: Neighbours) -> dict:
     stats = timer.sample_stats()
+    ran, waited = cpu_times()
     peak_mb, source = peak_memory(built.devices)
     remaining = remaining_steps * stats["step_time_mean_s"]
     return {**stats, "peak_memory_mb": peak_mb, "memory_source": source,
             "predicted_remaining_s": remaining, "predicted_total_s": elapsed_s + remaining,
             "window_start": window[0],
-            "cpu_util": cpu_share(time.time() - window[0], cpu_demand_s() - window[1])}
+            "cpu_util": cpu_share(time.time() - window[0], ran + waited - window[1] - window[2]),
+            # over the sampled steps, the time its threads waited for a core, and the
+            # time they ran over the cores it may use: its steps alone are that much
+            # shorter, and no shorter than that (tfgshare.policies.prediction.solo_step_s)
+            "cpu_wait_s": max(0.0, waited - window[2]),
+            "cpu_run_s": max(0.0, ran - window[1]) / usable_cores(),
+            # the cluster's own processes competing for its cores then (runner.neighbours)
+            "cluster_runnable": neighbours.mean()}
 
 
 def _write_json(path: Path, obj: dict) -> None:

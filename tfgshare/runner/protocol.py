@@ -28,9 +28,12 @@ then takes its job as one line on stdin (``warm_job_line``); see ``runner.warm``
 
 A job's first run warms up and samples its step time over the sampled steps
 only (``tfgshare.sampling``); the ``sample`` event (with ``window_start``, the
-wall time the sampled steps began, and ``cpu_util``, the runner's CPU demand (time run plus
-time waited runnable, ``runner.cpu.cpu_demand_s``) over
-them as a share of its cores) is also written to ``<train_dir>/sample.json``
+wall time the sampled steps began, ``cpu_util``, the runner's CPU demand (time run plus
+time waited runnable, ``runner.cpu.cpu_demand_s``) over them as a share of its
+cores, ``cpu_wait_s``, the time it waited runnable then, ``cpu_run_s``, the time it
+ran over its cores, and ``cluster_runnable``, the agent's other runners competing for
+its cores, ``runner.neighbours``) is also written to
+``<train_dir>/sample.json``
 (``SAMPLE_FILE``), and a checkpoint follows it, so the job can be moved right
 after sampling. A run on a train_dir that holds ``sample.json`` does not sample
 again. In-process callers use
@@ -104,7 +107,8 @@ EVENTS: dict[str, tuple[str, ...]] = {
     "started": ("global_step", "restored", "device", "memory_fraction"),
     "sample": ("warmup_steps", "sampled_steps", "step_time_mean_s", "step_time_std_s",
                "images_per_sec", "peak_memory_mb", "memory_source",
-               "predicted_remaining_s", "predicted_total_s", "window_start", "cpu_util"),
+               "predicted_remaining_s", "predicted_total_s", "window_start", "cpu_util",
+               "cpu_wait_s", "cpu_run_s", "cluster_runnable"),
     "progress": ("step", "loss", "step_time_s", "images_per_sec", "predicted_remaining_s"),
     "checkpoint": ("step", "path", "seconds", "size_mb"),
     "suspended": ("step",),
