@@ -168,6 +168,18 @@ class BesideScript:
         return acts
 
 
+LENET_100 = dict(model_name="lenet", batch_size=32, max_number_of_steps=100)
+# the sample event's fields the live tests below do not vary (a runner sends them all)
+SAMPLE_FIELDS = dict(warmup_steps=2, sampled_steps=8, step_time_std_s=0.0, images_per_sec=32.0,
+                     peak_memory_mb=1000.0, memory_source="process_rss_peak", cpu_util=1.0)
+
+
+def send_progress(run, job, step, step_s):
+    """A runner's progress event for a 100-step job of 32 images a step."""
+    run.event(job, "progress", step=step, loss=1.0, step_time_s=step_s,
+              images_per_sec=32 / step_s, predicted_remaining_s=(100 - step) * step_s)
+
+
 def test_live_job_sampled_beside_a_running_job_is_predicted_at_its_step_alone(tmp_path):
     """The coordinator measures how much the running job slowed while j2 sampled
     beside it (its progress: 2 s a step against the 1 s it sampled alone) and
@@ -176,13 +188,11 @@ def test_live_job_sampled_beside_a_running_job_is_predicted_at_its_step_alone(tm
 
     run = LiveRun(tmp_path)
     run.coord.policy = BesideScript()
-    spec = dict(model_name="lenet", batch_size=32, max_number_of_steps=100)
-    sample = dict(warmup_steps=2, sampled_steps=8, step_time_std_s=0.0, images_per_sec=32.0,
-                  peak_memory_mb=1000.0, memory_source="process_rss_peak", cpu_util=1.0)
+    spec = dict(LENET_100)
+    sample = dict(SAMPLE_FIELDS)
 
     def progress(job, step, step_s):
-        run.event(job, "progress", step=step, loss=1.0, step_time_s=step_s,
-                  images_per_sec=32 / step_s, predicted_remaining_s=(100 - step) * step_s)
+        send_progress(run, job, step, step_s)
 
     def sampled(job, t0, step_s):
         run.at(t0 + 2 * step_s + 8 * step_s)
@@ -232,13 +242,11 @@ def test_live_steps_alone_on_virtual_gpus_come_from_the_wait_for_a_core(tmp_path
 
     run = LiveRun(tmp_path)
     run.coord.policy = BesideScript()
-    spec = dict(model_name="lenet", batch_size=32, max_number_of_steps=100)
-    sample = dict(warmup_steps=2, sampled_steps=8, step_time_std_s=0.0, images_per_sec=32.0,
-                  peak_memory_mb=1000.0, memory_source="process_rss_peak", cpu_util=1.0)
+    spec = dict(LENET_100)
+    sample = dict(SAMPLE_FIELDS)
 
     def progress(job, step, step_s):
-        run.event(job, "progress", step=step, loss=1.0, step_time_s=step_s,
-                  images_per_sec=32 / step_s, predicted_remaining_s=(100 - step) * step_s)
+        send_progress(run, job, step, step_s)
 
     def sampled(job, t0, step_s, waited_s, beside=1.0):
         run.at(t0 + 2 * step_s + 8 * step_s)
@@ -289,16 +297,14 @@ def test_live_load_from_outside_the_cluster_slows_the_predicted_steps(tmp_path):
 
     run = LiveRun(tmp_path)
     run.coord.policy = BesideScript()
-    a = run.submit(s.JobSpec(model_name="lenet", batch_size=32, max_number_of_steps=100))
+    a = run.submit(s.JobSpec(**LENET_100))
     run.round()
     run.at(5.0)
     run.event(a, "started", global_step=0, restored=False, device="cpu", memory_fraction=0.3)
     run.at(15.0)
-    run.event(a, "sample", warmup_steps=2, sampled_steps=8, step_time_mean_s=1.0,
-              step_time_std_s=0.0, images_per_sec=32.0, peak_memory_mb=1000.0,
-              memory_source="process_rss_peak", predicted_remaining_s=90.0,
-              predicted_total_s=100.0, window_start=7.0, cpu_util=1.0,
-              cpu_wait_s=8 * 0.75, cpu_run_s=8 * 0.25, cluster_runnable=0.0)
+    run.event(a, "sample", step_time_mean_s=1.0, predicted_remaining_s=90.0,
+              predicted_total_s=100.0, window_start=7.0,
+              cpu_wait_s=8 * 0.75, cpu_run_s=8 * 0.25, cluster_runnable=0.0, **SAMPLE_FIELDS)
     run.event(a, "checkpoint", step=10, path="ckpt", seconds=0.5, size_mb=10.0)
     run.event(a, "suspended", step=10)
     run.exit(a, 75)
