@@ -11,8 +11,9 @@ from tfgshare.coordinator.errors import REPLIED, RequestError, number, short
 from tfgshare.coordinator.gangs import spans_nodes
 from tfgshare.coordinator.logs import log
 from tfgshare.policies.base import JobState, SampleRecord
-from tfgshare.policies.prediction import (AHEAD_SCAN, outside_slowdown, promotion_in,
-                                          sharing_factor, solo_step_s, work_ahead_s)
+from tfgshare.policies.prediction import (AHEAD_SCAN, gpu_overhead, outside_slowdown,
+                                          promotion_in, sharing_factor, solo_step_s,
+                                          work_ahead_s)
 from tfgshare.runner import protocol as rp
 
 MARKS_KEPT = 64   # progress marks kept per job (co-tenants' step time while a job samples)
@@ -190,6 +191,9 @@ class AgentProtocol:
             parts = [number(ev, k, float) for k in ("start_s", "graph_s", "restore_s",
                                                     "first_step_s")]
             job.start_cost_s = sum(max(0.0, x) for x in parts if x is not None)
+            job.phases_attempt = job.attempt
+            if ev.get("restored_from"):   # a resume: its graph imported, its checkpoint read
+                self.cluster.forecast.note_resume(job.spec.model_name, job.start_cost_s)
         elif name == "checkpoint":
             seconds = number(ev, "seconds", float)
             if seconds is not None and seconds >= 0:
@@ -219,15 +223,19 @@ class AgentProtocol:
         self.cluster.forecast.note_sharing(sharing)
         waited, ran = self._cpu_per_step(job, ev)
         job.solo_step_s = solo_step_s(step_time, sharing, waited, ran)
+        self.cluster.forecast.note_util(job.sample.gpu_util)
+        runnable = max(0.0, number(ev, "cluster_runnable", float) or 0.0)
+        job.sampled_beside = max(0.0, runnable - co) if self._virtual(job) else None
         if waited is not None:   # on virtual GPUs: the rest of its slowdown came from outside
             self.cluster.forecast.note_outside(outside_slowdown(
-                step_time, job.solo_step_s, number(ev, "cluster_runnable", float) or 0.0))
+                step_time, job.solo_step_s, runnable))
         warmup = number(ev, "warmup_steps", int) or 0
         start = number(ev, "window_start", float)
         if start is not None and job.last_start is not None:
             # all before the sampled steps beyond plain steps: process start, graph build
             job.restart_s = max(0.0, start - job.last_start - warmup * step_time)
             job.attempt_step0 = None
+            self._note_runner_wait(job)
         if job.sample_only:
             # predicted when the sampling run has exited (its tail is measured then)
             job.predicted_remaining_s = job.predict(1)
@@ -251,9 +259,17 @@ class AgentProtocol:
             job.restart_s = max(0.0, now - job.last_start
                                 - (step - job.attempt_step0) * job.measured_step_s)
             job.attempt_step0 = None
+            self._note_runner_wait(job)
         left = job.predict(0)
         if left is not None:
             job.predicted_remaining_s = left
+
+    def _note_runner_wait(self, job: LiveJob) -> None:
+        """How long this start waited for a runner: its time to steps at speed
+        (``restart_s``) less its runner's phases, once both are measured."""
+        if job.restart_s is not None and job.start_cost_s is not None \
+                and job.phases_attempt == job.attempt:
+            self.cluster.forecast.note_runner_wait(max(0.0, job.restart_s - job.start_cost_s))
 
     def _sampling_ended(self, job: LiveJob, now: float) -> None:
         """Predict a sampled job's run time once its sampling run has exited (saved):
@@ -262,20 +278,23 @@ class AgentProtocol:
         if job.sampling_start is not None:
             self.cluster.forecast.note_sampling(now - job.sampling_start)
             job.sampling_start = None
+        # its next start is a resume (a graph imported, a checkpoint read), which may
+        # wait for a runner as the latest starts did
+        restart = self.cluster.forecast.restart_s(job.spec.model_name, job.last_start_s())
         if job.solo_step_s is not None and job.sample is not None:
-            job.measured_step_s = self._forecast_step_s(job, job.solo_step_s, now)
-        job.predicted_remaining_s = job.predict(1)
+            job.measured_step_s = self._forecast_step_s(job, job.solo_step_s, restart, now)
+        job.predicted_remaining_s = job.predict(1, restart)
         if job.predicted_remaining_s is not None:
             job.note_prediction(job.predicted_remaining_s, now)
 
-    def _forecast_step_s(self, job: LiveJob, solo: float, now: float) -> float:
-        """The step time a just-sampled job is expected to run at, sharing included
-        (``ColocationForecast``; the simulator's ``_forecast_step_s`` alike)."""
+    def _forecast_step_s(self, job: LiveJob, solo: float, restart: float, now: float) -> float:
+        """The step time a just-sampled job is expected to run at, sharing included,
+        after a start costing ``restart`` (``ColocationForecast``; the simulator's
+        ``_forecast_step_s`` alike)."""
         cluster = self.cluster
         steps = max(0, job.spec.max_number_of_steps - job.steps_done)
         if steps <= 0 or job.sample is None:
             return solo
-        restart = job.start_cost_s if job.start_cost_s is not None else (job.restart_s or 0.0)
         unsampled = cluster.counts.get("queued", 0) + cluster.counts.get("sampling", 0)
         mine = (job.submit_time, job.id)
 
@@ -287,9 +306,16 @@ class AgentProtocol:
                                  and (j.state.holds_gpu or (j.submit_time, j.id) < mine)),
                                 enough)
 
+        # before a sharing is measured: the time-sharing of its compute unit beside a
+        # sampling run (CPU cores: equal turns; GPUs: the policy's interference model)
+        if job.sampled_beside is not None:
+            prior = cluster.forecast.prior(job.sample.gpu_util, job.sampled_beside)
+        else:
+            prior = cluster.forecast.prior(job.sample.gpu_util, 0.0, gpu_overhead(self.policy))
         total = cluster.forecast.remaining_s(steps, solo, restart, unsampled,
                                              len(cluster.snapshot().gpus),
-                                             promotion_in(self.policy, job.view(), now), ahead)
+                                             promotion_in(self.policy, job.view(), now), ahead,
+                                             prior)
         return max(0.0, total - restart) / steps
 
     def _sharing_beside(self, job: LiveJob, since: float | None, now: float) -> float | None:

@@ -28,7 +28,8 @@ from tfgshare.schema import GpuInfo, JobSpec, plain
 # LiveJob fields that are saved to the database (the rest is volatile)
 _VOLATILE = frozenset({"unknown", "gpu_memory_mb", "over_memory", "solo_util", "step_time_s",
                        "training", "_view", "_spec_record", "_counted", "reserved",
-                       "reserved_as", "marks", "marks_attempt", "sampling_start"})
+                       "reserved_as", "marks", "marks_attempt", "sampling_start",
+                       "sampled_beside", "phases_attempt"})
 
 
 @dataclass(eq=False)
@@ -56,11 +57,15 @@ class LiveJob(JobAccount):
     measured_step_s: float | None = None  # latest measured step time (co-location included)
     solo_step_s: float | None = None  # its step time alone: sampled, less a measured sharing
     sampling_start: float | None = None  # when its sampling run started
+    # on virtual GPUs, the cluster's other processes per core beside its sampled steps,
+    # co-tenants apart (spares importing TensorFlow), for its prior sharing; None on GPUs
+    sampled_beside: float | None = None
     # (time, step) of its progress events in the current start (co-tenants' sharing factor)
     marks: list[tuple[float, int]] = field(default_factory=list)
     marks_attempt: int = 0
     restart_s: float | None = None    # what its last start cost before steps ran at speed
     start_cost_s: float | None = None  # its last start by the runner's phases (start_phases)
+    phases_attempt: int = 0           # the attempt those phases were measured in
     save_s: float | None = None       # what its last checkpoint save took
     attempt_step0: int | None = None  # steps_done at this attempt's start, until its cost is known
     pinned: bool = False              # manually suspended: not scheduled until resumed
@@ -88,21 +93,25 @@ class LiveJob(JobAccount):
     _spec_record: dict[str, Any] | None = field(default=None, repr=False)  # plain(spec)
     _counted: tuple[str, bool, bool] | None = field(default=None, repr=False)  # in the counts
 
-    def predict(self, restarts: int) -> float | None:
+    def last_start_s(self) -> float:
+        """What its last start cost: the runner's phases (``start_phases``: process
+        start, graph, restore, first step), else the time from its last start to
+        its steps at speed (``restart_s``, which also holds any wait for a runner
+        process), else 0."""
+        restart = self.start_cost_s if self.start_cost_s is not None else self.restart_s
+        return restart or 0.0
+
+    def predict(self, restarts: int, restart_s: float | None = None) -> float | None:
         """Run time left, from what was measured (None before its step time is known).
 
-        A restart still to come costs what the runner measured of its last start
-        (``start_phases``: process start, graph, restore, first step), else the
-        time from its last start to its steps at speed (``restart_s``). The latter
-        also holds any wait for a runner process: on a burst of starts (the
-        first, sampling starts of a batch) that wait was 20-80 s here where the
-        job's later start took 3-8 s.
+        A restart still to come costs ``restart_s``, by default what its last
+        start cost (``last_start_s``).
         """
         if self.measured_step_s is None:
             return None
-        restart = self.start_cost_s if self.start_cost_s is not None else self.restart_s
+        restart = self.last_start_s() if restart_s is None else restart_s
         return predict_remaining_s(max(0, self.spec.max_number_of_steps - self.steps_done),
-                                   self.measured_step_s, restarts, restart or 0.0)
+                                   self.measured_step_s, restarts, restart)
 
     @property
     def prediction_error(self) -> float | None:

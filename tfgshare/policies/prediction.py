@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Callable, Iterable
 
 from .base import JobView
+from .interference import DEFAULT_OVERHEAD
 from .queueing import HOLDING, WAITING
 
 
@@ -79,6 +80,7 @@ def attained_now(job: JobView, now: float) -> float:
 SHARING_KEPT = 8       # the latest sharing measurements averaged
 SAMPLING_KEPT = 8      # the latest sampling-run durations averaged
 OUTSIDE_KEPT = 8       # the latest measured slowdowns from outside the cluster averaged
+STARTS_KEPT = 8        # the latest measured resumes (per model) and waits for a runner averaged
 
 
 def sharing_factor(shared_step_s: float, solo_step_s: float) -> float | None:
@@ -103,6 +105,36 @@ def outside_slowdown(sampled_step_s: float, solo_step_s: float, cluster_runnable
     if not (sampled_step_s > 0 and solo_step_s > 0):
         return None
     return max(1.0, sampled_step_s / solo_step_s - max(0.0, cluster_runnable))
+
+
+def expected_sharing(own_util: float, newcomer_util: float, others: float = 0.0,
+                     outside: float = 1.0, overhead: float = 0.0) -> float:
+    """The sharing factor a job running beside one sampling run on its GPU is
+    expected to see before any was measured: its step time then over its step
+    time alone, from the time-sharing of one compute unit (at least 1).
+
+    Its compute unit (a GPU; on a virtual GPU the cores it is pinned to) is
+    asked for the demands of the job (``own_util``, its single-tenant
+    utilisation), of the sampling run beside it (``newcomer_util``), of the
+    cluster's other processes on its cores (``others``: on virtual GPUs, the
+    spare runners importing TensorFlow its own sample measured beside it; 0 on
+    GPUs) and of the load from outside the cluster (``outside`` - 1); past one
+    unit's worth it is time-shared, each process getting an equal turn
+    (Linux's scheduler between process sessions: on one core two busy lenet or
+    resnet runners each measured 2.0-2.1x slower, the CPU profile's pairs), and
+    each tenant beyond the first costs ``overhead`` (the policy's interference
+    model on GPUs; 0 on CPU cores). In the units of ``sharing_factor``, so a
+    measured factor replaces it.
+    """
+    demand = (max(0.0, own_util) + max(0.0, newcomer_util) + max(0.0, others)
+              + max(0.0, outside - 1.0))
+    return max(1.0, demand) * (1.0 + max(0.0, overhead))
+
+
+def gpu_overhead(policy: object) -> float:
+    """The cost of each extra tenant on a GPU: ``policy``'s interference model's
+    (what it packs by), else the model's default."""
+    return float(getattr(policy, "interference_overhead", DEFAULT_OVERHEAD))
 
 
 def run_time_s(steps: float, solo_step_s: float, sharing: float, start_in_s: float,
@@ -130,10 +162,12 @@ class ColocationForecast:
     over its step time alone) and sampling-run durations, and predicts a
     sampled job's remaining run time from its step time alone, the sampling
     still to come (jobs not yet sampled x the mean sampling run, one per GPU
-    at a time) and when it would be promoted. No sharing is assumed before one
-    is measured (the interference model's 2.1 for two busy jobs was measured
-    1.0-1.9 live on a loaded machine, see docs/benchmarks.md). On virtual GPUs
-    it also keeps the latest measured slowdowns from outside the cluster
+    at a time) and when it would be promoted. Before the first sharing is
+    measured the caller's ``prior`` stands for it (``prior``,
+    ``expected_sharing``: the time-sharing of the job's compute unit by it,
+    the sampling run beside it and the other processes measured there; before,
+    no sharing was assumed, and the first jobs of a burst ran 45-70 % longer
+    than predicted, docs/benchmarks.md). On virtual GPUs it also keeps the latest measured slowdowns from outside the cluster
     (``outside_slowdown``: other users' processes on the same cores), which
     slow every step of the run; none is measured on GPUs or in the simulator.
     The live coordinator and the simulator each keep one and feed it their
@@ -144,6 +178,45 @@ class ColocationForecast:
         self.sharing: list[float] = []
         self.sampling_s: list[float] = []
         self.outside: list[float] = []
+        self.utils: list[float] = []
+        self.resumes: dict[str, list[float]] = {}
+        self.runner_waits: list[float] = []
+
+    def note_resume(self, model: str, seconds: float | None) -> None:
+        """A start from a checkpoint cost ``seconds`` by its runner's phases (graph
+        imported, checkpoint restored, first step)."""
+        if seconds is not None and seconds >= 0:
+            self.resumes[model] = (self.resumes.get(model, []) + [seconds])[-STARTS_KEPT:]
+
+    def note_runner_wait(self, seconds: float | None) -> None:
+        """A start waited ``seconds`` for a runner process before its phases began (no
+        spare runner ready: one still importing TensorFlow)."""
+        if seconds is not None and seconds >= 0:
+            self.runner_waits = (self.runner_waits + [seconds])[-STARTS_KEPT:]
+
+    def restart_s(self, model: str, last_start_s: float) -> float:
+        """What a sampled job's next start (a resume) is expected to cost: the mean
+        of the latest measured resumes of its model (its own last start, which
+        built its graph, before any), plus the mean measured wait for a runner."""
+        seen = self.resumes.get(model)
+        own = sum(seen) / len(seen) if seen else max(0.0, last_start_s)
+        wait = sum(self.runner_waits) / len(self.runner_waits) if self.runner_waits else 0.0
+        return own + wait
+
+    def note_util(self, util: float | None) -> None:
+        """A sampled job's single-tenant utilisation (what a newcomer is expected to ask)."""
+        if util is not None and util >= 0:
+            self.utils = (self.utils + [util])[-SAMPLING_KEPT:]
+
+    def newcomer_util(self) -> float:
+        """The mean of the latest sampled utilisations (1, the safe guess, before any)."""
+        return sum(self.utils) / len(self.utils) if self.utils else 1.0
+
+    def prior(self, own_util: float, others: float = 0.0, overhead: float = 0.0) -> float:
+        """``expected_sharing`` beside a newcomer's sampling run, with the newcomers'
+        mean utilisation and the load from outside measured so far."""
+        return expected_sharing(own_util, self.newcomer_util(), others, self.outside_now(),
+                                overhead)
 
     def note_sharing(self, factor: float | None) -> None:
         """A measured sharing factor (``sharing_factor``); None is ignored."""
@@ -164,9 +237,9 @@ class ColocationForecast:
         """The mean of the latest measured slowdowns from outside the cluster (1 before any)."""
         return sum(self.outside) / len(self.outside) if self.outside else 1.0
 
-    def sharing_now(self) -> float:
-        """The mean of the latest measured sharing factors (1 before any)."""
-        return sum(self.sharing) / len(self.sharing) if self.sharing else 1.0
+    def sharing_now(self, prior: float = 1.0) -> float:
+        """The mean of the latest measured sharing factors (``prior`` before any)."""
+        return sum(self.sharing) / len(self.sharing) if self.sharing else prior
 
     def sampling_left_s(self, unsampled: int, gpus: int) -> float:
         """How long newcomers will keep sampling: one sampling run per GPU at a time."""
@@ -178,7 +251,8 @@ class ColocationForecast:
     def remaining_s(self, steps_left: float, solo_step_s: float, restart_s: float,
                     unsampled: int, gpus: int,
                     promoted_in: Callable[[float], float] | None,
-                    ahead: Callable[[float], float] | None = None) -> float:
+                    ahead: Callable[[float], float] | None = None,
+                    prior: float = 1.0) -> float:
         """A sampled job's predicted run time: a start, then its steps, beside
         sampling runs if it is promoted while newcomers still sample.
 
@@ -190,7 +264,8 @@ class ColocationForecast:
         promotion bound grows with the prediction and the prediction shrinks as
         the promotion comes later, so the prediction is the one consistent with
         its own bound (found by bisection). ``predict_remaining_s`` from the
-        step time alone when no sampling is left to come.
+        step time alone when no sampling is left to come. ``prior`` is the
+        sharing factor assumed until one is measured (``ColocationForecast.prior``).
         """
         restart = max(0.0, restart_s)
         # the load from outside the cluster slows every step; the sharing measured
@@ -199,7 +274,7 @@ class ColocationForecast:
         solo_step_s = max(0.0, solo_step_s) * outside
         alone = predict_remaining_s(steps_left, solo_step_s, 1, restart)
         left_s = self.sampling_left_s(unsampled, gpus)
-        sharing = max(1.0, self.sharing_now() / outside)
+        sharing = max(1.0, self.sharing_now(prior) / outside)
         if promoted_in is None or left_s <= 0 or sharing <= 1.0 \
                 or promoted_in(alone) + restart >= left_s:   # promoted after the sampling
             return alone

@@ -42,7 +42,7 @@ from tfgshare.policies.base import (ClusterSnapshot, Fragment, JobState, JobView
                                     Policy, SampleRecord, Start, Suspend)
 from tfgshare.policies.jobset import JobSet
 from tfgshare.policies.movecost import move_cost_s
-from tfgshare.policies.prediction import (AHEAD_SCAN, ColocationForecast,
+from tfgshare.policies.prediction import (AHEAD_SCAN, ColocationForecast, gpu_overhead,
                                           predict_remaining_s, promotion_in, sharing_factor,
                                           solo_step_s, work_ahead_s)
 
@@ -91,6 +91,7 @@ class SimJob(JobAccount):
     save_s: float | None = None     # measured time of its last checkpoint save
     start_cost_s: float = 0.0       # true cost of its current start, measured once past it
     start_measured: bool = True
+    restoring: bool = False         # its current start restores a checkpoint (a resume)
     ready_at: float = 0.0         # its last checkpoint save completes
     has_checkpoint: bool = False
     oom_starts: int = 0
@@ -311,6 +312,7 @@ class Simulator:
         self._release(job)
         co = max(len(self.tenants.get(f.gpu, ())) for f in job.fragments) if job.fragments else 0
         job.sample = SampleRecord(measured, peak, job.prof.gpu_util, co)
+        self.forecast.note_util(job.sample.gpu_util)
         job.measured_step_s = measured
         if job.target < job.total_steps:   # its sampling run ended with a checkpoint (tail_s)
             job.save_s = self._checkpoint_s(job.prof)   # as timed by the runner: exact
@@ -321,10 +323,10 @@ class Simulator:
         # the live coordinator's prediction, from these measurements, once the
         # sampling run has exited (its checkpoint saved): the start it still needs,
         # then its steps alone at the co-location it is expected to see
-        job.measured_step_s = self._forecast_step_s(job)
+        restart = self.forecast.restart_s(job.model, job.restart_s or 0.0)   # a resume next
+        job.measured_step_s = self._forecast_step_s(job, restart)
         job.note_prediction(predict_remaining_s(job.total_steps - job.steps,
-                                                job.measured_step_s, 1, job.restart_s or 0.0),
-                            now)
+                                                job.measured_step_s, 1, restart), now)
 
     def _sharing_beside(self, job: SimJob) -> float | None:
         """The running jobs beside ``job`` reported step time over their step time alone
@@ -340,14 +342,13 @@ class Simulator:
         found = [x for x in found if x is not None]
         return sum(found) / len(found) if found else None
 
-    def _forecast_step_s(self, job: SimJob) -> float:
-        """The step time a just-sampled job is expected to run at, sharing included
-        (as the live coordinator's ``_forecast_step_s``)."""
+    def _forecast_step_s(self, job: SimJob, restart: float) -> float:
+        """The step time a just-sampled job is expected to run at, sharing included,
+        after a start costing ``restart`` (as the live coordinator's ``_forecast_step_s``)."""
         solo = job.solo_step_s if job.solo_step_s is not None else job.measured_step_s
         steps = job.total_steps - job.steps
         if steps <= 0:
             return solo
-        restart = job.restart_s or 0.0
         mine = (job.submit_time, job.id)
 
         def ahead(enough: float) -> float:   # once promoted: running jobs, longer waiting ones
@@ -358,10 +359,13 @@ class Simulator:
                  and j.state is not JobState.SAMPLING
                  and (j.state.holds_gpu or (j.submit_time, j.id) < mine)), enough)
 
+        # before a sharing is measured: a GPU time-shared with a sampling run, by the
+        # policy's interference model (as the live coordinator on GPUs)
+        prior = self.forecast.prior(job.sample.gpu_util, 0.0, gpu_overhead(self.policy))
         total = self.forecast.remaining_s(steps, solo, restart, self.unsampled,
                                           self.cluster.num_gpus,
                                           promotion_in(self.policy, self._view(job), self.now),
-                                          ahead)
+                                          ahead, prior)
         return max(0.0, total - restart) / steps
 
     def _set_state(self, job: SimJob, state: JobState) -> None:
@@ -387,6 +391,8 @@ class Simulator:
         if not job.start_measured:
             job.restart_s = self._noisy(job.start_cost_s)
             job.start_measured = True
+            if job.restoring:   # the cost of a resume, for sampled jobs' predictions
+                self.forecast.note_resume(job.model, job.restart_s)
 
     def _speed_of(self, job: SimJob) -> float:
         return min(self.speed[f.gpu] for f in job.fragments) if job.fragments else 1.0
@@ -683,6 +689,7 @@ class Simulator:
         job.stall_until = now + max(0.0, wait_save) + startup + restore
         job.start_cost_s = job.stall_until - now
         job.start_measured = False
+        job.restoring = job.has_checkpoint
         job.t_prog = now
         if sample_only:
             cfg = self.config

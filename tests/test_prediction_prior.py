@@ -1,0 +1,159 @@
+"""Predictions before any sharing is measured, and the restart a sampled job still pays.
+
+The first jobs of a burst sample with nothing running (no sharing can be
+measured yet) and are then promoted beside the later newcomers' sampling runs.
+They are predicted with the time-sharing of their compute unit
+(``expected_sharing``) until the first sharing is measured. Their next start is
+a resume: it imports the exported graph and reads a checkpoint, and may wait
+for a runner process, as the latest measured starts did.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tfgshare import schema as s
+from tfgshare.policies.base import Fragment, JobState, Start
+from tfgshare.policies.prediction import ColocationForecast, expected_sharing
+
+from test_prediction_colocation import LENET_100, SAMPLE_FIELDS
+
+
+def test_expected_sharing_is_the_time_sharing_of_one_compute_unit():
+    # two busy processes on one core each get half of it
+    assert expected_sharing(1.0, 1.0) == pytest.approx(2.0)
+    # a spare runner importing TensorFlow half the time on that core; load from outside
+    assert expected_sharing(1.0, 1.0, others=0.5) == pytest.approx(2.5)
+    assert expected_sharing(1.0, 1.0, outside=2.0) == pytest.approx(3.0)
+    # light jobs fit together: no slowdown but the per-tenant overhead on a GPU
+    assert expected_sharing(0.3, 0.4) == pytest.approx(1.0)
+    assert expected_sharing(0.3, 0.4, overhead=0.05) == pytest.approx(1.05)
+    assert expected_sharing(1.0, 1.0, overhead=0.05) == pytest.approx(2.1)
+
+
+def test_the_prior_stands_until_a_sharing_is_measured():
+    f = ColocationForecast()
+    f.note_sampling(20.0)
+    assert f.newcomer_util() == 1.0           # nothing sampled: the safe guess
+    f.note_util(0.5)
+    f.note_util(0.7)
+    assert f.prior(1.0) == pytest.approx(1.6)
+    f.note_util(1.0)
+    f.note_util(1.0)
+    prior = f.prior(1.0)
+    assert prior == pytest.approx(1.8)
+    # 10 jobs left to sample on 2 GPUs (100 s); promoted at once: its 90 steps of 0.2 s
+    # run beside the sampling runs, 1.8x slower, after its 3 s start
+    assert f.remaining_s(90, 0.2, 3.0, 10, 2, lambda left: 0.0,
+                         prior=prior) == pytest.approx(3.0 + 90 * 0.2 * 1.8)
+    f.note_sharing(1.2)                       # measured: it replaces the prior
+    assert f.remaining_s(90, 0.2, 3.0, 10, 2, lambda left: 0.0,
+                         prior=prior) == pytest.approx(3.0 + 90 * 0.2 * 1.2)
+
+
+def test_a_resume_is_predicted_at_the_measured_resumes_and_waits_for_a_runner():
+    f = ColocationForecast()
+    # nothing measured: its own last start (a sampling start, which built its graph)
+    assert f.restart_s("lenet", 9.0) == 9.0
+    f.note_resume("lenet", 2.0)
+    f.note_resume("lenet", 4.0)
+    f.note_resume("cifarnet", 7.0)
+    assert f.restart_s("lenet", 9.0) == pytest.approx(3.0)
+    assert f.restart_s("vgg_16", 9.0) == pytest.approx(9.0)
+    f.note_runner_wait(10.0)
+    f.note_runner_wait(0.0)
+    f.note_runner_wait(None)
+    assert f.restart_s("lenet", 9.0) == pytest.approx(3.0 + 5.0)
+
+
+class PromoteScript:
+    """j1 samples alone; every other job waits queued; a sampled job would be
+    promoted at once (fgs's promotion bound, here 0)."""
+
+    name = "promote"
+
+    @staticmethod
+    def promotion_wait_s(job, left_s):
+        return 0.0
+
+    def decide(self, now, cluster, jobs):
+        by = {j.id: j for j in jobs}
+        a = by.get("j1")
+        if a is not None and a.state is JobState.QUEUED:
+            return [Start("j1", (Fragment("n0:0", 0.3),), sample_only=True)]
+        return []
+
+
+def sample_alone(run, job, runnable):
+    """j1's sampling run from t=0: started, its start phases (4 s), 2 warm-up and 8
+    sampled steps of 1 s, half of each waiting for a core, with ``runnable`` of the
+    cluster's other processes per core beside it; exits at 15 s."""
+    run.at(4.0)
+    run.event(job, "started", global_step=0, restored=False, device="cpu", memory_fraction=0.3)
+    run.event(job, "start_phases", start_s=1.0, graph_s=2.0, graph_source="built",
+              restore_s=0.0, restored_from=None, first_step_s=1.0)
+    run.at(14.0)
+    run.event(job, "sample", step_time_mean_s=1.0, predicted_remaining_s=90.0,
+              predicted_total_s=100.0, window_start=6.0, cpu_wait_s=8 * 0.5,
+              cpu_run_s=8 * 0.5, cluster_runnable=runnable, **SAMPLE_FIELDS)
+    run.event(job, "checkpoint", step=10, path="ckpt", seconds=0.5, size_mb=10.0)
+    run.event(job, "suspended", step=10)
+    run.at(15.0)
+    run.exit(job, 75)
+    run.round()
+
+
+def test_live_first_job_of_a_burst_is_predicted_beside_the_sampling_runs(tmp_path):
+    """j1 samples with nothing running (no sharing measured), 0.5 s a step alone, while
+    a spare runner imports TensorFlow on its core (one process per core beside it).
+    Promoted at once while j2 and j3 are still to sample (2 x its 15 s sampling run on
+    the one GPU), it is predicted to run its first 26 s (after its 4 s start) sharing
+    its core three ways, 1.5 s a step, and the rest alone. Before, it was predicted
+    alone throughout: 4 + 90 x 0.5 = 49 s."""
+    from test_coordinator_accounts import LiveRun
+
+    run = LiveRun(tmp_path)
+    run.coord.policy = PromoteScript()
+    a = run.submit(s.JobSpec(**LENET_100))
+    run.submit(s.JobSpec(**LENET_100))
+    run.submit(s.JobSpec(**LENET_100))
+    run.round()
+    assert run.attempts == {a: 1}
+    sample_alone(run, a, runnable=1.0)
+    job = run.coord.cluster.jobs[a]
+    forecast = run.coord.cluster.forecast
+    assert job.solo_step_s == pytest.approx(0.5)
+    assert forecast.outside == [pytest.approx(1.0)]    # its wait was the cluster's spare
+    assert forecast.sharing == []
+    shared = 30.0 - 4.0
+    assert job.predicted_total_s == pytest.approx(4.0 + shared + (90 - shared / 1.5) * 0.5)
+
+
+def test_live_resume_cost_and_runner_wait_come_from_measured_starts(tmp_path):
+    """A resume's runner phases (graph imported, checkpoint read) are what a sampled
+    job's next start is predicted to cost, not its sampling start's graph build; a
+    start that waited for a runner past its phases adds that wait."""
+    from test_coordinator_accounts import LiveRun
+
+    run = LiveRun(tmp_path)
+    run.coord.policy = PromoteScript()
+    a = run.submit(s.JobSpec(**LENET_100))
+    run.round()
+    run.at(9.0)                               # 5 s waiting for a runner, then 4 s of phases
+    run.event(a, "started", global_step=0, restored=False, device="cpu", memory_fraction=0.3)
+    run.event(a, "start_phases", start_s=1.0, graph_s=2.0, graph_source="built",
+              restore_s=0.0, restored_from=None, first_step_s=1.0)
+    run.at(19.0)
+    run.event(a, "sample", step_time_mean_s=1.0, predicted_remaining_s=90.0,
+              predicted_total_s=100.0, window_start=11.0, cpu_wait_s=0.0, cpu_run_s=8.0,
+              cluster_runnable=0.0, **SAMPLE_FIELDS)
+    forecast = run.coord.cluster.forecast
+    assert forecast.runner_waits == [pytest.approx(5.0)]
+    # another job's resume of the same model, measured: 1.5 s
+    forecast.note_resume("lenet", 1.5)
+    run.event(a, "suspended", step=10)
+    run.at(20.0)
+    run.exit(a, 75)
+    run.round()
+    job = run.coord.cluster.jobs[a]
+    assert job.predicted_total_s == pytest.approx(1.5 + 5.0 + 90 * 1.0)
