@@ -12,7 +12,9 @@ and the simulator's measurement noise. Also the policy actions the coordinator
 refused (goal: none).
 
 Per job it prints what the prediction assumed (its step time alone, sampled
-less the time it waited for a core; the co-tenants then) and what the run
+less the time it waited for a core; the co-tenants then; the sharing it
+assumed while newcomers sample, a prior or measured, and the step time and
+next start that gave, from the coordinator's log line) and what the run
 did (its steps' mean time, the rest: start, restore, final save, exit), and
 the load average at the start and the end, since the machine's other work
 changes step times on virtual GPUs.
@@ -79,6 +81,9 @@ def live(n: int, root: Path, timeout_s: float) -> dict:
 
 _LINE = re.compile(r"^(\d\d):(\d\d):(\d\d\.\d+) (.*)$")
 _FIELD = re.compile(r"(\w+)=(\S+)")
+# the coordinator's line when it predicts a sampled job (agents._sampling_ended)
+_ASSUMED = re.compile(r"sharing x([\d.]+) \((measured|prior)\).* so ([\d.]+)s a step; "
+                      r"next start ([\d.]+)s")
 
 
 def run_parts(lines: list[str]) -> dict:
@@ -86,7 +91,7 @@ def run_parts(lines: list[str]) -> dict:
     unknown here) and its runs after sampling (steps, their mean step time from
     the progress marks, the run time not spent in those steps)."""
     out: dict = {"sampled_step_s": None, "solo_step_s": None, "run_s": 0.0, "steps": 0,
-                 "step_s": None}
+                 "step_s": None, "sharing": None, "assumed_step_s": None, "restart_s": None}
     day, last, start, marks = 0.0, None, None, []
     steps_s = steps = 0.0
     for line in lines:
@@ -105,6 +110,11 @@ def run_parts(lines: list[str]) -> dict:
             if "cpu_wait_s" in fields and n:
                 out["solo_step_s"] = solo_step_s(step, None, float(fields["cpu_wait_s"]) / n,
                                                  float(fields.get("cpu_run_s", 0)) / n)
+        elif text.startswith("predicted ") and "sharing" in text:
+            m = _ASSUMED.search(text)
+            if m:
+                out["sharing"] = f"{float(m[1]):.2f}{'m' if m[2] == 'measured' else 'p'}"
+                out["assumed_step_s"], out["restart_s"] = float(m[3]), float(m[4])
         elif text.startswith(("resume on", "start on", "migrate")):
             start, marks = t, []
         elif start is not None and " progress " in f" {text} ":
@@ -171,10 +181,12 @@ def main() -> int:
     err = got["error"]
     print(got["report"])
     print("\nper job: sampled step time, and alone (less its wait for a core); co-tenants while "
-          "it sampled; predicted and actual run time after sampling; the run's mean step time "
-          "and its time outside those steps (start, restore, final save, exit)")
-    print("job    steps  susp  mig  sampled s  alone s  co  predicted s  actual s  error  "
-          "run step s  other s")
+          "it sampled; the sharing its prediction assumed while newcomers sample (p: the prior, "
+          "m: measured), the mean step and the next start that gave; predicted and actual run "
+          "time after sampling; the run's mean step time and its time outside those steps "
+          "(start, restore, final save, exit)")
+    print("job    steps  susp  mig  sampled s  alone s  co  sharing  assumed s  start s  "
+          "predicted s  actual s  error  run step s  other s")
     for j in got["jobs"]:
         err_j = j["prediction_error"]
         parts = run_parts(got["logs"][j["id"]])
@@ -188,7 +200,9 @@ def main() -> int:
             return f"{'-':>{w}}" if x is None else f"{x:>{w}.{d}f}"
         print(f"{j['id']:<6} {j['total_steps']:>5}  {j['suspends']:>4}  {j['migrations']:>3}  "
               f"{f(parts['sampled_step_s'], 9, 3)}  {f(parts['solo_step_s'], 7, 3)}  "
-              f"{(j['sample'] or {}).get('co_tenants', '-'):>2}  {f(pred, 11, 1)}  "
+              f"{(j['sample'] or {}).get('co_tenants', '-'):>2}  "
+              f"{parts['sharing'] or '-':>7}  {f(parts['assumed_step_s'], 9, 3)}  "
+              f"{f(parts['restart_s'], 7, 1)}  {f(pred, 11, 1)}  "
               f"{f(actual, 8, 1)}  {'-' if err_j is None else f'{100 * err_j:.0f} %':>5}  "
               f"{f(parts['step_s'], 10, 3)}  {f(other, 7, 1)}")
     moved = [j["prediction_error"] for j in got["jobs"]

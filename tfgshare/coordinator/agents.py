@@ -280,12 +280,21 @@ class AgentProtocol:
             job.sampling_start = None
         # its next start is a resume (a graph imported, a checkpoint read), which may
         # wait for a runner as the latest starts did
-        restart = self.cluster.forecast.restart_s(job.spec.model_name, job.last_start_s())
+        forecast = self.cluster.forecast
+        restart = forecast.restart_s(job.spec.model_name, job.last_start_s())
         if job.solo_step_s is not None and job.sample is not None:
             job.measured_step_s = self._forecast_step_s(job, job.solo_step_s, restart, now)
         job.predicted_remaining_s = job.predict(1, restart)
         if job.predicted_remaining_s is not None:
             job.note_prediction(job.predicted_remaining_s, now)
+            if job.solo_step_s is not None and job.sample is not None:
+                sharing = forecast.sharing_now(self._prior_sharing(job))
+                self._log(job, now, (
+                    f"predicted {job.predicted_remaining_s:.1f}s: step alone "
+                    f"{job.solo_step_s:.4f}s, outside x{forecast.outside_now():.2f}, sharing "
+                    f"x{sharing:.2f} ({'measured' if forecast.sharing else 'prior'}) while "
+                    f"newcomers sample, so {job.measured_step_s:.4f}s a step; next start "
+                    f"{restart:.1f}s"))
 
     def _forecast_step_s(self, job: LiveJob, solo: float, restart: float, now: float) -> float:
         """The step time a just-sampled job is expected to run at, sharing included,
@@ -306,17 +315,21 @@ class AgentProtocol:
                                  and (j.state.holds_gpu or (j.submit_time, j.id) < mine)),
                                 enough)
 
-        # before a sharing is measured: the time-sharing of its compute unit beside a
-        # sampling run (CPU cores: equal turns; GPUs: the policy's interference model)
-        if job.sampled_beside is not None:
-            prior = cluster.forecast.prior(job.sample.gpu_util, job.sampled_beside)
-        else:
-            prior = cluster.forecast.prior(job.sample.gpu_util, 0.0, gpu_overhead(self.policy))
         total = cluster.forecast.remaining_s(steps, solo, restart, unsampled,
                                              len(cluster.snapshot().gpus),
                                              promotion_in(self.policy, job.view(), now), ahead,
-                                             prior)
+                                             self._prior_sharing(job))
         return max(0.0, total - restart) / steps
+
+    def _prior_sharing(self, job: LiveJob) -> float:
+        """The sharing a sampled job is expected to see beside a sampling run before one
+        is measured: the time-sharing of its compute unit (CPU cores: equal turns, with
+        the cluster's processes its sample measured beside it; GPUs: the policy's
+        interference model)."""
+        util = job.sample.gpu_util if job.sample is not None else 1.0
+        if job.sampled_beside is not None:
+            return self.cluster.forecast.prior(util, job.sampled_beside)
+        return self.cluster.forecast.prior(util, 0.0, gpu_overhead(self.policy))
 
     def _sharing_beside(self, job: LiveJob, since: float | None, now: float) -> float | None:
         """How much the running jobs beside ``job`` were slowed while it sampled: their
