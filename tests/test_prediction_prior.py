@@ -63,7 +63,14 @@ def test_a_resume_is_predicted_at_the_measured_resumes_and_waits_for_a_runner():
     f.note_runner_wait(10.0)
     f.note_runner_wait(0.0)
     f.note_runner_wait(None)
-    assert f.restart_s("lenet", 9.0) == pytest.approx(3.0 + 5.0)
+    assert f.runner_wait_s() == pytest.approx(5.0)
+    # a start while newcomers sample waits for a runner (spares are importing); one
+    # after the sampling does not
+    f.note_sampling(20.0)
+    f.note_sharing(2.0)
+    assert f.remaining_s(100, 0.1, 3.0, 0, 2, lambda left: 0.0) == pytest.approx(3.0 + 10.0)
+    assert f.remaining_s(100, 0.1, 3.0, 20, 2, lambda left: 0.0) == pytest.approx(
+        3.0 + 5.0 + 100 * 0.2)
 
 
 class PromoteScript:
@@ -132,7 +139,8 @@ def test_live_first_job_of_a_burst_is_predicted_beside_the_sampling_runs(tmp_pat
 def test_live_resume_cost_and_runner_wait_come_from_measured_starts(tmp_path):
     """A resume's runner phases (graph imported, checkpoint read) are what a sampled
     job's next start is predicted to cost, not its sampling start's graph build; a
-    start that waited for a runner past its phases adds that wait."""
+    start that waited for a runner past its phases is measured as that wait, which a
+    start while newcomers sample is expected to pay."""
     from test_coordinator_accounts import LiveRun
 
     run = LiveRun(tmp_path)
@@ -156,4 +164,4 @@ def test_live_resume_cost_and_runner_wait_come_from_measured_starts(tmp_path):
     run.exit(a, 75)
     run.round()
     job = run.coord.cluster.jobs[a]
-    assert job.predicted_total_s == pytest.approx(1.5 + 5.0 + 90 * 1.0)
+    assert job.predicted_total_s == pytest.approx(1.5 + 90 * 1.0)   # nothing left to sample

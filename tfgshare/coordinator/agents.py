@@ -294,7 +294,8 @@ class AgentProtocol:
                     f"{job.solo_step_s:.4f}s, outside x{forecast.outside_now():.2f}, sharing "
                     f"x{sharing:.2f} ({'measured' if forecast.sharing else 'prior'}) while "
                     f"newcomers sample, so {job.measured_step_s:.4f}s a step; next start "
-                    f"{restart:.1f}s"))
+                    f"{restart:.1f}s (+{forecast.runner_wait_s():.1f}s waiting for a runner "
+                    f"if while newcomers sample)"))
 
     def _forecast_step_s(self, job: LiveJob, solo: float, restart: float, now: float) -> float:
         """The step time a just-sampled job is expected to run at, sharing included,

@@ -197,11 +197,13 @@ class ColocationForecast:
     def restart_s(self, model: str, last_start_s: float) -> float:
         """What a sampled job's next start (a resume) is expected to cost: the mean
         of the latest measured resumes of its model (its own last start, which
-        built its graph, before any), plus the mean measured wait for a runner."""
+        built its graph, before any)."""
         seen = self.resumes.get(model)
-        own = sum(seen) / len(seen) if seen else max(0.0, last_start_s)
-        wait = sum(self.runner_waits) / len(self.runner_waits) if self.runner_waits else 0.0
-        return own + wait
+        return sum(seen) / len(seen) if seen else max(0.0, last_start_s)
+
+    def runner_wait_s(self) -> float:
+        """The mean of the latest measured waits for a runner (0 before any)."""
+        return sum(self.runner_waits) / len(self.runner_waits) if self.runner_waits else 0.0
 
     def note_util(self, util: float | None) -> None:
         """A sampled job's single-tenant utilisation (what a newcomer is expected to ask)."""
@@ -266,6 +268,9 @@ class ColocationForecast:
         its own bound (found by bisection). ``predict_remaining_s`` from the
         step time alone when no sampling is left to come. ``prior`` is the
         sharing factor assumed until one is measured (``ColocationForecast.prior``).
+        A start while newcomers sample also waits for a runner as the latest
+        starts did (``runner_wait_s``): each sampling start takes a spare runner
+        and its replacement imports TensorFlow meanwhile; after, spares are ready.
         """
         restart = max(0.0, restart_s)
         # the load from outside the cluster slows every step; the sharing measured
@@ -279,6 +284,7 @@ class ColocationForecast:
                 or promoted_in(alone) + restart >= left_s:   # promoted after the sampling
             return alone
         turn = 0.0 if ahead is None else max(0.0, ahead(left_s * gpus)) / max(1, gpus)
+        restart += self.runner_wait_s()
 
         def given(left: float) -> float:
             start = max(0.0, promoted_in(left), turn) + restart
