@@ -163,11 +163,13 @@ class ColocationForecast:
     sampled job's remaining run time from its step time alone, the sampling
     still to come (jobs not yet sampled x the mean sampling run, one per GPU
     at a time) and when it would be promoted. Before the first sharing is
-    measured the caller's ``prior`` stands for it (``prior``,
-    ``expected_sharing``: the time-sharing of the job's compute unit by it,
-    the sampling run beside it and the other processes measured there; before,
-    no sharing was assumed, and the first jobs of a burst ran 45-70 % longer
-    than predicted, docs/benchmarks.md). On virtual GPUs it also keeps the latest measured slowdowns from outside the cluster
+    measured the caller's prior stands for it (``prior``, ``expected_sharing``:
+    the time-sharing of the job's compute unit by it, the sampling run beside
+    it and the other processes measured there; with none assumed, the first
+    jobs of a burst ran 45-70 % longer than predicted, docs/benchmarks.md). It
+    keeps the latest measured resumes and waits for a runner, for the restart
+    a sampled job still pays. On virtual GPUs it also keeps the latest
+    measured slowdowns from outside the cluster
     (``outside_slowdown``: other users' processes on the same cores), which
     slow every step of the run; none is measured on GPUs or in the simulator.
     The live coordinator and the simulator each keep one and feed it their
