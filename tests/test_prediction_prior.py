@@ -16,7 +16,7 @@ from tfgshare import schema as s
 from tfgshare.policies.base import Fragment, JobState, Start
 from tfgshare.policies.prediction import ColocationForecast, expected_sharing
 
-from test_prediction_colocation import LENET_100, SAMPLE_FIELDS
+from test_prediction_colocation import LENET_100, SAMPLE_FIELDS, send_progress
 
 
 def test_expected_sharing_is_the_time_sharing_of_one_compute_unit():
@@ -136,32 +136,68 @@ def test_live_first_job_of_a_burst_is_predicted_beside_the_sampling_runs(tmp_pat
     assert job.predicted_total_s == pytest.approx(4.0 + shared + (90 - shared / 1.5) * 0.5)
 
 
-def test_live_resume_cost_and_runner_wait_come_from_measured_starts(tmp_path):
-    """A resume's runner phases (graph imported, checkpoint read) are what a sampled
-    job's next start is predicted to cost, not its sampling start's graph build; a
-    start that waited for a runner past its phases is measured as that wait, which a
-    start while newcomers sample is expected to pay."""
+class ResumeScript:
+    """j1 samples, then resumes; j2 samples beside it."""
+
+    name = "resume"
+
+    def decide(self, now, cluster, jobs):
+        by = {j.id: j for j in jobs}
+        a, b = by.get("j1"), by.get("j2")
+        if a is not None and a.state is JobState.QUEUED:
+            return [Start("j1", (Fragment("n0:0", 0.3),), sample_only=True)]
+        if a is not None and a.state is JobState.SAMPLED:
+            return [Start("j1", (Fragment("n0:0", 0.1),))]
+        if b is not None and b.state is JobState.QUEUED and a.state is JobState.RUNNING:
+            return [Start("j2", (Fragment("n0:0", 0.5),), sample_only=True)]
+        return []
+
+
+def test_live_resume_cost_and_runner_wait_come_from_measured_resumes(tmp_path):
+    """A sampled job's next start is a resume: it imports the exported graph and reads
+    a checkpoint. It is predicted at the measured resumes (2 s here), not at its own
+    sampling start, which built the graph (4 s); the waits for a runner are measured
+    on such starts (a sampling start's 5 s wait is not one)."""
     from test_coordinator_accounts import LiveRun
 
     run = LiveRun(tmp_path)
-    run.coord.policy = PromoteScript()
+    run.coord.policy = ResumeScript()
+    forecast = run.coord.cluster.forecast
+
+    def sampled(job, t0):
+        """Started at ``t0`` + 4 s after a 4 s build, 2 + 8 steps of 1 s, nothing
+        beside it but its co-tenant; exits 1 s after."""
+        run.at(t0 + 4.0)
+        run.event(job, "started", global_step=0, restored=False, device="cpu",
+                  memory_fraction=0.3)
+        run.event(job, "start_phases", start_s=1.0, graph_s=2.0, graph_source="built",
+                  restore_s=0.0, restored_from=None, first_step_s=1.0)
+        run.at(t0 + 14.0)
+        run.event(job, "sample", step_time_mean_s=1.0, predicted_remaining_s=90.0,
+                  predicted_total_s=100.0, window_start=t0 + 6.0, cpu_wait_s=0.0,
+                  cpu_run_s=8.0, cluster_runnable=float(job != a), **SAMPLE_FIELDS)
+        run.event(job, "checkpoint", step=10, path="ckpt", seconds=0.5, size_mb=10.0)
+        run.event(job, "suspended", step=10)
+        run.at(t0 + 15.0)
+        run.exit(job, 75)
+        run.round()
+
     a = run.submit(s.JobSpec(**LENET_100))
     run.round()
-    run.at(9.0)                               # 5 s waiting for a runner, then 4 s of phases
-    run.event(a, "started", global_step=0, restored=False, device="cpu", memory_fraction=0.3)
-    run.event(a, "start_phases", start_s=1.0, graph_s=2.0, graph_source="built",
-              restore_s=0.0, restored_from=None, first_step_s=1.0)
-    run.at(19.0)
-    run.event(a, "sample", step_time_mean_s=1.0, predicted_remaining_s=90.0,
-              predicted_total_s=100.0, window_start=11.0, cpu_wait_s=0.0, cpu_run_s=8.0,
-              cluster_runnable=0.0, **SAMPLE_FIELDS)
-    forecast = run.coord.cluster.forecast
-    assert forecast.runner_waits == [pytest.approx(5.0)]
-    # another job's resume of the same model, measured: 1.5 s
-    forecast.note_resume("lenet", 1.5)
-    run.event(a, "suspended", step=10)
-    run.at(20.0)
-    run.exit(a, 75)
+    sampled(a, 5.0)                           # 5 s waiting for a runner: not a resume's
+    assert forecast.runner_waits == []
+    assert run.coord.cluster.jobs[a].predicted_total_s == pytest.approx(4.0 + 90 * 1.0)
+    assert run.attempts[a] == 2               # resumed at 20 s
+    run.at(24.0)                              # 2 s waiting for a runner, 2 s of phases
+    run.event(a, "started", global_step=10, restored=True, device="cpu", memory_fraction=0.1)
+    run.event(a, "start_phases", start_s=0.1, graph_s=0.4, graph_source="imported",
+              restore_s=0.5, restored_from="ckpt", first_step_s=1.0)
+    run.at(26.0)
+    send_progress(run, a, 12, 1.0)
+    assert forecast.resumes == {"lenet": [pytest.approx(2.0)]}
+    assert forecast.runner_waits == [pytest.approx(2.0)]
+    b = run.submit(s.JobSpec(**LENET_100))
     run.round()
-    job = run.coord.cluster.jobs[a]
-    assert job.predicted_total_s == pytest.approx(1.5 + 90 * 1.0)   # nothing left to sample
+    sampled(b, 26.0)
+    # nothing left to sample: no wait for a runner expected; its resume at 2 s
+    assert run.coord.cluster.jobs[b].predicted_total_s == pytest.approx(2.0 + 90 * 1.0)

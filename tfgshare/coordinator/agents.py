@@ -235,7 +235,6 @@ class AgentProtocol:
             # all before the sampled steps beyond plain steps: process start, graph build
             job.restart_s = max(0.0, start - job.last_start - warmup * step_time)
             job.attempt_step0 = None
-            self._note_runner_wait(job)
         if job.sample_only:
             # predicted when the sampling run has exited (its tail is measured then)
             job.predicted_remaining_s = job.predict(1)
@@ -265,7 +264,8 @@ class AgentProtocol:
             job.predicted_remaining_s = left
 
     def _note_runner_wait(self, job: LiveJob) -> None:
-        """How long this start waited for a runner: its time to steps at speed
+        """How long this start (not a sampling start: the resumes a sampled job's
+        prediction is about) waited for a runner: its time to steps at speed
         (``restart_s``) less its runner's phases, once both are measured."""
         if job.restart_s is not None and job.start_cost_s is not None \
                 and job.phases_attempt == job.attempt:
