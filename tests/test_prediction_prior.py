@@ -172,6 +172,8 @@ def test_live_resume_cost_and_runner_wait_come_from_measured_resumes(tmp_path):
                   memory_fraction=0.3)
         run.event(job, "start_phases", start_s=1.0, graph_s=2.0, graph_source="built",
                   restore_s=0.0, restored_from=None, first_step_s=1.0)
+        run.at(t0 + 8.0)
+        send_progress(run, job, 3, 1.0)       # its progress before the sample
         run.at(t0 + 14.0)
         run.event(job, "sample", step_time_mean_s=1.0, predicted_remaining_s=90.0,
                   predicted_total_s=100.0, window_start=t0 + 6.0, cpu_wait_s=0.0,

@@ -268,7 +268,7 @@ class AgentProtocol:
         prediction is about) waited for a runner: its time to steps at speed
         (``restart_s``) less its runner's phases, once both are measured."""
         if job.restart_s is not None and job.start_cost_s is not None \
-                and job.phases_attempt == job.attempt:
+                and job.phases_attempt == job.attempt and not job.sample_only:
             self.cluster.forecast.note_runner_wait(max(0.0, job.restart_s - job.start_cost_s))
 
     def _sampling_ended(self, job: LiveJob, now: float) -> None:
