@@ -4,8 +4,8 @@ The first jobs of a burst sample with nothing running (no sharing can be
 measured yet) and are then promoted beside the later newcomers' sampling runs.
 They are predicted with the time-sharing of their compute unit
 (``expected_sharing``) until the first sharing is measured. Their next start is
-a resume: it imports the exported graph and reads a checkpoint, and may wait
-for a runner process, as the latest measured starts did.
+a resume: it imports the exported graph and reads a checkpoint, as the latest
+measured resumes of its model did.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def test_the_prior_stands_until_a_sharing_is_measured():
                          prior=prior) == pytest.approx(3.0 + 90 * 0.2 * 1.2)
 
 
-def test_a_resume_is_predicted_at_the_measured_resumes_and_waits_for_a_runner():
+def test_a_resume_is_predicted_at_the_measured_resumes():
     f = ColocationForecast()
     # nothing measured: its own last start (a sampling start, which built its graph)
     assert f.restart_s("lenet", 9.0) == 9.0
@@ -60,17 +60,6 @@ def test_a_resume_is_predicted_at_the_measured_resumes_and_waits_for_a_runner():
     f.note_resume("cifarnet", 7.0)
     assert f.restart_s("lenet", 9.0) == pytest.approx(3.0)
     assert f.restart_s("vgg_16", 9.0) == pytest.approx(9.0)
-    f.note_runner_wait(10.0)
-    f.note_runner_wait(0.0)
-    f.note_runner_wait(None)
-    assert f.runner_wait_s() == pytest.approx(5.0)
-    # a start while newcomers sample waits for a runner (spares are importing); one
-    # after the sampling does not
-    f.note_sampling(20.0)
-    f.note_sharing(2.0)
-    assert f.remaining_s(100, 0.1, 3.0, 0, 2, lambda left: 0.0) == pytest.approx(3.0 + 10.0)
-    assert f.remaining_s(100, 0.1, 3.0, 20, 2, lambda left: 0.0) == pytest.approx(
-        3.0 + 5.0 + 100 * 0.2)
 
 
 class PromoteScript:
@@ -153,11 +142,10 @@ class ResumeScript:
         return []
 
 
-def test_live_resume_cost_and_runner_wait_come_from_measured_resumes(tmp_path):
+def test_live_resume_cost_comes_from_measured_resumes(tmp_path):
     """A sampled job's next start is a resume: it imports the exported graph and reads
     a checkpoint. It is predicted at the measured resumes (2 s here), not at its own
-    sampling start, which built the graph (4 s); the waits for a runner are measured
-    on such starts (a sampling start's 5 s wait is not one)."""
+    sampling start, which built the graph (4 s), and with no wait for a runner."""
     from test_coordinator_accounts import LiveRun
 
     run = LiveRun(tmp_path)
@@ -186,8 +174,7 @@ def test_live_resume_cost_and_runner_wait_come_from_measured_resumes(tmp_path):
 
     a = run.submit(s.JobSpec(**LENET_100))
     run.round()
-    sampled(a, 5.0)                           # 5 s waiting for a runner: not a resume's
-    assert forecast.runner_waits == []
+    sampled(a, 5.0)                           # after 5 s waiting for a runner
     assert run.coord.cluster.jobs[a].predicted_total_s == pytest.approx(4.0 + 90 * 1.0)
     assert run.attempts[a] == 2               # resumed at 20 s
     run.at(24.0)                              # 2 s waiting for a runner, 2 s of phases
@@ -197,9 +184,8 @@ def test_live_resume_cost_and_runner_wait_come_from_measured_resumes(tmp_path):
     run.at(26.0)
     send_progress(run, a, 12, 1.0)
     assert forecast.resumes == {"lenet": [pytest.approx(2.0)]}
-    assert forecast.runner_waits == [pytest.approx(2.0)]
     b = run.submit(s.JobSpec(**LENET_100))
     run.round()
     sampled(b, 26.0)
-    # nothing left to sample: no wait for a runner expected; its resume at 2 s
+    # its resume at 2 s
     assert run.coord.cluster.jobs[b].predicted_total_s == pytest.approx(2.0 + 90 * 1.0)

@@ -191,7 +191,6 @@ class AgentProtocol:
             parts = [number(ev, k, float) for k in ("start_s", "graph_s", "restore_s",
                                                     "first_step_s")]
             job.start_cost_s = sum(max(0.0, x) for x in parts if x is not None)
-            job.phases_attempt = job.attempt
             if ev.get("restored_from"):   # a resume: its graph imported, its checkpoint read
                 self.cluster.forecast.note_resume(job.spec.model_name, job.start_cost_s)
         elif name == "checkpoint":
@@ -258,18 +257,9 @@ class AgentProtocol:
             job.restart_s = max(0.0, now - job.last_start
                                 - (step - job.attempt_step0) * job.measured_step_s)
             job.attempt_step0 = None
-            self._note_runner_wait(job)
         left = job.predict(0)
         if left is not None:
             job.predicted_remaining_s = left
-
-    def _note_runner_wait(self, job: LiveJob) -> None:
-        """How long this start (not a sampling start: the resumes a sampled job's
-        prediction is about) waited for a runner: its time to steps at speed
-        (``restart_s``) less its runner's phases, once both are measured."""
-        if job.restart_s is not None and job.start_cost_s is not None \
-                and job.phases_attempt == job.attempt and not job.sample_only:
-            self.cluster.forecast.note_runner_wait(max(0.0, job.restart_s - job.start_cost_s))
 
     def _sampling_ended(self, job: LiveJob, now: float) -> None:
         """Predict a sampled job's run time once its sampling run has exited (saved):
@@ -278,8 +268,7 @@ class AgentProtocol:
         if job.sampling_start is not None:
             self.cluster.forecast.note_sampling(now - job.sampling_start)
             job.sampling_start = None
-        # its next start is a resume (a graph imported, a checkpoint read), which may
-        # wait for a runner as the latest starts did
+        # its next start is a resume (a graph imported, a checkpoint read)
         forecast = self.cluster.forecast
         restart = forecast.restart_s(job.spec.model_name, job.last_start_s())
         if job.solo_step_s is not None and job.sample is not None:
@@ -294,8 +283,7 @@ class AgentProtocol:
                     f"{job.solo_step_s:.4f}s, outside x{forecast.outside_now():.2f}, sharing "
                     f"x{sharing:.2f} ({'measured' if forecast.sharing else 'prior'}) while "
                     f"newcomers sample, so {job.measured_step_s:.4f}s a step; next start "
-                    f"{restart:.1f}s (+{forecast.runner_wait_s():.1f}s waiting for a runner "
-                    f"if while newcomers sample)"))
+                    f"{restart:.1f}s"))
 
     def _forecast_step_s(self, job: LiveJob, solo: float, restart: float, now: float) -> float:
         """The step time a just-sampled job is expected to run at, sharing included,

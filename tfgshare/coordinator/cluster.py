@@ -29,7 +29,7 @@ from tfgshare.schema import GpuInfo, JobSpec, plain
 _VOLATILE = frozenset({"unknown", "gpu_memory_mb", "over_memory", "solo_util", "step_time_s",
                        "training", "_view", "_spec_record", "_counted", "reserved",
                        "reserved_as", "marks", "marks_attempt", "sampling_start",
-                       "sampled_beside", "phases_attempt"})
+                       "sampled_beside"})
 
 
 @dataclass(eq=False)
@@ -65,7 +65,6 @@ class LiveJob(JobAccount):
     marks_attempt: int = 0
     restart_s: float | None = None    # what its last start cost before steps ran at speed
     start_cost_s: float | None = None  # its last start by the runner's phases (start_phases)
-    phases_attempt: int = 0           # the attempt those phases were measured in
     save_s: float | None = None       # what its last checkpoint save took
     attempt_step0: int | None = None  # steps_done at this attempt's start, until its cost is known
     pinned: bool = False              # manually suspended: not scheduled until resumed

@@ -80,7 +80,7 @@ def attained_now(job: JobView, now: float) -> float:
 SHARING_KEPT = 8       # the latest sharing measurements averaged
 SAMPLING_KEPT = 8      # the latest sampling-run durations averaged
 OUTSIDE_KEPT = 8       # the latest measured slowdowns from outside the cluster averaged
-STARTS_KEPT = 8        # the latest measured resumes (per model) and waits for a runner averaged
+STARTS_KEPT = 8        # the latest measured resumes (per model) averaged
 
 
 def sharing_factor(shared_step_s: float, solo_step_s: float) -> float | None:
@@ -167,8 +167,7 @@ class ColocationForecast:
     the time-sharing of the job's compute unit by it, the sampling run beside
     it and the other processes measured there; with none assumed, the first
     jobs of a burst ran 45-70 % longer than predicted, docs/benchmarks.md). It
-    keeps the latest measured resumes and waits for a runner, for the restart
-    a sampled job still pays. On virtual GPUs it also keeps the latest
+    keeps the latest measured resumes, for the restart a sampled job still pays. On virtual GPUs it also keeps the latest
     measured slowdowns from outside the cluster
     (``outside_slowdown``: other users' processes on the same cores), which
     slow every step of the run; none is measured on GPUs or in the simulator.
@@ -182,7 +181,6 @@ class ColocationForecast:
         self.outside: list[float] = []
         self.utils: list[float] = []
         self.resumes: dict[str, list[float]] = {}
-        self.runner_waits: list[float] = []
 
     def note_resume(self, model: str, seconds: float | None) -> None:
         """A start from a checkpoint cost ``seconds`` by its runner's phases (graph
@@ -190,22 +188,12 @@ class ColocationForecast:
         if seconds is not None and seconds >= 0:
             self.resumes[model] = (self.resumes.get(model, []) + [seconds])[-STARTS_KEPT:]
 
-    def note_runner_wait(self, seconds: float | None) -> None:
-        """A start waited ``seconds`` for a runner process before its phases began (no
-        spare runner ready: one still importing TensorFlow)."""
-        if seconds is not None and seconds >= 0:
-            self.runner_waits = (self.runner_waits + [seconds])[-STARTS_KEPT:]
-
     def restart_s(self, model: str, last_start_s: float) -> float:
         """What a sampled job's next start (a resume) is expected to cost: the mean
         of the latest measured resumes of its model (its own last start, which
         built its graph, before any)."""
         seen = self.resumes.get(model)
         return sum(seen) / len(seen) if seen else max(0.0, last_start_s)
-
-    def runner_wait_s(self) -> float:
-        """The mean of the latest measured waits for a runner (0 before any)."""
-        return sum(self.runner_waits) / len(self.runner_waits) if self.runner_waits else 0.0
 
     def note_util(self, util: float | None) -> None:
         """A sampled job's single-tenant utilisation (what a newcomer is expected to ask)."""
@@ -270,9 +258,9 @@ class ColocationForecast:
         its own bound (found by bisection). ``predict_remaining_s`` from the
         step time alone when no sampling is left to come. ``prior`` is the
         sharing factor assumed until one is measured (``ColocationForecast.prior``).
-        A start while newcomers sample also waits for a runner as the latest
-        starts did (``runner_wait_s``): each sampling start takes a spare runner
-        and its replacement imports TensorFlow meanwhile; after, spares are ready.
+        No wait for a runner process is added: the resumes measured found a
+        spare ready but for a few early in a burst, and the mean of the latest
+        waits put 4-12 s on later jobs that did not wait (docs/benchmarks.md).
         """
         restart = max(0.0, restart_s)
         # the load from outside the cluster slows every step; the sharing measured
@@ -286,7 +274,6 @@ class ColocationForecast:
                 or promoted_in(alone) + restart >= left_s:   # promoted after the sampling
             return alone
         turn = 0.0 if ahead is None else max(0.0, ahead(left_s * gpus)) / max(1, gpus)
-        restart += self.runner_wait_s()
 
         def given(left: float) -> float:
             start = max(0.0, promoted_in(left), turn) + restart
