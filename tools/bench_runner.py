@@ -194,7 +194,9 @@ def bench_resume(model: str, src: Path, work: Path, tag: str, warm: bool = False
     seconds = _runner(src, train_dir, model, 2, events)
     phases = [e for e in _events(events) if e["event"] == "start_phases"]
     warm_s = _runner(src, train_dir, model, 3, events, warm=True) if warm else None
-    return {"resume_s": seconds, "phases": phases[-1] if phases else None, "warm_s": warm_s}
+    warm_phases = [e for e in _events(events) if e["event"] == "start_phases"][len(phases):]
+    return {"resume_s": seconds, "phases": phases[-1] if phases else None, "warm_s": warm_s,
+            "warm_phases": warm_phases[-1] if warm and warm_phases else None}
 
 
 def _events(path: Path) -> list[dict]:
@@ -559,7 +561,8 @@ def _remove(work: Path, model: str) -> None:
     """Delete a model's train dirs and checkpoints (vgg_16's are a GB each)."""
     import shutil
 
-    for name in (f"migrate-{model}", f"floor-{model}", f"saver-{model}"):
+    for name in (f"migrate-{model}", f"floor-{model}", f"saver-{model}", f"now-{model}",
+                 f"before-{model}"):
         shutil.rmtree(work / name, ignore_errors=True)
 
 
@@ -585,8 +588,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--moves-only", action="store_true")
     parser.add_argument("--suspend-only", action="store_true",
                         help="only the runner's save against a Saver save (--models, --repeats)")
-    parser.add_argument("--repeats", type=int, default=6,
-                        help="with --suspend-only: alternating pairs of saves per model")
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="with --suspend-only or --moves-only: alternating pairs of "
+                             "saves per model")
     parser.add_argument("--grappler-only", action="store_true",
                         help="only the first and steady steps under grappler's default, "
                              "light CPU and no passes (--models, --blocks, --steps)")
@@ -639,24 +643,28 @@ def main(argv: list[str] | None = None) -> int:
             print("| model | image | checkpoint MB | "
                   + (f"resume s, {label} | " if label else "")
                   + "resume s, now | of which start (import) s | graph s (source) | restore s "
-                  "| first step s | resume s, now, warm runner "
-                  "| floor: Saver restore + first step s | warm / floor "
+                  "| first step s | load avg | resume s, warm runner "
+                  "| of which graph / restore / first step s "
+                  "| floor: Saver restore + first step s | resume (warm) / floor "
                   "| suspend: save s | Saver save s | save / Saver |")
-            print("|---" * (13 + bool(label)) + "|")
+            print("|---" * (16 + bool(label)) + "|")
             for model in args.models:
                 old = bench_resume(model, before, work, "before") if before else None
+                load = os.getloadavg()[0]
                 new = bench_resume(model, REPO, work, "now", warm=True)
-                r = bench_floor_and_suspend(model, work)
-                ph = new["phases"]
+                r = bench_floor_and_suspend(model, work, repeats=args.repeats)
+                ph, wp = new["phases"], new["warm_phases"]
                 size = _default_size(model)
                 print(f"| {model} | {size} | {r['size_mb']:.0f} | "
                       + (f"{old['resume_s']:.1f} | " if old else "")
-                      + f"{new['resume_s']:.1f} | {ph['start_s']:.1f} | {ph['graph_s']:.1f} "
+                      + f"{new['resume_s']:.1f} | {ph['start_s']:.1f} | {ph['graph_s']:.2f} "
                       f"({ph['graph_source']}) | {ph['restore_s']:.2f} | "
-                      f"{ph['first_step_s']:.2f} | {new['warm_s']:.1f} | {r['floor_s']:.2f} | "
-                      f"{new['warm_s'] / r['floor_s']:.1f}x | {r['save_s']:.2f} | "
-                      f"{r['saver_save_s']:.2f} | {r['save_s'] / r['saver_save_s']:.2f}x |",
-                      flush=True)
+                      f"{ph['first_step_s']:.2f} | {load:.1f} | {new['warm_s']:.2f} | "
+                      f"{wp['graph_s']:.2f} / {wp['restore_s']:.2f} / {wp['first_step_s']:.2f} | "
+                      f"{r['floor_s']:.2f} | {new['warm_s'] / r['floor_s']:.1f}x | "
+                      f"{r['save_s']:.2f} | {r['saver_save_s']:.2f} "
+                      f"| {r['save_s'] / r['saver_save_s']:.2f}x |", flush=True)
+                _remove(work, model)
     return 0
 
 
