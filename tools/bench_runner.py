@@ -142,11 +142,12 @@ def bench_overhead(model: str, batch: int, blocks: int, steps: int, work: Path,
 
 
 def _runner(src: Path, train_dir: Path, model: str, steps: int, events: Path,
-            warm: bool = False) -> float:
+            warm: bool = False, cpu: list | None = None) -> float:
     """Run the runner of source tree ``src`` until step ``steps``; seconds to its first step.
 
     With ``warm``, a warm runner is started and waited for first, and the time counts
-    from handing it the job.
+    from handing it the job. ``cpu``, when given, gets the CPU seconds the runner process
+    spent over the same span appended.
     """
     flags = ["--train_dir", str(train_dir),
              "--model_name", model, "--batch_size", "1", "--optimizer", "momentum",
@@ -166,11 +167,12 @@ def _runner(src: Path, train_dir: Path, model: str, steps: int, events: Path,
         while proc.stdout.readline().strip() != READY:
             if proc.poll() is not None:
                 raise RuntimeError(f"warm runner failed: {proc.stderr.read()[-2000:]}")
+        cpu_start = _process_cpu(proc.pid)
         start = time.perf_counter()
         proc.stdin.write(warm_job_line(flags, {}, None))
         proc.stdin.close()
     else:
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), 0.0
         proc = subprocess.Popen(cmd, cwd=src, env=env, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, text=True)
     first = None
@@ -179,6 +181,8 @@ def _runner(src: Path, train_dir: Path, model: str, steps: int, events: Path,
         new, _ = read_events(events, offset)
         if any(e["event"] == "progress" for e in new):
             first = time.perf_counter() - start
+            if cpu is not None:
+                cpu.append(_process_cpu(proc.pid) - cpu_start)
         time.sleep(0.02)
     err = proc.stderr.read()
     proc.wait(timeout=900)
@@ -187,16 +191,24 @@ def _runner(src: Path, train_dir: Path, model: str, steps: int, events: Path,
     return first if first is not None else time.perf_counter() - start
 
 
+def _process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used so far (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def bench_resume(model: str, src: Path, work: Path, tag: str, warm: bool = False) -> dict:
     """A first attempt of one step, then the timed resumes to the second (and third, warm)."""
     train_dir, events = work / f"{tag}-{model}", work / f"{tag}-{model}.jsonl"
     _runner(src, train_dir, model, 1, events)
     seconds = _runner(src, train_dir, model, 2, events)
     phases = [e for e in _events(events) if e["event"] == "start_phases"]
-    warm_s = _runner(src, train_dir, model, 3, events, warm=True) if warm else None
+    warm_cpu: list[float] = []
+    warm_s = _runner(src, train_dir, model, 3, events, warm=True, cpu=warm_cpu) if warm else None
     warm_phases = [e for e in _events(events) if e["event"] == "start_phases"][len(phases):]
     return {"resume_s": seconds, "phases": phases[-1] if phases else None, "warm_s": warm_s,
-            "warm_phases": warm_phases[-1] if warm and warm_phases else None}
+            "warm_phases": warm_phases[-1] if warm and warm_phases else None,
+            "warm_cpu_s": warm_cpu[0] if warm_cpu else None}
 
 
 def _events(path: Path) -> list[dict]:
@@ -265,16 +277,18 @@ def bench_floor_and_suspend(model: str, work: Path, repeats: int = 4,
 
     session = _session(built, config)
     with built.graph.as_default():
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         saver.restore(session, prefix)
         restore_s = time.perf_counter() - start
     first_step_s = _timed_step(session, built)
+    floor_cpu_s = time.process_time() - cpu_start
     session.close()
     return {"size_mb": saved.size_mb, "save_s": statistics.median(saves),
             "saver_save_s": statistics.median(saver_saves), "saver_restore_s": restore_s,
             "pointer_s": statistics.median(pointers), "saves": saves,
             "saver_saves": saver_saves, "first_save_s": first_save,
-            "saver_first_save_s": saver_first, "floor_s": restore_s + first_step_s}
+            "saver_first_save_s": saver_first, "floor_s": restore_s + first_step_s,
+            "floor_cpu_s": floor_cpu_s}
 
 
 def print_suspends(models: list[str], work: Path, repeats: int) -> None:
@@ -646,8 +660,9 @@ def main(argv: list[str] | None = None) -> int:
                   "| first step s | load avg | resume s, warm runner "
                   "| of which graph / restore / first step s "
                   "| floor: Saver restore + first step s | resume (warm) / floor "
+                  "| CPU s: resume (warm) / floor | CPU ratio "
                   "| suspend: save s | Saver save s | save / Saver |")
-            print("|---" * (16 + bool(label)) + "|")
+            print("|---" * (18 + bool(label)) + "|")
             for model in args.models:
                 old = bench_resume(model, before, work, "before") if before else None
                 load = os.getloadavg()[0]
@@ -662,6 +677,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"{ph['first_step_s']:.2f} | {load:.1f} | {new['warm_s']:.2f} | "
                       f"{wp['graph_s']:.2f} / {wp['restore_s']:.2f} / {wp['first_step_s']:.2f} | "
                       f"{r['floor_s']:.2f} | {new['warm_s'] / r['floor_s']:.1f}x | "
+                      f"{new['warm_cpu_s']:.2f} / {r['floor_cpu_s']:.2f} | "
+                      f"{new['warm_cpu_s'] / r['floor_cpu_s']:.1f}x | "
                       f"{r['save_s']:.2f} | {r['saver_save_s']:.2f} "
                       f"| {r['save_s'] / r['saver_save_s']:.2f}x |", flush=True)
                 _remove(work, model)
