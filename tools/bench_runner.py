@@ -241,6 +241,7 @@ def bench_floor_and_suspend(model: str, work: Path, repeats: int = 4,
     session = _session(built, config)
     _timed_step(session, built)
     saves, saver_saves, pointers = [], [], []
+    save_cpu, saver_cpu = [], []   # CPU seconds of this process (TensorFlow's threads too)
     publish = ckpt.publish
 
     def timed_publish(*args, **kwargs):
@@ -252,9 +253,10 @@ def bench_floor_and_suspend(model: str, work: Path, repeats: int = 4,
 
     def saver_save():
         with built.graph.as_default():
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             saver.save(session, prefix, write_meta_graph=False)
             saver_saves.append(time.perf_counter() - start)
+            saver_cpu.append(time.process_time() - cpu)
 
     ckpt.publish = timed_publish
     try:
@@ -262,12 +264,15 @@ def bench_floor_and_suspend(model: str, work: Path, repeats: int = 4,
         first_save = saved.seconds
         saver_save()
         saver_first = saver_saves.pop()
+        saver_cpu.pop()
         pointers.clear()
         for step in range(2, 2 + repeats):
             # alternating which goes first (the disk may still be writing the last one's bytes)
             if step % 2 == 1:
                 saver_save()
+            cpu = time.process_time()
             saved = built.checkpoint.save(session, step)
+            save_cpu.append(time.process_time() - cpu)
             saves.append(saved.seconds)
             if step % 2 == 0:
                 saver_save()
@@ -288,15 +293,17 @@ def bench_floor_and_suspend(model: str, work: Path, repeats: int = 4,
             "pointer_s": statistics.median(pointers), "saves": saves,
             "saver_saves": saver_saves, "first_save_s": first_save,
             "saver_first_save_s": saver_first, "floor_s": restore_s + first_step_s,
-            "floor_cpu_s": floor_cpu_s}
+            "floor_cpu_s": floor_cpu_s, "save_cpu_s": statistics.median(save_cpu),
+            "saver_save_cpu_s": statistics.median(saver_cpu)}
 
 
 def print_suspends(models: list[str], work: Path, repeats: int) -> None:
     """Runner save against Saver save for each model, ``repeats`` alternating pairs."""
     print("| model | load avg | checkpoint MB | first save s: runner / Saver "
           "| later saves, runner s (each) | Saver s (each) | runner median s "
-          "| of which pointer s | Saver median s | runner / Saver |")
-    print("|---" * 10 + "|")
+          "| of which pointer s | Saver median s | runner / Saver "
+          "| CPU s median: runner / Saver |")
+    print("|---" * 11 + "|")
     for model in models:
         load = os.getloadavg()[0]
         r = bench_floor_and_suspend(model, work, repeats=repeats)
@@ -306,7 +313,8 @@ def print_suspends(models: list[str], work: Path, repeats: int) -> None:
         print(f"| {model} | {load:.1f} | {r['size_mb']:.0f} | {r['first_save_s']:.2f} / "
               f"{r['saver_first_save_s']:.2f} | {each} | {saver_each} | {r['save_s']:.2f} "
               f"| {r['pointer_s']:.3f} | {r['saver_save_s']:.2f} "
-              f"| {r['save_s'] / r['saver_save_s']:.2f}x |", flush=True)
+              f"| {r['save_s'] / r['saver_save_s']:.2f}x "
+              f"| {r['save_cpu_s']:.2f} / {r['saver_save_cpu_s']:.2f} |", flush=True)
 
 
 def bench_grappler(model: str, work: Path, blocks: int, steps: int) -> dict:
