@@ -3,8 +3,9 @@
 The first attempt exports its ``TrainingGraph`` as a MetaGraphDef (``GRAPH_FILE`` in the
 train dir) with a key: the graph-shaping flags of the job, the tower devices, the
 TensorFlow and tf-slim versions, ``GRAPH_VERSION`` and a hash of the graph-building
-sources and of the dataset's files. A later attempt imports it when the key matches;
-a missing, unreadable or mismatched file is rebuilt (and rewritten), never used.
+sources and of the dataset's files. A later attempt imports it when the key matches
+(with Python objects only for the ops a run uses, ``_import_lean``); a missing,
+unreadable or mismatched file is rebuilt (and rewritten), never used.
 """
 
 from __future__ import annotations
