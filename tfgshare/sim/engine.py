@@ -555,7 +555,7 @@ class Simulator:
         if not actions:
             return False
         if self.config.check:
-            from tfgshare.policies.placement import validate
+            from tfgshare.policies.validate import validate
             errors = validate(actions, self.snapshot, views)
             if errors:
                 raise SimulationError(f"policy {self.policy.name!r} at t={now:.1f}: "
