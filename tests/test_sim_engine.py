@@ -104,6 +104,29 @@ def test_sampling_phase_counts_its_steps_and_predicts(toy):
     assert rec.actual_total_s == pytest.approx(10 + SAVE + 95)
 
 
+@pytest.mark.parametrize("steps, sampled", [(2, 2), (5, 2), (25, 2), (45, 4), (100, 10),
+                                             (1000, 25)])
+def test_the_sampling_phase_is_as_long_as_the_live_runners(toy, steps, sampled):
+    # the runner's rule (tfgshare.sampling.plan_sampling, default 5 warm-up + 20 sampled
+    # steps within 10 % of the job, at least 1 + 1): a 2-step job is sampled whole and
+    # finishes in its sampling run; a 25-step job samples 2 steps, not ceil(2.5)
+    def fn(now, jobs):
+        a = jobs.get("a")
+        if a and a.state is JobState.QUEUED:
+            return [Start("a", whole(), sample_only=True)]
+        if a and a.state is JobState.SAMPLED:
+            return [Start("a", whole())]
+        return []
+    pol = Script(fn)
+    res = simulate(load_cluster("1x1"), [job("a", 0, steps)], toy, pol,
+                   SimConfig(step_noise=0.0, memory_noise=0.0, check=True))
+    after = [v["a"] for _, v in pol.seen if "a" in v and v["a"].state is JobState.SAMPLED]
+    if sampled == steps:
+        assert after == [] and res.records[0].finish_time == pytest.approx(10 + steps)
+    else:
+        assert after[0].steps_done == sampled
+
+
 def test_suspend_keeps_steps_and_charges_save_and_restore(toy):
     def fn(now, jobs):
         a, b = jobs.get("a"), jobs.get("b")

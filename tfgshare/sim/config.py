@@ -18,8 +18,9 @@ class SimConfig:
     pays the model's ``startup_s`` first (or ``startup_s`` here when set), except a
     restart from a checkpoint under a profile that measured one (``resume_startup_s``,
     read included), when neither is set here. The sampling
-    phase runs ``warmup_steps + sample_steps`` real training steps, bounded to
-    ``sample_share`` of the job's steps (at least one), then saves a checkpoint.
+    phase runs real training steps, as many as the live runner's rule
+    (``tfgshare.sampling.plan_sampling``) gives for ``warmup_steps``, ``sample_steps``
+    and ``sample_share``, then saves a checkpoint.
     """
 
     seed: int = 0

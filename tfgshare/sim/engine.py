@@ -45,6 +45,7 @@ from tfgshare.policies.movecost import move_cost_s
 from tfgshare.policies.prediction import (AHEAD_SCAN, ColocationForecast,
                                           predict_remaining_s, promotion_in, sharing_factor,
                                           solo_step_s, work_ahead_s)
+from tfgshare.sampling import plan_sampling
 
 from .cluster import SimCluster
 from .config import SimConfig
@@ -613,11 +614,18 @@ class Simulator:
         if not cfg.runner_checkpoints:
             return 0.0
         saves = 1
-        sample = min(cfg.warmup_steps + self.sample_steps,
-                     max(1, math.ceil(cfg.sample_share * job.total_steps)))
-        if not job.has_checkpoint and job.steps <= 0 and sample < job.total_steps:
+        if not job.has_checkpoint and job.steps <= 0 \
+                and self._sample_length(job) < job.total_steps:
             saves += 1
         return saves * self._checkpoint_s(prof)
+
+    def _sample_length(self, job: SimJob) -> int:
+        """Steps of its sampling phase: the live runner's rule (``plan_sampling``) on the
+        steps it has left."""
+        cfg = self.config
+        remaining = job.total_steps - int(job.steps + EPS)
+        return plan_sampling(remaining, cfg.warmup_steps, self.sample_steps,
+                             cfg.sample_share).steps
 
     def _startup_s(self, prof: ModelProfile) -> float:
         c = self.config.startup_s
@@ -685,9 +693,7 @@ class Simulator:
         job.start_measured = False
         job.t_prog = now
         if sample_only:
-            cfg = self.config
-            length = min(cfg.warmup_steps + self.sample_steps,
-                         max(1, math.ceil(cfg.sample_share * job.total_steps)))
+            length = self._sample_length(job)
             job.target = min(float(job.total_steps), job.steps + length)
             job.tail_s = (self._checkpoint_s(prof) if job.target < job.total_steps
                           or self.config.runner_checkpoints else 0.0)
