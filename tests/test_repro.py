@@ -264,6 +264,23 @@ def test_a_measured_profile_sets_the_simulators_colocation_and_checkpoint_bandwi
         load_profiles(path)
 
 
+def test_a_cpu_profiles_utilisation_is_taken_at_a_whole_core(tmp_path):
+    # a runner that got 15 % of its core and kept it busy reads as 0.15 busy: alone on a
+    # virtual GPU it uses all of it, which is what the co-location model must be given
+    path = tmp_path / "p.yaml"
+    path.write_text(TINY_PROFILE.replace("    startup_s: 10\n",
+                                         "    startup_s: 10\n    cpu_share: 0.15\n")
+                    .replace("memory_mb: 800, gpu_util: 1.0}", "memory_mb: 800, gpu_util: 0.15}"))
+    prof = load_profiles(path)
+    assert prof.get("lenet", 2).gpu_util == pytest.approx(1.0)
+    assert prof.get("alexnet_v2", 1).gpu_util == 1.0            # no share: as written
+    path.write_text(path.read_text().replace("gpu_util: 0.15}", "gpu_util: 0.06}"))
+    assert load_profiles(path).get("lenet", 2).gpu_util == pytest.approx(0.4)
+    path.write_text(path.read_text().replace("cpu_share: 0.15", "cpu_share: 1.5"))
+    with pytest.raises(ValueError, match="lenet.cpu_share"):
+        load_profiles(path)
+
+
 def test_start_costs_read_from_a_jobs_coordinator_log():
     from tfgshare.repro.replay import checkpoint_seconds, start_costs
 
