@@ -274,6 +274,11 @@ def test_a_cpu_profiles_utilisation_is_taken_at_a_whole_core(tmp_path):
     prof = load_profiles(path)
     assert prof.get("lenet", 2).gpu_util == pytest.approx(1.0)
     assert prof.get("alexnet_v2", 1).gpu_util == 1.0            # no share: as written
+    # a CPU profile's start-ups compute on the virtual GPU's core, beside its co-tenants
+    assert prof.sim_overrides()["startup_on_device"] is True
+    gpu = tmp_path / "gpu.yaml"
+    gpu.write_text(TINY_PROFILE)
+    assert "startup_on_device" not in load_profiles(gpu).sim_overrides()
     path.write_text(path.read_text().replace("gpu_util: 0.15}", "gpu_util: 0.06}"))
     assert load_profiles(path).get("lenet", 2).gpu_util == pytest.approx(0.4)
     path.write_text(path.read_text().replace("cpu_share: 0.15", "cpu_share: 1.5"))

@@ -170,6 +170,29 @@ def test_colocated_jobs_slow_each_other(toy):
     assert res.report.util_effective == pytest.approx(min(1, 1.2 / slow) * busy / (10 + busy))
 
 
+def test_a_startup_on_a_virtual_gpu_is_slowed_by_its_co_tenant(toy):
+    # one core, two tenants: each runs at half speed (slowdown 2), start-ups included
+    # when they compute on the device (startup_on_device, virtual GPUs); b starts at 30
+    # beside a, which trains from 10: b's 10 s start-up takes 20 s, a's steps meanwhile 2 s
+    frag = (Fragment("n0:0", 0.45),)
+
+    def fn(now, jobs):
+        return [Start(j.id, frag) for j in jobs.values() if j.state is JobState.QUEUED]
+    colo = Colocation(overhead=1.0, exponent=0.0)
+    jobs = [job("a", 0, 100), job("b", 30, 10)]
+    on_device = simulate(load_cluster("1x1"), jobs, toy, Script(fn),
+                         SimConfig(check=True, colocation=colo, startup_on_device=True))
+    rec = {r.id: r for r in on_device.records}
+    # b trains from 50 at 2 s a step: 10 steps by 70; a did 20 alone, 20 beside b, 60 alone
+    assert rec["b"].finish_time == pytest.approx(50 + 10 * 2)
+    assert rec["a"].finish_time == pytest.approx(70 + 60)
+    host = simulate(load_cluster("1x1"), jobs, toy, Script(fn),
+                    SimConfig(check=True, colocation=colo))
+    rec = {r.id: r for r in host.records}
+    assert rec["b"].finish_time == pytest.approx(40 + 10 * 2)     # its start-up unslowed
+    assert rec["a"].finish_time == pytest.approx(60 + 65)      # 20 + 15 + 65 steps
+
+
 def test_migration_costs_from_its_request_until_it_trains_again(toy):
     def fn(now, jobs):
         a, b = jobs.get("a"), jobs.get("b")

@@ -209,8 +209,6 @@ def with_startups(profiles, startups: dict[str, list[float]],
                   resumed: dict[str, list[float]] | None = None):
     """``profiles`` with each model's ``startup_s`` set to the median of ``startups``
     (and its ``resume_startup_s`` to the median of ``resumed``, where measured)."""
-    from tfgshare.sim.profiles import Profiles
-
     medians = {m: statistics.median(v) for m, v in startups.items() if v}
     resumes = {m: statistics.median(v) for m, v in (resumed or {}).items() if v}
     by_key = {}
@@ -220,7 +218,7 @@ def with_startups(profiles, startups: dict[str, list[float]],
         if p.model in resumes:
             p = dataclasses.replace(p, resume_startup_s=resumes[p.model])
         by_key[k] = p
-    return Profiles(profiles.reference_gpu, by_key, profiles.colocation, profiles.storage_mb_s)
+    return dataclasses.replace(profiles, by_key=by_key)
 
 
 def per_job_lines(spent: list[dict], sim_records: list, calibrated_records: list | None
@@ -268,8 +266,6 @@ def at_share(profiles, shares: dict[str, float], live_share: float):
     scaled from the share of a core it had when profiled to ``live_share``: a runner on
     a virtual GPU computes at the share of its core it gets. Checkpoint writes (disk)
     are left as they are."""
-    from tfgshare.sim.profiles import Profiles
-
     if not 0 < live_share <= 1:
         raise ValueError(f"a CPU share must be in (0, 1], got {live_share!r}")
     by_key = {}
@@ -280,7 +276,7 @@ def at_share(profiles, shares: dict[str, float], live_share: float):
                 p, step_time_s=p.step_time_s * f, startup_s=p.startup_s * f,
                 resume_startup_s=None if p.resume_startup_s is None else p.resume_startup_s * f)
         by_key[k] = p
-    return Profiles(profiles.reference_gpu, by_key, profiles.colocation, profiles.storage_mb_s)
+    return dataclasses.replace(profiles, by_key=by_key)
 
 
 def side_by_side(live: Report, sim: Report, calibrated: Report | None = None,

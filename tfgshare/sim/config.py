@@ -42,6 +42,10 @@ class SimConfig:
     # one before a job ends, and the one a fresh run (not sample-only, no checkpoint yet)
     # writes after its sampling phase (off by default: the shipped figures predate it)
     runner_checkpoints: bool = False
+    # a start-up (graph build, restore, first step's set-up) computes on the device it
+    # starts on, slowed by the co-tenants there as a step is (virtual GPUs: the runner's
+    # one core); off, it is host work that co-tenants do not slow (GPUs)
+    startup_on_device: bool = False
 
     def __post_init__(self) -> None:
         for name in ("storage_mb_s", "refresh_s"):

@@ -81,6 +81,9 @@ class SimJob(JobAccount):
     rate: float = 0.0             # steps per second once the stall is over
     t_prog: float = 0.0           # time ``steps`` was last brought up to date
     stall_until: float = 0.0      # no progress before this (start-up, restore, waiting on a save)
+    # with startup_on_device: its start-up's seconds (alone) still to run, counted from
+    stall_work: float = 0.0
+    stall_from: float = 0.0
     end_at: float = 0.0           # when the current run's END event is due
     fragments: tuple[Fragment, ...] = ()
     slow: float = 1.0             # current co-location slowdown (max over its GPUs)
@@ -458,6 +461,8 @@ class Simulator:
             s = self.colo.slowdown(len(self.tenants[g]), self.util_sum[g]) / self.speed[g]
             if s > worst:
                 worst = s
+        if self.config.startup_on_device and job.stall_work > 0:
+            self._slow_startup(job, worst)
         job.slow = worst
         job.rate = 1.0 / (job.prof.step_time_s * worst * self._span_factor(job))
         job.version += 1
@@ -469,6 +474,23 @@ class Simulator:
             end = begin + (job.target - job.steps) / job.rate + job.tail_s
         job.end_at = end
         self._push(end, END, job)
+
+    def _slow_startup(self, job: SimJob, slow: float) -> None:
+        """A start-up that computes on its device (``startup_on_device``) runs at the
+        co-location speed its steps would: count what it did at its old slowdown, and
+        move its end to finish the rest at ``slow``."""
+        now = self.now
+        if now >= job.stall_until:
+            job.stall_work = 0.0
+            return
+        if now > job.stall_from:
+            job.stall_work = max(0.0, job.stall_work - (now - job.stall_from) / job.slow)
+            job.stall_from = now
+        until = job.stall_from + job.stall_work * slow
+        if until != job.stall_until:
+            job.start_cost_s += until - job.stall_until
+            job.stall_until = until
+            self._push(until, READY, job)
 
     def _set_contrib(self, jobs: Iterable[SimJob], extra_gpus: Sequence[str] = ()) -> None:
         """Update the useful utilisation of these jobs and of the GPUs they touch."""
@@ -689,6 +711,9 @@ class Simulator:
         wait_save = max([job.ready_at - now] + [self.busy_until.get(f.gpu, 0.0) - now
                                                 for f in fragments])
         job.stall_until = now + max(0.0, wait_save) + startup + restore
+        if self.config.startup_on_device:   # slowed by its co-tenants from its placement
+            job.stall_work = startup + restore
+            job.stall_from = job.stall_until - job.stall_work
         job.start_cost_s = job.stall_until - now
         job.start_measured = False
         job.t_prog = now

@@ -38,11 +38,17 @@ class Profiles:
     by_key: dict[tuple[str, int], ModelProfile]
     colocation: dict | None = None     # fitted {overhead, exponent, ...} of a measured profile
     storage_mb_s: float | None = None  # measured checkpoint bandwidth of a measured profile
+    # measured on virtual GPUs (a CPU profile: its models have a cpu_share): a start-up
+    # computes on the device's core, beside its co-tenants
+    virtual: bool = False
 
     def sim_overrides(self) -> dict:
-        """SimConfig fields this profile measured (co-location model, checkpoint bandwidth)."""
+        """SimConfig fields this profile measured (co-location model, checkpoint bandwidth)
+        or implies (start-ups on the device, for virtual GPUs)."""
         from .colocation import Colocation
         out: dict = {}
+        if self.virtual:
+            out["startup_on_device"] = True
         if self.colocation:
             out["colocation"] = Colocation(float(self.colocation["overhead"]),
                                            float(self.colocation["exponent"]))
@@ -150,4 +156,6 @@ def load_profiles(path: str | Path | None = None) -> Profiles:
     storage = data.get("storage_mb_s")
     if storage is not None:
         storage = _positive(storage, f"{path}: storage_mb_s")
-    return Profiles(str(data.get("reference_gpu", "")), by_key, coloc, storage)
+    virtual = any(isinstance(spec, dict) and spec.get("cpu_share") is not None
+                  for spec in data["models"].values())
+    return Profiles(str(data.get("reference_gpu", "")), by_key, coloc, storage, virtual)
