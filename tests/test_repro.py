@@ -355,6 +355,17 @@ def test_a_restart_from_a_checkpoint_pays_the_profiles_measured_resume_startup(t
     assert jct[None] - jct[1.0] == pytest.approx(11.0, abs=0.6)
 
 
+def test_the_live_share_leaves_out_what_co_tenants_of_a_core_waited_for_each_other():
+    from tfgshare.repro.cpushare import core_deltas
+
+    # two runners on core 0 alone on the machine: each waited while the other ran
+    assert core_deltas([(0.25, 0.25, (0,)), (0.25, 0.25, (0,))]) == (0.5, 0.0)
+    # ... and with other work taking 0.2 s of the core: it is that 0.2 s they lost
+    assert core_deltas([(0.15, 0.35, (0,)), (0.15, 0.35, (0,))]) == pytest.approx((0.3, 0.2))
+    # a runner alone on core 1 keeps its whole wait; one that wanted no CPU is left out
+    assert core_deltas([(0.3, 0.2, (1,)), (0.0, 0.0, (0,))]) == (0.3, 0.2)
+
+
 def test_the_share_probe_measures_what_a_runner_below_the_agent_got():
     from tfgshare.repro.cpushare import RunnerShareProbe, ran_waited
 

@@ -416,7 +416,9 @@ def main(argv: list[str] | None = None, share_probe=None) -> int:
                                 args.seed)
         used = sorted({j.model for j in jobs})
         print(f"CPU share of the live runners: {live_share:.3f} ({share_probe.ran:.0f} CPU s "
-              f"run, {share_probe.waited:.0f} s waited runnable); of the profile's runners: "
+              f"run, {share_probe.waited:.0f} s waited while other work ran on their cores, "
+              f"{share_probe.waited_total:.0f} s waited in all, co-tenants included); of the "
+              "profile's runners: "
               + ", ".join(f"{m} {shares[m]:.3f}" for m in used if m in shares))
     elif share_probe is not None:
         print("CPU share of the live runners: "
@@ -438,7 +440,8 @@ def main(argv: list[str] | None = None, share_probe=None) -> int:
                         calibrated, startups, spent, resumed, at_live, live_share)
     if share_probe is not None:      # what the runners used, which the load does not change
         doc = json.loads((out / "report.json").read_text())
-        doc["live_runner_cpu_s"] = {"ran": share_probe.ran, "waited": share_probe.waited}
+        doc["live_runner_cpu_s"] = {"ran": share_probe.ran, "waited": share_probe.waited,
+                                    "waited_total": share_probe.waited_total}
         (out / "report.json").write_text(json.dumps(doc, indent=2, default=str))
     return code
 
