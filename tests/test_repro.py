@@ -391,12 +391,15 @@ def test_a_profile_at_another_cpu_share_scales_the_cpu_bound_times(tmp_path):
 
     path = tmp_path / "p.yaml"
     path.write_text(TINY_PROFILE.replace("    startup_s: 10\n",
-                                         "    startup_s: 10\n    cpu_share: 0.9\n"))
+                                         "    startup_s: 10\n    cpu_share: 0.9\n")
+                    + "storage_mb_s: 100\n")
     shares = profile_shares(path)
     assert shares == {"lenet": 0.9}           # alexnet_v2 has none: left as it is
     slow = at_share(load_profiles(path), shares, 0.45)
     lenet, alex = slow.get("lenet", 2), slow.get("alexnet_v2", 1)
     assert lenet.step_time_s == pytest.approx(0.04) and lenet.startup_s == pytest.approx(20)
+    # a save serialises on the runner's core: half the share, half the bandwidth
+    assert slow.storage_mb_s == pytest.approx(50)
     assert lenet.checkpoint_mb == 40 and alex.step_time_s == 0.3 and alex.startup_s == 12
     with pytest.raises(ValueError, match="CPU share"):
         at_share(load_profiles(path), shares, 0.0)

@@ -264,8 +264,9 @@ def profile_shares(path: Path) -> dict[str, float]:
 def at_share(profiles, shares: dict[str, float], live_share: float):
     """``profiles`` with each profiled model's CPU-bound times (step, start-up, restart)
     scaled from the share of a core it had when profiled to ``live_share``: a runner on
-    a virtual GPU computes at the share of its core it gets. Checkpoint writes (disk)
-    are left as they are."""
+    a virtual GPU computes at the share of its core it gets. The checkpoint bandwidth
+    too (by the profile's median share): a runner's save is CPU-bound on this machine
+    (vgg_16's 1.5 GB took 5.2 s at 0.99 of a core and 23-32 s at 0.21)."""
     if not 0 < live_share <= 1:
         raise ValueError(f"a CPU share must be in (0, 1], got {live_share!r}")
     by_key = {}
@@ -276,7 +277,10 @@ def at_share(profiles, shares: dict[str, float], live_share: float):
                 p, step_time_s=p.step_time_s * f, startup_s=p.startup_s * f,
                 resume_startup_s=None if p.resume_startup_s is None else p.resume_startup_s * f)
         by_key[k] = p
-    return dataclasses.replace(profiles, by_key=by_key)
+    storage = profiles.storage_mb_s
+    if storage and shares:
+        storage *= live_share / statistics.median(shares.values())
+    return dataclasses.replace(profiles, by_key=by_key, storage_mb_s=storage)
 
 
 def side_by_side(live: Report, sim: Report, calibrated: Report | None = None,
