@@ -4,7 +4,7 @@ import pytest
 
 from tfgshare.policies.base import JobState, Start, Suspend
 from tfgshare.policies.builders import make_cluster, make_job
-from tfgshare.policies.placement import validate
+from tfgshare.policies.validate import validate
 from tfgshare.policies.registry import get_policy
 
 WHOLE = 1 - 300 / 16000

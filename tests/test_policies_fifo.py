@@ -4,7 +4,7 @@ import pytest
 
 from tfgshare.policies.base import Start
 from tfgshare.policies.builders import make_cluster, make_job
-from tfgshare.policies.placement import validate
+from tfgshare.policies.validate import validate
 from tfgshare.policies.registry import POLICY_NAMES, get_policy
 
 

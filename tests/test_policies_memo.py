@@ -314,3 +314,35 @@ def test_fgs_shortcuts_decide_as_the_full_search(scenario, reservations, profile
     res = simulate(load_cluster(spec), jobs, profiles, pol, SimConfig(tick_s=30.0, seed=2))
     assert pol.rounds > 0
     assert len(res.records) == len(jobs)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10_000), nodes=st.sampled_from(["1x2:8192", "2x2:8192", "1x4:16384"]))
+def test_fgs_walk_by_size_bucket_decides_as_the_queue_walk(seed, nodes, profiles):
+    # long queues of mixed sizes on a small cluster, so whole buckets get passed over
+    import random
+    rng = random.Random(seed)
+    jobs = [TraceJob(f"j{i}", rng.uniform(0, 4000), 1, 0.0, model="toy",
+                     batch_size=rng.choice([1, 2, 3, 3]), total_steps=rng.randint(50, 900))
+            for i in range(40)]
+    pol = FullSearch(get_policy("fgs", max_wait_s=900.0, promote_floor_s=30.0, min_run_s=30.0))
+    res = simulate(load_cluster(nodes), jobs, profiles, pol, SimConfig(tick_s=30.0, seed=2))
+    assert len(res.records) == len(jobs)
+    assert pol.rounds > 0
+
+
+def test_fgs_walk_by_size_bucket_passes_over_big_jobs(profiles, monkeypatch):
+    from tfgshare.policies import fgs_queues
+    drops = []
+    drop = fgs_queues.SizedWalk.drop
+    monkeypatch.setattr(fgs_queues.SizedWalk, "drop", lambda self: (drops.append(1), drop(self)))
+    # one 8 GB GPU: a few small jobs, then a queue of big ones that cannot share it
+    jobs = [TraceJob(f"s{i}", 10.0 * i, 1, 0.0, model="toy", batch_size=1, total_steps=400)
+            for i in range(3)]
+    jobs += [TraceJob(f"b{i}", 40.0 + i, 1, 0.0, model="toy", batch_size=3, total_steps=300)
+             for i in range(20)]
+    pol = FullSearch(get_policy("fgs"))
+    res = simulate(load_cluster("1x1:8192"), jobs, profiles, pol, SimConfig(tick_s=30.0, seed=2))
+    assert len(res.records) == len(jobs)
+    assert drops, "no size bucket was passed over: the test no longer exercises the walk"

@@ -264,6 +264,28 @@ def test_a_measured_profile_sets_the_simulators_colocation_and_checkpoint_bandwi
         load_profiles(path)
 
 
+def test_a_cpu_profiles_utilisation_is_taken_at_a_whole_core(tmp_path):
+    # a runner that got 15 % of its core and kept it busy reads as 0.15 busy: alone on a
+    # virtual GPU it uses all of it, which is what the co-location model must be given
+    path = tmp_path / "p.yaml"
+    path.write_text(TINY_PROFILE.replace("    startup_s: 10\n",
+                                         "    startup_s: 10\n    cpu_share: 0.15\n")
+                    .replace("memory_mb: 800, gpu_util: 1.0}", "memory_mb: 800, gpu_util: 0.15}"))
+    prof = load_profiles(path)
+    assert prof.get("lenet", 2).gpu_util == pytest.approx(1.0)
+    assert prof.get("alexnet_v2", 1).gpu_util == 1.0            # no share: as written
+    # a CPU profile's start-ups compute on the virtual GPU's core, beside its co-tenants
+    assert prof.sim_overrides()["startup_on_device"] is True
+    gpu = tmp_path / "gpu.yaml"
+    gpu.write_text(TINY_PROFILE)
+    assert "startup_on_device" not in load_profiles(gpu).sim_overrides()
+    path.write_text(path.read_text().replace("gpu_util: 0.15}", "gpu_util: 0.06}"))
+    assert load_profiles(path).get("lenet", 2).gpu_util == pytest.approx(0.4)
+    path.write_text(path.read_text().replace("cpu_share: 0.15", "cpu_share: 1.5"))
+    with pytest.raises(ValueError, match="lenet.cpu_share"):
+        load_profiles(path)
+
+
 def test_start_costs_read_from_a_jobs_coordinator_log():
     from tfgshare.repro.replay import checkpoint_seconds, start_costs
 
@@ -333,6 +355,17 @@ def test_a_restart_from_a_checkpoint_pays_the_profiles_measured_resume_startup(t
     assert jct[None] - jct[1.0] == pytest.approx(11.0, abs=0.6)
 
 
+def test_the_live_share_leaves_out_what_co_tenants_of_a_core_waited_for_each_other():
+    from tfgshare.repro.cpushare import core_deltas
+
+    # two runners on core 0 alone on the machine: each waited while the other ran
+    assert core_deltas([(0.25, 0.25, (0,)), (0.25, 0.25, (0,))]) == (0.5, 0.0)
+    # ... and with other work taking 0.2 s of the core: it is that 0.2 s they lost
+    assert core_deltas([(0.15, 0.35, (0,)), (0.15, 0.35, (0,))]) == pytest.approx((0.3, 0.2))
+    # a runner alone on core 1 keeps its whole wait; one that wanted no CPU is left out
+    assert core_deltas([(0.3, 0.2, (1,)), (0.0, 0.0, (0,))]) == (0.3, 0.2)
+
+
 def test_the_share_probe_measures_what_a_runner_below_the_agent_got():
     from tfgshare.repro.cpushare import RunnerShareProbe, ran_waited
 
@@ -358,12 +391,15 @@ def test_a_profile_at_another_cpu_share_scales_the_cpu_bound_times(tmp_path):
 
     path = tmp_path / "p.yaml"
     path.write_text(TINY_PROFILE.replace("    startup_s: 10\n",
-                                         "    startup_s: 10\n    cpu_share: 0.9\n"))
+                                         "    startup_s: 10\n    cpu_share: 0.9\n")
+                    + "storage_mb_s: 100\n")
     shares = profile_shares(path)
     assert shares == {"lenet": 0.9}           # alexnet_v2 has none: left as it is
     slow = at_share(load_profiles(path), shares, 0.45)
     lenet, alex = slow.get("lenet", 2), slow.get("alexnet_v2", 1)
     assert lenet.step_time_s == pytest.approx(0.04) and lenet.startup_s == pytest.approx(20)
+    # a save serialises on the runner's core: half the share, half the bandwidth
+    assert slow.storage_mb_s == pytest.approx(50)
     assert lenet.checkpoint_mb == 40 and alex.step_time_s == 0.3 and alex.startup_s == 12
     with pytest.raises(ValueError, match="CPU share"):
         at_share(load_profiles(path), shares, 0.0)

@@ -64,6 +64,33 @@ def test_a_stale_or_garbled_graph_file_is_rebuilt_not_used(tmp_path, damage):
     assert one(again, "start_phases")["graph_source"] == "imported"   # rewritten, now current
 
 
+def test_a_graph_file_naming_an_op_it_lacks_is_rebuilt_not_used(tmp_path):
+    """The import makes Python objects only for the ops the run uses, found by the names
+    saved with the graph: a file whose names and graph disagree is not used."""
+    import json
+
+    from tensorflow.core.protobuf import meta_graph_pb2
+
+    from tfgshare.runner import graph as runner_graph
+
+    config = small_config(tmp_path, max_number_of_steps=2)
+    run(config)
+    path = tmp_path / graph_file.GRAPH_FILE
+    meta = meta_graph_pb2.MetaGraphDef.FromString(path.read_bytes())
+    key = graph_file.graph_key(config, runner_graph.tower_devices(1))
+    built, why = graph_file.load(key, config)
+    assert why == "" and 0 < len(built.graph.get_operations()) < len(meta.graph_def.node) / 4
+    values = meta.collection_def[graph_file.INFO_COLLECTION].bytes_list.value
+    info = json.loads(values[0])
+    info["handles"]["elements"]["train_tensor"] = "no_such_op:0"
+    values[0] = json.dumps(info, sort_keys=True).encode()
+    path.write_bytes(meta.SerializeToString())
+    assert graph_file.load(key, config)[0] is None
+    result, events = run(small_config(tmp_path, max_number_of_steps=4))
+    assert "cannot be imported" in one(events, "warning")["message"]
+    assert one(events, "start_phases")["graph_source"] == "built"
+    assert result.global_step == 4
+
 def test_graph_key_covers_devices_versions_and_sources(tmp_path):
     config = small_config(tmp_path / "here")
     key = graph_file.graph_key(config, ["/cpu:0"])

@@ -104,6 +104,29 @@ def test_sampling_phase_counts_its_steps_and_predicts(toy):
     assert rec.actual_total_s == pytest.approx(10 + SAVE + 95)
 
 
+@pytest.mark.parametrize("steps, sampled", [(2, 2), (5, 2), (25, 2), (45, 4), (100, 10),
+                                             (1000, 25)])
+def test_the_sampling_phase_is_as_long_as_the_live_runners(toy, steps, sampled):
+    # the runner's rule (tfgshare.sampling.plan_sampling, default 5 warm-up + 20 sampled
+    # steps within 10 % of the job, at least 1 + 1): a 2-step job is sampled whole and
+    # finishes in its sampling run; a 25-step job samples 2 steps, not ceil(2.5)
+    def fn(now, jobs):
+        a = jobs.get("a")
+        if a and a.state is JobState.QUEUED:
+            return [Start("a", whole(), sample_only=True)]
+        if a and a.state is JobState.SAMPLED:
+            return [Start("a", whole())]
+        return []
+    pol = Script(fn)
+    res = simulate(load_cluster("1x1"), [job("a", 0, steps)], toy, pol,
+                   SimConfig(step_noise=0.0, memory_noise=0.0, check=True))
+    after = [v["a"] for _, v in pol.seen if "a" in v and v["a"].state is JobState.SAMPLED]
+    if sampled == steps:
+        assert after == [] and res.records[0].finish_time == pytest.approx(10 + steps)
+    else:
+        assert after[0].steps_done == sampled
+
+
 def test_suspend_keeps_steps_and_charges_save_and_restore(toy):
     def fn(now, jobs):
         a, b = jobs.get("a"), jobs.get("b")
@@ -145,6 +168,29 @@ def test_colocated_jobs_slow_each_other(toy):
         assert rec.finish_time == pytest.approx(10 + 100 * slow)
     busy = 100 * slow
     assert res.report.util_effective == pytest.approx(min(1, 1.2 / slow) * busy / (10 + busy))
+
+
+def test_a_startup_on_a_virtual_gpu_is_slowed_by_its_co_tenant(toy):
+    # one core, two tenants: each runs at half speed (slowdown 2), start-ups included
+    # when they compute on the device (startup_on_device, virtual GPUs); b starts at 30
+    # beside a, which trains from 10: b's 10 s start-up takes 20 s, a's steps meanwhile 2 s
+    frag = (Fragment("n0:0", 0.45),)
+
+    def fn(now, jobs):
+        return [Start(j.id, frag) for j in jobs.values() if j.state is JobState.QUEUED]
+    colo = Colocation(overhead=1.0, exponent=0.0)
+    jobs = [job("a", 0, 100), job("b", 30, 10)]
+    on_device = simulate(load_cluster("1x1"), jobs, toy, Script(fn),
+                         SimConfig(check=True, colocation=colo, startup_on_device=True))
+    rec = {r.id: r for r in on_device.records}
+    # b trains from 50 at 2 s a step: 10 steps by 70; a did 20 alone, 20 beside b, 60 alone
+    assert rec["b"].finish_time == pytest.approx(50 + 10 * 2)
+    assert rec["a"].finish_time == pytest.approx(70 + 60)
+    host = simulate(load_cluster("1x1"), jobs, toy, Script(fn),
+                    SimConfig(check=True, colocation=colo))
+    rec = {r.id: r for r in host.records}
+    assert rec["b"].finish_time == pytest.approx(40 + 10 * 2)     # its start-up unslowed
+    assert rec["a"].finish_time == pytest.approx(60 + 65)      # 20 + 15 + 65 steps
 
 
 def test_migration_costs_from_its_request_until_it_trains_again(toy):

@@ -142,11 +142,12 @@ def bench_overhead(model: str, batch: int, blocks: int, steps: int, work: Path,
 
 
 def _runner(src: Path, train_dir: Path, model: str, steps: int, events: Path,
-            warm: bool = False) -> float:
+            warm: bool = False, cpu: list | None = None) -> float:
     """Run the runner of source tree ``src`` until step ``steps``; seconds to its first step.
 
     With ``warm``, a warm runner is started and waited for first, and the time counts
-    from handing it the job.
+    from handing it the job. ``cpu``, when given, gets the CPU seconds the runner process
+    spent over the same span appended.
     """
     flags = ["--train_dir", str(train_dir),
              "--model_name", model, "--batch_size", "1", "--optimizer", "momentum",
@@ -166,11 +167,12 @@ def _runner(src: Path, train_dir: Path, model: str, steps: int, events: Path,
         while proc.stdout.readline().strip() != READY:
             if proc.poll() is not None:
                 raise RuntimeError(f"warm runner failed: {proc.stderr.read()[-2000:]}")
+        cpu_start = _process_cpu(proc.pid)
         start = time.perf_counter()
         proc.stdin.write(warm_job_line(flags, {}, None))
         proc.stdin.close()
     else:
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), 0.0
         proc = subprocess.Popen(cmd, cwd=src, env=env, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, text=True)
     first = None
@@ -179,6 +181,8 @@ def _runner(src: Path, train_dir: Path, model: str, steps: int, events: Path,
         new, _ = read_events(events, offset)
         if any(e["event"] == "progress" for e in new):
             first = time.perf_counter() - start
+            if cpu is not None:
+                cpu.append(_process_cpu(proc.pid) - cpu_start)
         time.sleep(0.02)
     err = proc.stderr.read()
     proc.wait(timeout=900)
@@ -187,14 +191,24 @@ def _runner(src: Path, train_dir: Path, model: str, steps: int, events: Path,
     return first if first is not None else time.perf_counter() - start
 
 
+def _process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used so far (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def bench_resume(model: str, src: Path, work: Path, tag: str, warm: bool = False) -> dict:
     """A first attempt of one step, then the timed resumes to the second (and third, warm)."""
     train_dir, events = work / f"{tag}-{model}", work / f"{tag}-{model}.jsonl"
     _runner(src, train_dir, model, 1, events)
     seconds = _runner(src, train_dir, model, 2, events)
     phases = [e for e in _events(events) if e["event"] == "start_phases"]
-    warm_s = _runner(src, train_dir, model, 3, events, warm=True) if warm else None
-    return {"resume_s": seconds, "phases": phases[-1] if phases else None, "warm_s": warm_s}
+    warm_cpu: list[float] = []
+    warm_s = _runner(src, train_dir, model, 3, events, warm=True, cpu=warm_cpu) if warm else None
+    warm_phases = [e for e in _events(events) if e["event"] == "start_phases"][len(phases):]
+    return {"resume_s": seconds, "phases": phases[-1] if phases else None, "warm_s": warm_s,
+            "warm_phases": warm_phases[-1] if warm and warm_phases else None,
+            "warm_cpu_s": warm_cpu[0] if warm_cpu else None}
 
 
 def _events(path: Path) -> list[dict]:
@@ -227,6 +241,7 @@ def bench_floor_and_suspend(model: str, work: Path, repeats: int = 4,
     session = _session(built, config)
     _timed_step(session, built)
     saves, saver_saves, pointers = [], [], []
+    save_cpu, saver_cpu = [], []   # CPU seconds of this process (TensorFlow's threads too)
     publish = ckpt.publish
 
     def timed_publish(*args, **kwargs):
@@ -238,9 +253,10 @@ def bench_floor_and_suspend(model: str, work: Path, repeats: int = 4,
 
     def saver_save():
         with built.graph.as_default():
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             saver.save(session, prefix, write_meta_graph=False)
             saver_saves.append(time.perf_counter() - start)
+            saver_cpu.append(time.process_time() - cpu)
 
     ckpt.publish = timed_publish
     try:
@@ -248,12 +264,15 @@ def bench_floor_and_suspend(model: str, work: Path, repeats: int = 4,
         first_save = saved.seconds
         saver_save()
         saver_first = saver_saves.pop()
+        saver_cpu.pop()
         pointers.clear()
         for step in range(2, 2 + repeats):
             # alternating which goes first (the disk may still be writing the last one's bytes)
             if step % 2 == 1:
                 saver_save()
+            cpu = time.process_time()
             saved = built.checkpoint.save(session, step)
+            save_cpu.append(time.process_time() - cpu)
             saves.append(saved.seconds)
             if step % 2 == 0:
                 saver_save()
@@ -263,24 +282,28 @@ def bench_floor_and_suspend(model: str, work: Path, repeats: int = 4,
 
     session = _session(built, config)
     with built.graph.as_default():
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         saver.restore(session, prefix)
         restore_s = time.perf_counter() - start
     first_step_s = _timed_step(session, built)
+    floor_cpu_s = time.process_time() - cpu_start
     session.close()
     return {"size_mb": saved.size_mb, "save_s": statistics.median(saves),
             "saver_save_s": statistics.median(saver_saves), "saver_restore_s": restore_s,
             "pointer_s": statistics.median(pointers), "saves": saves,
             "saver_saves": saver_saves, "first_save_s": first_save,
-            "saver_first_save_s": saver_first, "floor_s": restore_s + first_step_s}
+            "saver_first_save_s": saver_first, "floor_s": restore_s + first_step_s,
+            "floor_cpu_s": floor_cpu_s, "save_cpu_s": statistics.median(save_cpu),
+            "saver_save_cpu_s": statistics.median(saver_cpu)}
 
 
 def print_suspends(models: list[str], work: Path, repeats: int) -> None:
     """Runner save against Saver save for each model, ``repeats`` alternating pairs."""
     print("| model | load avg | checkpoint MB | first save s: runner / Saver "
           "| later saves, runner s (each) | Saver s (each) | runner median s "
-          "| of which pointer s | Saver median s | runner / Saver |")
-    print("|---" * 10 + "|")
+          "| of which pointer s | Saver median s | runner / Saver "
+          "| CPU s median: runner / Saver |")
+    print("|---" * 11 + "|")
     for model in models:
         load = os.getloadavg()[0]
         r = bench_floor_and_suspend(model, work, repeats=repeats)
@@ -290,7 +313,8 @@ def print_suspends(models: list[str], work: Path, repeats: int) -> None:
         print(f"| {model} | {load:.1f} | {r['size_mb']:.0f} | {r['first_save_s']:.2f} / "
               f"{r['saver_first_save_s']:.2f} | {each} | {saver_each} | {r['save_s']:.2f} "
               f"| {r['pointer_s']:.3f} | {r['saver_save_s']:.2f} "
-              f"| {r['save_s'] / r['saver_save_s']:.2f}x |", flush=True)
+              f"| {r['save_s'] / r['saver_save_s']:.2f}x "
+              f"| {r['save_cpu_s']:.2f} / {r['saver_save_cpu_s']:.2f} |", flush=True)
 
 
 def bench_grappler(model: str, work: Path, blocks: int, steps: int) -> dict:
@@ -559,7 +583,8 @@ def _remove(work: Path, model: str) -> None:
     """Delete a model's train dirs and checkpoints (vgg_16's are a GB each)."""
     import shutil
 
-    for name in (f"migrate-{model}", f"floor-{model}", f"saver-{model}"):
+    for name in (f"migrate-{model}", f"floor-{model}", f"saver-{model}", f"now-{model}",
+                 f"before-{model}"):
         shutil.rmtree(work / name, ignore_errors=True)
 
 
@@ -585,8 +610,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--moves-only", action="store_true")
     parser.add_argument("--suspend-only", action="store_true",
                         help="only the runner's save against a Saver save (--models, --repeats)")
-    parser.add_argument("--repeats", type=int, default=6,
-                        help="with --suspend-only: alternating pairs of saves per model")
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="with --suspend-only or --moves-only: alternating pairs of "
+                             "saves per model")
     parser.add_argument("--grappler-only", action="store_true",
                         help="only the first and steady steps under grappler's default, "
                              "light CPU and no passes (--models, --blocks, --steps)")
@@ -639,24 +665,31 @@ def main(argv: list[str] | None = None) -> int:
             print("| model | image | checkpoint MB | "
                   + (f"resume s, {label} | " if label else "")
                   + "resume s, now | of which start (import) s | graph s (source) | restore s "
-                  "| first step s | resume s, now, warm runner "
-                  "| floor: Saver restore + first step s | warm / floor "
+                  "| first step s | load avg | resume s, warm runner "
+                  "| of which graph / restore / first step s "
+                  "| floor: Saver restore + first step s | resume (warm) / floor "
+                  "| CPU s: resume (warm) / floor | CPU ratio "
                   "| suspend: save s | Saver save s | save / Saver |")
-            print("|---" * (13 + bool(label)) + "|")
+            print("|---" * (18 + bool(label)) + "|")
             for model in args.models:
                 old = bench_resume(model, before, work, "before") if before else None
+                load = os.getloadavg()[0]
                 new = bench_resume(model, REPO, work, "now", warm=True)
-                r = bench_floor_and_suspend(model, work)
-                ph = new["phases"]
+                r = bench_floor_and_suspend(model, work, repeats=args.repeats)
+                ph, wp = new["phases"], new["warm_phases"]
                 size = _default_size(model)
                 print(f"| {model} | {size} | {r['size_mb']:.0f} | "
                       + (f"{old['resume_s']:.1f} | " if old else "")
-                      + f"{new['resume_s']:.1f} | {ph['start_s']:.1f} | {ph['graph_s']:.1f} "
+                      + f"{new['resume_s']:.1f} | {ph['start_s']:.1f} | {ph['graph_s']:.2f} "
                       f"({ph['graph_source']}) | {ph['restore_s']:.2f} | "
-                      f"{ph['first_step_s']:.2f} | {new['warm_s']:.1f} | {r['floor_s']:.2f} | "
-                      f"{new['warm_s'] / r['floor_s']:.1f}x | {r['save_s']:.2f} | "
-                      f"{r['saver_save_s']:.2f} | {r['save_s'] / r['saver_save_s']:.2f}x |",
-                      flush=True)
+                      f"{ph['first_step_s']:.2f} | {load:.1f} | {new['warm_s']:.2f} | "
+                      f"{wp['graph_s']:.2f} / {wp['restore_s']:.2f} / {wp['first_step_s']:.2f} | "
+                      f"{r['floor_s']:.2f} | {new['warm_s'] / r['floor_s']:.1f}x | "
+                      f"{new['warm_cpu_s']:.2f} / {r['floor_cpu_s']:.2f} | "
+                      f"{new['warm_cpu_s'] / r['floor_cpu_s']:.1f}x | "
+                      f"{r['save_s']:.2f} | {r['saver_save_s']:.2f} "
+                      f"| {r['save_s'] / r['saver_save_s']:.2f}x |", flush=True)
+                _remove(work, model)
     return 0
 
 

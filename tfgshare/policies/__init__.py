@@ -8,7 +8,8 @@
   ``WaitQueue``, waiting jobs ordered by a policy's key.
 - ``registry``: ``POLICY_NAMES`` and ``get_policy(name, **params)``.
 - ``placement``: fragment accounting (``usage``, ``free_fraction``, ``fraction_for``),
-  placement (``FreeMap``, ``best_fit``, ``gang_place``) and ``validate``.
+  placement (``FreeMap``, ``best_fit``, ``gang_place``).
+- ``validate``: ``validate``, a round's actions checked against the placement rule.
 - ``exclusive``: whole-GPU placement for fifo, sjf and tiresias.
 - ``interference``: the predicted co-location slowdown model.
 - ``prediction``, ``queueing``: remaining time, waiting time, arrival order.

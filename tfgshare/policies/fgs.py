@@ -47,7 +47,7 @@ from tfgshare import sampling
 from . import movecost
 from .base import Action, ClusterSnapshot, JobView
 from .fgs_consolidate import ConsolidateMixin
-from .fgs_queues import FgsMemo, Rest
+from .fgs_queues import FgsMemo, Rest, SizedWalk
 from .fgs_room import RoomMixin
 from .fgs_round import BANDS, RoundBase, sampling_fraction, util_of
 from .interference import room_for
@@ -62,8 +62,10 @@ class Fgs:
     """Sampling, shortest-remaining-first with aging, best-fit fragments, suspend/migrate."""
 
     name: ClassVar[str] = "fgs"
-    # skip making room when per-GPU bounds kept in the memo show it would do
-    # nothing (fgs_room.RoomIndex); off only to test that
+    # skip work whose answer bounds kept in the memo already give: making room
+    # that would do nothing (fgs_room.RoomIndex), consolidation tries on GPUs
+    # with no movable tenant (fgs_consolidate), size buckets of waiting jobs
+    # bigger than any free room (fgs_queues.SizedWalk); off only to test that
     shortcuts: ClassVar[bool] = True
     # steps measured by the sampling phase after its warm-up; read by the
     # simulator. The live runner's (tfgshare.sampling), so both sides measure alike.
@@ -264,7 +266,11 @@ class Fgs:
         promoted_sample = [(info[jid][0], info[jid][3]) for jid in first if info[jid][1] == 0]
         skip = set(first)
         to_sample = ((info[k[1]][0], info[k[1]][3]) for k in memo.to_sample if k[1] not in skip)
-        ordinary = ((info[k[2]][0], info[k[2]][3]) for k in memo.ordinary if k[2] not in skip)
+        if self.shortcuts:   # the same order, by size bucket (fill passes over big ones whole)
+            ordinary = SizedWalk(memo, skip)
+        else:
+            ordinary = ((info[k[2]][0], info[k[2]][3]) for k in memo.ordinary
+                        if k[2] not in skip)
         reservations = self.max_reservations
         defrag = self.defrag
 

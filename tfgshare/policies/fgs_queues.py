@@ -5,7 +5,9 @@ sample by arrival, the others by predicted remaining time, promoted jobs by
 arrival), updated only for jobs whose view changed; each job's promotion is a
 timed event at the moment its wait passes its bound. ``Rest`` tells a walk
 over one of these queues the smallest job not reached yet, so the walk can
-stop once nothing left could fit.
+stop once nothing left could fit. The shortest-first queue is also kept split
+by size (``SizedWalk``), so a walk can pass over every job of a size bucket
+that is bigger than any free room at once instead of one by one.
 """
 
 from __future__ import annotations
@@ -20,6 +22,18 @@ from .memo import Memo
 from .placement import fraction_for
 from .prediction import remaining_s
 from .queueing import WAITING
+
+BANDS = 20       # steps of utilisation room by which GPUs are indexed for search
+SIZE_STEPS = 32  # a size bucket holds the jobs whose fraction is in [i, i + 1) / SIZE_STEPS
+
+
+def size_bucket(f: float, u: float) -> tuple[int, int]:
+    """The bucket of a job of fraction ``f`` and utilisation ``u``: (fraction step, band).
+
+    The band is the one a round searches for the job (``fgs_round``).
+    """
+    step = 1 << 30 if f == math.inf else int(f * SIZE_STEPS)
+    return step, (BANDS if u >= 1.0 else int(max(0.0, u) * BANDS))
 
 
 class FgsMemo(Memo):
@@ -49,6 +63,7 @@ class FgsMemo(Memo):
         self.ordinary = SortedList()        # (remaining or inf, submit, id): all others
         self.fs = SortedList()              # (fraction, id) of those
         self.us = SortedList()              # (utilisation, id) of those
+        self.sized: dict[tuple[int, int], SortedList] = {}   # size_bucket -> their keys
         self.promoted = SortedList()        # (submit, id): waited past their bound
         self.pending: list = []             # heap (about when promoted, id, view)
         self.near: dict[str, JobView] = {}  # due, but not past the bound yet to the bit
@@ -91,6 +106,11 @@ class FgsMemo(Memo):
                 self.ordinary.remove(key)
                 self.fs.remove((size[0], jid))
                 self.us.remove((size[1], jid))
+                name = size_bucket(*size)
+                bucket = self.sized[name]
+                bucket.remove(key)
+                if not bucket:
+                    del self.sized[name]
             self.promoted.discard((had[0].submit_time, jid))
             self.near.pop(jid, None)
         if new is None or new.state not in WAITING or self.config is None:
@@ -114,6 +134,11 @@ class FgsMemo(Memo):
         self.ordinary.add(key)
         self.fs.add((size[0], jid))
         self.us.add((u, jid))
+        name = size_bucket(*size)
+        bucket = self.sized.get(name)
+        if bucket is None:
+            bucket = self.sized[name] = SortedList()
+        bucket.add(key)
         bound = max(floor(new), cap_s if left is None else min(cap_s, ratio * left))
         self._promote_at(jid, new, (new, 1, key, size), bound)
 
@@ -192,3 +217,46 @@ class Rest:
         u, uid = us[self.j] if self.j < len(us) else (math.inf, None)
         self._known, self._ids = (f, u), (fid, uid)
         return self._known
+
+
+class SizedWalk:
+    """The shortest-first queue in its order, merged from its size buckets.
+
+    Yields (view, size) as iterating ``ordinary`` does (jobs in ``skip`` left
+    out). While a job is the current one, ``floor`` is a lower bound on the
+    fraction of every job in its bucket (a little low, never high), and
+    ``drop()`` passes over the rest of that bucket.
+    """
+
+    def __init__(self, memo: FgsMemo, skip: set[str]):
+        self.memo, self.skip = memo, skip
+        self.floor = -math.inf
+        self._dropped = False
+
+    def drop(self) -> None:
+        """Pass over the rest of the current job's bucket."""
+        self._dropped = True
+
+    def __iter__(self):
+        info, skip = self.memo.info, self.skip
+        heap = []
+        for name, bucket in self.memo.sized.items():
+            it = iter(bucket)
+            heap.append((next(it), name, it))   # buckets are never empty
+        heapq.heapify(heap)   # keys end with the job id: no two compare equal
+        while heap:
+            key, name, it = heap[0]
+            jid = key[2]
+            if jid not in skip:
+                self._dropped = False
+                self.floor = name[0] / SIZE_STEPS - 1e-9
+                had = info[jid]
+                yield had[0], had[3]
+                if self._dropped:
+                    heapq.heappop(heap)
+                    continue
+            nxt = next(it, None)
+            if nxt is None:
+                heapq.heappop(heap)
+            else:
+                heapq.heapreplace(heap, (nxt, name, it))

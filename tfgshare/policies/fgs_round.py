@@ -13,14 +13,14 @@ import math
 from typing import TYPE_CHECKING, Callable, Collection, Iterable, Sequence
 
 from .base import Action, ClusterSnapshot, JobView, Start
-from .fgs_queues import FgsMemo, Rest
+from .fgs_queues import BANDS, FgsMemo, Rest, SizedWalk
 from .interference import room_for
 from .placement import EPS, FreeMap, GpuUse, exclusive_fraction, fraction_for, to_fragments
 
 if TYPE_CHECKING:
     from .fgs import Fgs
 
-BANDS = 20   # steps of utilisation room by which GPUs are indexed for search
+__all__ = ["BANDS", "RoundBase", "sampling_fraction", "util_of"]
 
 
 def sampling_fraction(pol: "Fgs", gpu) -> float:
@@ -171,6 +171,10 @@ class RoundBase:
         ``rest`` knows the smallest size among the jobs not yet passed.
         ``on_fail(job)`` runs for a job that did not fit and says whether it
         may still change the cluster for later jobs (then the scan goes on).
+        ``jobs`` may be a ``SizedWalk``: once ``on_fail`` is done, a bucket
+        whose every job is bigger than any room its band could search is
+        passed over whole (each would be skipped; the stop checks this leaves
+        out only stop a walk that could place nothing more).
         """
         if self.rep is None:   # GPU sizes differ: no cheap checks
             for job, _ in jobs:
@@ -182,6 +186,7 @@ class RoundBase:
         version, tops = -1, {}
         last = None   # (version, f, u) of the last break check that found room
         passed = rest.passed
+        walk = jobs if isinstance(jobs, SizedWalk) else None
         for job, size in jobs:
             passed(job.id)
             f, u = size
@@ -199,6 +204,8 @@ class RoundBase:
                         if not self.fits_somewhere(q[1], q[2]):
                             break
                         last = q
+                    if walk is not None and walk.floor > top + EPS:
+                        walk.drop()   # every job of its bucket is as big: each skipped here
                     continue
             if self.place(job, sample_only, size):
                 continue

@@ -156,11 +156,11 @@ class JobCheckpoint:
     ``checkpoint`` state file, as ``tf.train.CheckpointManager`` does.
     """
 
-    def __init__(self, train_dir: str | Path, max_to_keep: int, variables: list,
+    def __init__(self, train_dir: str | Path, max_to_keep: int, stored: list[list],
                  ops: dict, epoch: int = 0):
         self.train_dir = Path(train_dir)
         self.max_to_keep = max_to_keep
-        self.variables = variables
+        self.stored = stored   # [variable name, dtype name, shape] of each variable it holds
         self.ops = ops   # name -> graph element: prefix, save_counter, save, restore
         self.epoch = epoch
 
@@ -189,18 +189,20 @@ class JobCheckpoint:
             assigns.append(getattr(assign, "op", assign))
         restore = tf.group(*assigns, name="tfgshare_checkpoint/restore")
         ops = {"prefix": prefix, "save_counter": counter, "save": save, "restore": restore}
-        return cls(train_dir, max_to_keep, variables, ops, epoch)
+        stored = [[v.op.name, v.dtype.base_dtype.name, v.shape.as_list()] for v in variables]
+        return cls(train_dir, max_to_keep, stored, ops, epoch)
 
     def op_names(self) -> dict[str, str]:
         """The names of the ops, to find them again in an imported copy of the graph."""
         return {key: element.name for key, element in self.ops.items()}
 
     @classmethod
-    def from_graph(cls, graph, names: dict[str, str], train_dir: str | Path, variables: list,
+    def from_graph(cls, graph, names: dict[str, str], train_dir: str | Path, stored: list[list],
                    max_to_keep: int, epoch: int = 0) -> "JobCheckpoint":
-        """The checkpoint ops of an imported graph, found by ``op_names``."""
+        """The checkpoint ops of an imported graph, found by ``op_names``; ``stored`` as
+        ``self.stored`` of the checkpoint it was built with."""
         ops = {key: graph.as_graph_element(name) for key, name in names.items()}
-        return cls(train_dir, max_to_keep, variables, ops, epoch)
+        return cls(train_dir, max_to_keep, stored, ops, epoch)
 
     def save(self, session, step: int) -> Saved:
         """Write a checkpoint numbered ``step`` under this epoch and make it the current one;
@@ -256,16 +258,15 @@ class JobCheckpoint:
             raise CorruptCheckpointError(
                 f"checkpoint {path} cannot be read: {type(exc).__name__}: "
                 f"{_first_line(str(exc))}") from None
-        expected = {_value_key(v.op.name): v for v in self.variables}
+        expected = {_value_key(name): (dtype, list(shape)) for name, dtype, shape in self.stored}
         saved = {key for key in shapes if key.startswith("variables/")}
         problems = [f"missing {key}" for key in sorted(set(expected) - saved)[:3]]
         problems += [f"unexpected {key}" for key in sorted(saved - set(expected))[:3]]
         for key in sorted(saved & set(expected)):
-            variable = expected[key]
-            if list(shapes[key]) != variable.shape.as_list() or \
-                    dtypes[key] != variable.dtype.base_dtype:
+            dtype, shape = expected[key]
+            if list(shapes[key]) != shape or dtypes[key].name != dtype:
                 problems.append(f"{key} is {dtypes[key].name}{list(shapes[key])}, the graph's "
-                                f"{variable.dtype.base_dtype.name}{variable.shape.as_list()}")
+                                f"{dtype}{shape}")
         if problems:
             raise CheckpointError(f"checkpoint {path} does not match this job's graph: "
                                   + "; ".join(problems[:5]))

@@ -11,6 +11,7 @@ on every later attempt.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -38,7 +39,8 @@ class TrainingGraph:
     position: tf.Variable         # input stream position of the next batch
     start_example: tf.Tensor      # fed to ``input_init``: where the input stream starts
     input_init: tf.Operation      # (re)starts the input stream at ``start_example``
-    variables: list               # every global variable (what a checkpoint holds)
+    variables: list | None        # every global variable (what a checkpoint holds); None in
+                                  # an imported copy (``checkpoint.stored`` names them there)
     init_op: tf.Operation
     checkpoint: JobCheckpoint     # saves and restores ``variables``
     devices: list[str]            # one per tower
@@ -56,24 +58,44 @@ class TrainingGraph:
                  "start_example", "input_init", "init_op")
     _VALUES = ("devices", "images_per_step", "image_size", "num_classes", "num_samples")
 
+    _VARIABLES = ("global_step", "position")   # the variables a run reads itself
+
     def handles(self) -> dict:
         """What ``from_handles`` needs to find this graph's parts in an imported copy."""
-        names = {key: _element_name(getattr(self, key)) for key in self._ELEMENTS}
-        return {"elements": names, "values": {key: getattr(self, key) for key in self._VALUES},
-                "checkpoint": self.checkpoint.op_names()}
+        names = {key: _element_name(getattr(self, key)) for key in self._ELEMENTS
+                 if key not in self._VARIABLES}
+        with self.graph.as_default():
+            defs = {key: base64.b64encode(getattr(self, key).to_proto().SerializeToString())
+                    .decode() for key in self._VARIABLES}
+        return {"elements": names, "variables": defs,
+                "values": {key: getattr(self, key) for key in self._VALUES},
+                "checkpoint": self.checkpoint.op_names(), "stored": self.checkpoint.stored}
+
+    @staticmethod
+    def ops_of_handles(handles: dict) -> list[str]:
+        """The names of the operations ``from_handles`` looks up (all others it never uses)."""
+        from tensorflow.core.framework import variable_pb2
+
+        names = [*handles["elements"].values(), *handles["checkpoint"].values()]
+        for encoded in handles["variables"].values():
+            proto = variable_pb2.VariableDef.FromString(base64.b64decode(encoded))
+            names += [proto.variable_name, proto.initializer_name, proto.snapshot_name,
+                      proto.initial_value_name]
+        return sorted({name.split(":")[0] for name in names if name})
 
     @classmethod
     def from_handles(cls, graph: tf.Graph, handles: dict, config: TrainConfig) -> "TrainingGraph":
         """The TrainingGraph of ``graph``, an imported copy of one with ``handles``."""
-        variables = graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)
-        by_name = {v.op.name: v for v in variables}
-        found = {}
-        for key, name in handles["elements"].items():
-            found[key] = by_name.get(name.split(":")[0]) if key in ("global_step", "position") \
-                else graph.as_graph_element(name)
+        from tensorflow.core.framework import variable_pb2
+
+        found = {key: graph.as_graph_element(name) for key, name in handles["elements"].items()}
+        with graph.as_default():
+            for key, encoded in handles["variables"].items():
+                proto = variable_pb2.VariableDef.FromString(base64.b64decode(encoded))
+                found[key] = tf.compat.v1.Variable.from_proto(proto)
         checkpoint = JobCheckpoint.from_graph(graph, handles["checkpoint"], config.train_dir,
-                                              variables, config.max_to_keep, config.epoch)
-        return cls(graph=graph, variables=variables, checkpoint=checkpoint, **found,
+                                              handles["stored"], config.max_to_keep, config.epoch)
+        return cls(graph=graph, variables=None, checkpoint=checkpoint, **found,
                    **handles["values"])
 
 

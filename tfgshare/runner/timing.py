@@ -11,32 +11,7 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
-
-@dataclass(frozen=True)
-class SamplePlan:
-    """How many steps to warm up and how many to measure."""
-
-    warmup: int
-    sampled: int
-
-
-def plan_sampling(remaining_steps: int, warmup_steps: int, num_sample_steps: int,
-                  max_share: float) -> SamplePlan:
-    """Warm-up and sample lengths, the two together within ``max_share`` of the job.
-
-    The first step (graph set-up) is never sampled when there is a second one;
-    a job with a step to run always gets at least one sampled step, so a sample
-    record exists even for tiny jobs.
-    """
-    if remaining_steps <= 0 or num_sample_steps <= 0:
-        return SamplePlan(0, 0)
-    budget = max(2, int(remaining_steps * max_share))
-    warmup = min(warmup_steps, max(1, budget // 4))
-    sampled = max(1, min(num_sample_steps, budget - warmup))
-    if warmup + sampled > remaining_steps:
-        warmup = min(warmup, remaining_steps - 1)
-        sampled = remaining_steps - warmup
-    return SamplePlan(warmup, sampled)
+from tfgshare.sampling import SamplePlan, plan_sampling  # noqa: F401 (the runner's names)
 
 
 @dataclass

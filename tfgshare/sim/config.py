@@ -18,8 +18,9 @@ class SimConfig:
     pays the model's ``startup_s`` first (or ``startup_s`` here when set), except a
     restart from a checkpoint under a profile that measured one (``resume_startup_s``,
     read included), when neither is set here. The sampling
-    phase runs ``warmup_steps + sample_steps`` real training steps, bounded to
-    ``sample_share`` of the job's steps (at least one), then saves a checkpoint.
+    phase runs real training steps, as many as the live runner's rule
+    (``tfgshare.sampling.plan_sampling``) gives for ``warmup_steps``, ``sample_steps``
+    and ``sample_share``, then saves a checkpoint.
     """
 
     seed: int = 0
@@ -41,6 +42,10 @@ class SimConfig:
     # one before a job ends, and the one a fresh run (not sample-only, no checkpoint yet)
     # writes after its sampling phase (off by default: the shipped figures predate it)
     runner_checkpoints: bool = False
+    # a start-up (graph build, restore, first step's set-up) computes on the device it
+    # starts on, slowed by the co-tenants there as a step is (virtual GPUs: the runner's
+    # one core); off, it is host work that co-tenants do not slow (GPUs)
+    startup_on_device: bool = False
 
     def __post_init__(self) -> None:
         for name in ("storage_mb_s", "refresh_s"):

@@ -45,6 +45,7 @@ from tfgshare.policies.movecost import move_cost_s
 from tfgshare.policies.prediction import (AHEAD_SCAN, ColocationForecast, gpu_overhead,
                                           predict_remaining_s, promotion_in, sharing_factor,
                                           solo_step_s, work_ahead_s)
+from tfgshare.sampling import plan_sampling
 
 from .cluster import SimCluster
 from .config import SimConfig
@@ -80,6 +81,9 @@ class SimJob(JobAccount):
     rate: float = 0.0             # steps per second once the stall is over
     t_prog: float = 0.0           # time ``steps`` was last brought up to date
     stall_until: float = 0.0      # no progress before this (start-up, restore, waiting on a save)
+    # with startup_on_device: its start-up's seconds (alone) still to run, counted from
+    stall_work: float = 0.0
+    stall_from: float = 0.0
     end_at: float = 0.0           # when the current run's END event is due
     fragments: tuple[Fragment, ...] = ()
     slow: float = 1.0             # current co-location slowdown (max over its GPUs)
@@ -463,6 +467,8 @@ class Simulator:
             s = self.colo.slowdown(len(self.tenants[g]), self.util_sum[g]) / self.speed[g]
             if s > worst:
                 worst = s
+        if self.config.startup_on_device and job.stall_work > 0:
+            self._slow_startup(job, worst)
         job.slow = worst
         job.rate = 1.0 / (job.prof.step_time_s * worst * self._span_factor(job))
         job.version += 1
@@ -474,6 +480,23 @@ class Simulator:
             end = begin + (job.target - job.steps) / job.rate + job.tail_s
         job.end_at = end
         self._push(end, END, job)
+
+    def _slow_startup(self, job: SimJob, slow: float) -> None:
+        """A start-up that computes on its device (``startup_on_device``) runs at the
+        co-location speed its steps would: count what it did at its old slowdown, and
+        move its end to finish the rest at ``slow``."""
+        now = self.now
+        if now >= job.stall_until:
+            job.stall_work = 0.0
+            return
+        if now > job.stall_from:
+            job.stall_work = max(0.0, job.stall_work - (now - job.stall_from) / job.slow)
+            job.stall_from = now
+        until = job.stall_from + job.stall_work * slow
+        if until != job.stall_until:
+            job.start_cost_s += until - job.stall_until
+            job.stall_until = until
+            self._push(until, READY, job)
 
     def _set_contrib(self, jobs: Iterable[SimJob], extra_gpus: Sequence[str] = ()) -> None:
         """Update the useful utilisation of these jobs and of the GPUs they touch."""
@@ -561,7 +584,7 @@ class Simulator:
         if not actions:
             return False
         if self.config.check:
-            from tfgshare.policies.placement import validate
+            from tfgshare.policies.validate import validate
             errors = validate(actions, self.snapshot, views)
             if errors:
                 raise SimulationError(f"policy {self.policy.name!r} at t={now:.1f}: "
@@ -619,11 +642,18 @@ class Simulator:
         if not cfg.runner_checkpoints:
             return 0.0
         saves = 1
-        sample = min(cfg.warmup_steps + self.sample_steps,
-                     max(1, math.ceil(cfg.sample_share * job.total_steps)))
-        if not job.has_checkpoint and job.steps <= 0 and sample < job.total_steps:
+        if not job.has_checkpoint and job.steps <= 0 \
+                and self._sample_length(job) < job.total_steps:
             saves += 1
         return saves * self._checkpoint_s(prof)
+
+    def _sample_length(self, job: SimJob) -> int:
+        """Steps of its sampling phase: the live runner's rule (``plan_sampling``) on the
+        steps it has left."""
+        cfg = self.config
+        remaining = job.total_steps - int(job.steps + EPS)
+        return plan_sampling(remaining, cfg.warmup_steps, self.sample_steps,
+                             cfg.sample_share).steps
 
     def _startup_s(self, prof: ModelProfile) -> float:
         c = self.config.startup_s
@@ -687,14 +717,15 @@ class Simulator:
         wait_save = max([job.ready_at - now] + [self.busy_until.get(f.gpu, 0.0) - now
                                                 for f in fragments])
         job.stall_until = now + max(0.0, wait_save) + startup + restore
+        if self.config.startup_on_device:   # slowed by its co-tenants from its placement
+            job.stall_work = startup + restore
+            job.stall_from = job.stall_until - job.stall_work
         job.start_cost_s = job.stall_until - now
         job.start_measured = False
         job.restoring = job.has_checkpoint
         job.t_prog = now
         if sample_only:
-            cfg = self.config
-            length = min(cfg.warmup_steps + self.sample_steps,
-                         max(1, math.ceil(cfg.sample_share * job.total_steps)))
+            length = self._sample_length(job)
             job.target = min(float(job.total_steps), job.steps + length)
             job.tail_s = (self._checkpoint_s(prof) if job.target < job.total_steps
                           or self.config.runner_checkpoints else 0.0)

@@ -20,7 +20,8 @@ class ModelProfile:
     batch_size: int
     step_time_s: float     # seconds per step, single tenant, reference GPU
     memory_mb: float       # peak GPU memory of the process
-    gpu_util: float        # single-tenant GPU utilisation in (0, 1]
+    gpu_util: float        # single-tenant GPU utilisation in (0, 1] (a CPU profile's at
+                           # a whole core: its busy share / cpu_share)
     checkpoint_mb: float   # size of a tf.train.Checkpoint (weights + optimizer slots)
     startup_s: float       # process start + graph build before the first step
     image_size: int | None = None   # input size profiled (None: the net's default)
@@ -37,11 +38,17 @@ class Profiles:
     by_key: dict[tuple[str, int], ModelProfile]
     colocation: dict | None = None     # fitted {overhead, exponent, ...} of a measured profile
     storage_mb_s: float | None = None  # measured checkpoint bandwidth of a measured profile
+    # measured on virtual GPUs (a CPU profile: its models have a cpu_share): a start-up
+    # computes on the device's core, beside its co-tenants
+    virtual: bool = False
 
     def sim_overrides(self) -> dict:
-        """SimConfig fields this profile measured (co-location model, checkpoint bandwidth)."""
+        """SimConfig fields this profile measured (co-location model, checkpoint bandwidth)
+        or implies (start-ups on the device, for virtual GPUs)."""
         from .colocation import Colocation
         out: dict = {}
+        if self.virtual:
+            out["startup_on_device"] = True
         if self.colocation:
             out["colocation"] = Colocation(float(self.colocation["overhead"]),
                                            float(self.colocation["exponent"]))
@@ -120,6 +127,11 @@ def load_profiles(path: str | Path | None = None) -> Profiles:
         resume = spec.get("resume_startup_s")
         if resume is not None:
             resume = _positive(resume, f"{where}.resume_startup_s")
+        # a CPU profile's utilisation is its runner's busy share of a core that it got only
+        # cpu_share of: alone on a virtual GPU it would use gpu_util / cpu_share of it (the
+        # co-location fit takes it so too, tfgshare.repro.colocate)
+        share = spec.get("cpu_share")
+        share = 1.0 if share is None else _positive(share, f"{where}.cpu_share", upper=1.0)
         for batch, row in spec["batches"].items():
             bw = f"{where}.batches.{batch}"
             if not isinstance(batch, int) or batch <= 0:
@@ -130,7 +142,8 @@ def load_profiles(path: str | Path | None = None) -> Profiles:
                 model=str(model), batch_size=batch,
                 step_time_s=_positive(row.get("step_time_s"), f"{bw}.step_time_s"),
                 memory_mb=_positive(row.get("memory_mb"), f"{bw}.memory_mb"),
-                gpu_util=_positive(row.get("gpu_util"), f"{bw}.gpu_util", upper=1.0),
+                gpu_util=min(1.0, _positive(row.get("gpu_util"), f"{bw}.gpu_util",
+                                            upper=1.0) / share),
                 checkpoint_mb=checkpoint_mb, startup_s=startup, image_size=image_size,
                 resume_startup_s=resume)
     coloc = data.get("colocation")
@@ -143,4 +156,6 @@ def load_profiles(path: str | Path | None = None) -> Profiles:
     storage = data.get("storage_mb_s")
     if storage is not None:
         storage = _positive(storage, f"{path}: storage_mb_s")
-    return Profiles(str(data.get("reference_gpu", "")), by_key, coloc, storage)
+    virtual = any(isinstance(spec, dict) and spec.get("cpu_share") is not None
+                  for spec in data["models"].values())
+    return Profiles(str(data.get("reference_gpu", "")), by_key, coloc, storage, virtual)
