@@ -2,6 +2,9 @@
 
 Modules: ``profiles`` (model costs), ``cluster`` (cluster specs), ``colocation``
 (ground-truth slowdown of shared GPUs), ``config`` (costs and knobs),
-``workload`` (trace jobs with models), ``engine`` (the event loop), ``plots``
-and ``cli`` (``tfgshare simulate``). Nothing here imports TensorFlow.
+``workload`` (trace jobs with models), ``job`` (a job's state, a run's result,
+admission), ``engine`` (the event loop), ``costs`` (what an attempt costs),
+``forecast`` (the coordinator's predictions from simulated measurements),
+``invariants`` (the self-check), ``plots`` and ``cli`` (``tfgshare simulate``).
+Nothing here imports TensorFlow.
 """

@@ -32,90 +32,27 @@ import math
 import random
 import time
 from array import array
-from dataclasses import dataclass
-from itertools import islice
 from typing import Callable, Iterable, Sequence
 
-from tfgshare.metrics import (JobAccount, JobRecord, Report, Timeline, compute_report,
-                              held_share, kernel_share)
+from tfgshare.metrics import JobRecord, Timeline, compute_report, held_share, kernel_share
 from tfgshare.policies.base import (ClusterSnapshot, Fragment, JobState, JobView, Migrate,
                                     Policy, SampleRecord, Start, Suspend)
 from tfgshare.policies.jobset import JobSet
 from tfgshare.policies.movecost import move_cost_s
-from tfgshare.policies.prediction import (AHEAD_SCAN, ColocationForecast, gpu_overhead,
-                                          predict_remaining_s, promotion_in, sharing_factor,
-                                          solo_step_s, work_ahead_s)
-from tfgshare.sampling import plan_sampling
+from tfgshare.policies.prediction import ColocationForecast, predict_remaining_s, solo_step_s
 
 from .cluster import SimCluster
 from .config import SimConfig
-from .profiles import ModelProfile, Profiles
+from .costs import AttemptCosts
+from .forecast import forecast_step_s, sharing_beside
+from .invariants import check_invariants
+from .job import SimJob, SimResult, SimulationError, admit
+from .profiles import Profiles
 
 END, READY = 0, 1          # event kinds: a run reaches its target; a start-up stall ends
 EPS = 1e-9
 UNSAMPLED = (JobState.QUEUED, JobState.SAMPLING)   # jobs still to sample
 OOM_OVERSHOOT = 0.02   # a job that runs out of memory is measured this far past its fragment
-
-
-class SimulationError(RuntimeError):
-    """The policy asked for something impossible, or the run cannot progress."""
-
-
-@dataclass(slots=True, eq=False)
-class SimJob(JobAccount):
-    """The simulator's state of one job (policies see a JobView of it).
-
-    It is its own ``JobAccount``: the waits, holds, moves and prediction are
-    kept by the account's methods, as the live coordinator keeps them.
-    """
-
-    id: str
-    num_gpus: int
-    model: str
-    total_steps: int
-    prof: ModelProfile
-    state: JobState = JobState.QUEUED
-    steps: float = 0.0            # training steps done (never decreases)
-    target: float = 0.0           # step at which the current run ends
-    tail_s: float = 0.0           # work after reaching target (the sampling checkpoint)
-    rate: float = 0.0             # steps per second once the stall is over
-    t_prog: float = 0.0           # time ``steps`` was last brought up to date
-    stall_until: float = 0.0      # no progress before this (start-up, restore, waiting on a save)
-    # with startup_on_device: its start-up's seconds (alone) still to run, counted from
-    stall_work: float = 0.0
-    stall_from: float = 0.0
-    end_at: float = 0.0           # when the current run's END event is due
-    fragments: tuple[Fragment, ...] = ()
-    slow: float = 1.0             # current co-location slowdown (max over its GPUs)
-    speed: float = 0.0            # co-location speed while it trains (0 while stalled)
-    sample: SampleRecord | None = None
-    measured_step_s: float | None = None
-    solo_step_s: float | None = None  # its step time alone: sampled, less a measured sharing
-    restart_s: float | None = None  # measured cost of its last start (start-up, restore)
-    save_s: float | None = None     # measured time of its last checkpoint save
-    start_cost_s: float = 0.0       # true cost of its current start, measured once past it
-    start_measured: bool = True
-    restoring: bool = False         # its current start restores a checkpoint (a resume)
-    ready_at: float = 0.0         # its last checkpoint save completes
-    has_checkpoint: bool = False
-    oom_starts: int = 0
-    min_memory_mb: float = 0.0    # measured when it ran out of memory (JobView.min_memory_mb)
-    version: int = 0              # bumps whenever its scheduled END becomes stale
-    view_version: int = 0         # bumps whenever a new view is built
-
-
-@dataclass
-class SimResult:
-    """The outcome of one simulation."""
-
-    policy: str
-    report: Report
-    records: list[JobRecord]
-    timeline: Timeline
-    decide_s: array               # wall seconds of each policy call
-    wall_s: float
-    rounds: int
-    oom_starts: int = 0
 
 
 class Simulator:
@@ -138,50 +75,15 @@ class Simulator:
         self.util_sum: dict[str, float] = {}
         self.eff: dict[str, float] = {}
         self.busy_until: dict[str, float] = {}
-        self.jobs = self._admit_all(jobs, profiles)
+        self.jobs = admit(jobs, profiles, cluster)
         self.rng = random.Random(self.config.seed)
         self.tick_s = getattr(policy, "tick_s", self.config.tick_s)
         self.acts_when_idle = bool(getattr(policy, "acts_when_idle", False))
         self.sample_steps = int(getattr(policy, "sample_steps", self.config.sample_steps))
+        self.costs = AttemptCosts(self.config, self.sample_steps)
         # measured sharing factors and sampling runs, for sampled jobs' predictions
         self.forecast = ColocationForecast()
         self.unsampled = 0            # arrived jobs queued or sampling
-
-    # ---- set-up ------------------------------------------------------------
-
-    def _admit_all(self, jobs: Iterable, profiles: Profiles) -> list[SimJob]:
-        out = []
-        seen = set()
-        max_memory = max(g.memory_mb for g in self.cluster.gpus)
-        for j in jobs:
-            jid = str(j.id)
-            if jid in seen:
-                raise ValueError(f"job id {jid!r} appears twice")
-            seen.add(jid)
-            if not j.model:
-                raise ValueError(f"job {jid} has no model; assign models first "
-                                 "(philly.mapping.assign_models)")
-            try:
-                prof = profiles.get(j.model, j.batch_size)
-            except KeyError as err:
-                raise ValueError(f"job {jid}: {err.args[0]}") from None
-            if int(j.num_gpus) < 1 or int(j.total_steps) < 1:
-                raise ValueError(f"job {jid}: num_gpus and total_steps must be >= 1, "
-                                 f"got {j.num_gpus} and {j.total_steps}")
-            if int(j.num_gpus) > self.cluster.num_gpus:
-                raise ValueError(f"job {jid} needs {j.num_gpus} GPUs but cluster "
-                                 f"{self.cluster.name} has {self.cluster.num_gpus}")
-            if prof.memory_mb + self.cluster.reserve_mb > max_memory:
-                raise ValueError(f"job {jid}: {j.model} at batch size {j.batch_size} needs "
-                                 f"{prof.memory_mb:.0f} MB, more than any GPU of cluster "
-                                 f"{self.cluster.name} holds ({max_memory} MB less a "
-                                 f"{self.cluster.reserve_mb:.0f} MB reserve)")
-            if not math.isfinite(j.submit_time) or j.submit_time < 0:
-                raise ValueError(f"job {jid}: submit time {j.submit_time!r} must be >= 0")
-            out.append(SimJob(jid, int(j.num_gpus), j.model, int(j.total_steps), prof,
-                              submit_time=float(j.submit_time)))
-        out.sort(key=lambda s: s.submit_time)
-        return out
 
     # ---- the loop ----------------------------------------------------------
 
@@ -304,12 +206,11 @@ class Simulator:
         # the sampling phase is over: measure, predict (when its last sampled step
         # ended, before its checkpoint), wait for a placement
         cfg = self.config
-        step = job.prof.step_time_s * job.slow / self._speed_of(job) * self._span_factor(job)
-        measured = step * max(0.5, 1.0 + self.rng.gauss(0.0, cfg.step_noise))
+        measured = self.noisy(self.step_s(job))
         peak = job.prof.memory_mb * (1.0 + abs(self.rng.gauss(0.0, cfg.memory_noise)))
         self._measure_start(job)
         # how much the running jobs beside it were slowed meanwhile, as they report
-        sharing = self._sharing_beside(job)
+        sharing = sharing_beside(self, job)
         self.forecast.note_sharing(sharing)
         self.forecast.note_sampling(now - job.last_start if job.last_start is not None else 0.0)
         job.solo_step_s = solo_step_s(measured, sharing)
@@ -319,7 +220,7 @@ class Simulator:
         self.forecast.note_util(job.sample.gpu_util)
         job.measured_step_s = measured
         if job.target < job.total_steps:   # its sampling run ended with a checkpoint (tail_s)
-            job.save_s = self._checkpoint_s(job.prof)   # as timed by the runner: exact
+            job.save_s = self.costs.checkpoint_s(job.prof)   # as timed by the runner: exact
         job.has_checkpoint = True
         job.ready_at = now
         job.fragments = ()
@@ -328,49 +229,9 @@ class Simulator:
         # sampling run has exited (its checkpoint saved): the start it still needs,
         # then its steps alone at the co-location it is expected to see
         restart = self.forecast.restart_s(job.model, job.restart_s or 0.0)   # a resume next
-        job.measured_step_s = self._forecast_step_s(job, restart)
+        job.measured_step_s = forecast_step_s(self, job, restart)
         job.note_prediction(predict_remaining_s(job.total_steps - job.steps,
                                                 job.measured_step_s, 1, restart), now)
-
-    def _sharing_beside(self, job: SimJob) -> float | None:
-        """The running jobs beside ``job`` reported step time over their step time alone
-        (the mean; None when none runs beside it)."""
-        found = []
-        for f in job.fragments:
-            for other in self.tenants.get(f.gpu, ()):
-                if other is not job and other.state is JobState.RUNNING \
-                        and other.solo_step_s is not None and self.now >= other.stall_until:
-                    step = other.prof.step_time_s * other.slow / self._speed_of(other) \
-                        * self._span_factor(other)
-                    found.append(sharing_factor(self._noisy(step), other.solo_step_s))
-        found = [x for x in found if x is not None]
-        return sum(found) / len(found) if found else None
-
-    def _forecast_step_s(self, job: SimJob, restart: float) -> float:
-        """The step time a just-sampled job is expected to run at, sharing included,
-        after a start costing ``restart`` (as the live coordinator's ``_forecast_step_s``)."""
-        solo = job.solo_step_s if job.solo_step_s is not None else job.measured_step_s
-        steps = job.total_steps - job.steps
-        if steps <= 0:
-            return solo
-        mine = (job.submit_time, job.id)
-
-        def ahead(enough: float) -> float:   # once promoted: running jobs, longer waiting ones
-            return work_ahead_s(
-                ((j.total_steps - j.steps) * j.measured_step_s
-                 for j in islice(self.live.values(), AHEAD_SCAN)
-                 if j is not job and j.measured_step_s is not None
-                 and j.state is not JobState.SAMPLING
-                 and (j.state.holds_gpu or (j.submit_time, j.id) < mine)), enough)
-
-        # before a sharing is measured: a GPU time-shared with a sampling run, by the
-        # policy's interference model (as the live coordinator on GPUs)
-        prior = self.forecast.prior(job.sample.gpu_util, 0.0, gpu_overhead(self.policy))
-        total = self.forecast.remaining_s(steps, solo, restart, self.unsampled,
-                                          self.cluster.num_gpus,
-                                          promotion_in(self.policy, self._view(job), self.now),
-                                          ahead, prior)
-        return max(0.0, total - restart) / steps
 
     def _set_state(self, job: SimJob, state: JobState) -> None:
         """Change its state, counting the jobs not yet sampled (queued or sampling)."""
@@ -386,20 +247,23 @@ class Simulator:
 
     # ---- GPU occupancy -----------------------------------------------------
 
-    def _noisy(self, value: float) -> float:
+    def noisy(self, value: float) -> float:
         """A measurement of ``value`` with the configured relative noise."""
         return value * max(0.5, 1.0 + self.rng.gauss(0.0, self.config.step_noise))
 
     def _measure_start(self, job: SimJob) -> None:
         """Measure what the job's current start cost, once (as the live coordinator does)."""
         if not job.start_measured:
-            job.restart_s = self._noisy(job.start_cost_s)
+            job.restart_s = self.noisy(job.start_cost_s)
             job.start_measured = True
             if job.restoring:   # the cost of a resume, for sampled jobs' predictions
                 self.forecast.note_resume(job.model, job.restart_s)
 
-    def _speed_of(self, job: SimJob) -> float:
-        return min(self.speed[f.gpu] for f in job.fragments) if job.fragments else 1.0
+    def step_s(self, job: SimJob) -> float:
+        """The job's true step time now: its profile's, slowed by its co-tenants, on its
+        slowest GPU, and by a span over nodes."""
+        speed = min(self.speed[f.gpu] for f in job.fragments) if job.fragments else 1.0
+        return job.prof.step_time_s * job.slow / speed * self._span_factor(job)
 
     def _span_factor(self, job: SimJob) -> float:
         if len(job.fragments) > 1:
@@ -519,7 +383,7 @@ class Simulator:
 
     # ---- the policy --------------------------------------------------------
 
-    def _view(self, job: SimJob) -> JobView:
+    def view(self, job: SimJob) -> JobView:
         """The policy's view of a job, its progress brought up to now."""
         holds = job.state.holds_gpu
         if holds:
@@ -531,9 +395,7 @@ class Simulator:
             # the measured cost of its start once it is past it; never the true values
             if self.now >= job.stall_until:
                 self._measure_start(job)
-                step = job.prof.step_time_s * job.slow / self._speed_of(job) \
-                    * self._span_factor(job)
-                job.measured_step_s = self._noisy(step)
+                job.measured_step_s = self.noisy(self.step_s(job))
                 restarts = 0
             else:
                 restarts = 1   # still starting: as if waiting to start
@@ -568,7 +430,7 @@ class Simulator:
         views = self.views
         if self.dirty:
             for job in self.dirty:
-                views.put(self._view(job))
+                views.put(self.view(job))
             self.dirty.clear()
         t0 = time.perf_counter()
         if self.memo is not None:
@@ -591,7 +453,7 @@ class Simulator:
                                       + "; ".join(errors))
         self._apply(actions)
         if self.config.check:
-            self._check_invariants()
+            check_invariants(self)
         return True
 
     def _job_for(self, action) -> SimJob:
@@ -631,34 +493,6 @@ class Simulator:
                 raise SimulationError(f"policy {self.policy.name!r} returned an unknown "
                                       f"action {a!r}")
 
-    def _checkpoint_s(self, prof: ModelProfile) -> float:
-        c = self.config.checkpoint_s
-        return prof.checkpoint_mb / self.config.storage_mb_s if c is None else c
-
-    def _runner_saves_s(self, job: SimJob, prof: ModelProfile) -> float:
-        """With ``runner_checkpoints``, a run's own saves: its last checkpoint, and the one
-        after its sampling phase when it starts fresh and the sample ends before the job."""
-        cfg = self.config
-        if not cfg.runner_checkpoints:
-            return 0.0
-        saves = 1
-        if not job.has_checkpoint and job.steps <= 0 \
-                and self._sample_length(job) < job.total_steps:
-            saves += 1
-        return saves * self._checkpoint_s(prof)
-
-    def _sample_length(self, job: SimJob) -> int:
-        """Steps of its sampling phase: the live runner's rule (``plan_sampling``) on the
-        steps it has left."""
-        cfg = self.config
-        remaining = job.total_steps - int(job.steps + EPS)
-        return plan_sampling(remaining, cfg.warmup_steps, self.sample_steps,
-                             cfg.sample_share).steps
-
-    def _startup_s(self, prof: ModelProfile) -> float:
-        c = self.config.startup_s
-        return prof.startup_s if c is None else c
-
     def _checkpoint_out(self, job: SimJob, suspend: bool) -> None:
         """Save a running job's checkpoint and free its GPUs (they stay busy while saving).
 
@@ -666,7 +500,7 @@ class Simulator:
         migration's when the job trains again on its new fragments.
         """
         self._settle(job)
-        save = self._checkpoint_s(job.prof)
+        save = self.costs.checkpoint_s(job.prof)
         job.save_s = save
         done = self.now + save
         for f in job.fragments:
@@ -690,12 +524,7 @@ class Simulator:
             if f.gpu not in self.gpu_mem:
                 raise SimulationError(f"Start {job.id}: unknown GPU {f.gpu!r}")
         prof = job.prof
-        restore = self._checkpoint_s(prof) if job.has_checkpoint else 0.0
-        startup = self._startup_s(prof)
-        if (job.has_checkpoint and prof.resume_startup_s is not None
-                and self.config.startup_s is None and self.config.checkpoint_s is None):
-            # a measured restart: the exported graph is imported, not built again
-            startup, restore = prof.resume_startup_s, 0.0
+        startup, restore = self.costs.start_s(job)
         resuming = False
         if not migrating:
             if job.state is JobState.SUSPENDED:
@@ -725,14 +554,14 @@ class Simulator:
         job.restoring = job.has_checkpoint
         job.t_prog = now
         if sample_only:
-            length = self._sample_length(job)
+            length = self.costs.sample_length(job)
             job.target = min(float(job.total_steps), job.steps + length)
-            job.tail_s = (self._checkpoint_s(prof) if job.target < job.total_steps
+            job.tail_s = (self.costs.checkpoint_s(prof) if job.target < job.total_steps
                           or self.config.runner_checkpoints else 0.0)
             self._set_state(job, JobState.SAMPLING)
         else:
             job.target = float(job.total_steps)
-            job.tail_s = self._runner_saves_s(job, prof)
+            job.tail_s = self.costs.runner_saves_s(job, prof)
             self._set_state(job, JobState.RUNNING)
         job.begin_hold(now)
         if resuming:
@@ -743,32 +572,6 @@ class Simulator:
         self._place(job, fragments)
         if job.stall_until > now:
             self._push(job.stall_until, READY, job)
-
-    # ---- checks (config.check) --------------------------------------------
-
-    def _check_invariants(self) -> None:
-        """Fractions per GPU within 1, each job in one place, occupancy consistent."""
-        seen: dict[str, list[str]] = {}
-        for g, ts in self.tenants.items():
-            total = 0.0
-            for j in ts:
-                fr = [f.fraction for f in j.fragments if f.gpu == g]
-                if len(fr) != 1:
-                    raise SimulationError(f"job {j.id} holds {len(fr)} fragments on GPU {g}")
-                total += fr[0] + self.reserve_frac[g]
-                seen.setdefault(j.id, []).append(g)
-            if total > 1.0 + 1e-6:
-                raise SimulationError(f"GPU {g} overcommitted at t={self.now}: {total:.4f} > 1")
-        for j in self.live.values():
-            holds = j.state.holds_gpu
-            if holds != bool(j.fragments) or sorted(seen.get(j.id, [])) != sorted(
-                    f.gpu for f in j.fragments):
-                raise SimulationError(f"job {j.id} ({j.state.value}) occupancy mismatch: "
-                                      f"fragments {j.fragments}, on GPUs {seen.get(j.id)}")
-        if self.n_holding != len({jid for jid in seen}):
-            raise SimulationError(f"{self.n_holding} jobs counted as holding GPUs, "
-                                  f"{len(seen)} found")
-
 
 def simulate(cluster: SimCluster, jobs: Iterable, profiles: Profiles, policy: Policy,
              config: SimConfig | None = None,
