@@ -15,7 +15,8 @@ from tfgshare.metrics import format_table, ratios, table_rows
 
 from .cluster import load_cluster
 from .config import SimConfig
-from .engine import SimResult, SimulationError, simulate
+from .engine import simulate
+from .job import SimResult, SimulationError
 from .profiles import load_profiles
 from .workload import STEPS_FROM, load_workload
 

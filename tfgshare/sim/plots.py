@@ -9,7 +9,7 @@ import numpy as np
 
 from tfgshare.metrics import Timeline
 
-from .engine import SimResult
+from .job import SimResult
 
 HOUR = 3600.0
 
