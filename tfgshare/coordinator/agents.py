@@ -288,7 +288,7 @@ class AgentProtocol:
     def _forecast_step_s(self, job: LiveJob, solo: float, restart: float, now: float) -> float:
         """The step time a just-sampled job is expected to run at, sharing included,
         after a start costing ``restart`` (``ColocationForecast``; the simulator's
-        ``_forecast_step_s`` alike)."""
+        ``sim.forecast.forecast_step_s`` alike)."""
         cluster = self.cluster
         steps = max(0, job.spec.max_number_of_steps - job.steps_done)
         if steps <= 0 or job.sample is None:
