@@ -360,7 +360,11 @@ def train_loop(config: TrainConfig, built, session, sink: EventSink,
                                                           "job_id": config.job_id})
                 except OSError as exc:   # a full disk: the event above still carries it
                     _warn(sink, f"cannot write {SAMPLE_FILE}: {exc}; a resume samples again")
-            sampled_only = config.sample_only
+            # a sampling run ends with its sample; a gang's with its chief's (a member
+            # counts its own steps, so it may finish its sample first: were it to leave
+            # then, the chief's next step would wait for its gradients for ever). A
+            # member's step fails once the chief has saved and gone: ``_gang_lost``.
+            sampled_only = config.sample_only and config.is_chief
             if not sampled_only and step < total and latest is None:
                 # the scheduler may move the job now (a resumed job keeps its checkpoint)
                 save()
