@@ -59,6 +59,16 @@ def whole(gpu="n0:0"):
     return (Fragment(gpu, 0.95),)
 
 
+def sample_then_run(now, jobs):
+    """A script: job "a" samples on the one GPU, then runs there."""
+    a = jobs.get("a")
+    if a and a.state is JobState.QUEUED:
+        return [Start("a", whole(), sample_only=True)]
+    if a and a.state is JobState.SAMPLED:
+        return [Start("a", whole())]
+    return []
+
+
 def test_fifo_two_jobs_one_gpu_by_hand(toy):
     # a: starts at 0, 10 s start-up, 100 steps -> finishes at 110
     # b: arrives at 5, waits until 110, 10 s start-up, 50 steps -> finishes at 170
@@ -76,14 +86,7 @@ def test_fifo_two_jobs_one_gpu_by_hand(toy):
 
 
 def test_sampling_phase_counts_its_steps_and_predicts(toy):
-    def fn(now, jobs):
-        a = jobs.get("a")
-        if a and a.state is JobState.QUEUED:
-            return [Start("a", whole(), sample_only=True)]
-        if a and a.state is JobState.SAMPLED:
-            return [Start("a", whole())]
-        return []
-    pol = Script(fn)
+    pol = Script(sample_then_run)
     res = simulate(load_cluster("1x1"), [job("a", 0, 100)], toy, pol,
                    SimConfig(step_noise=0.0, memory_noise=0.0, check=True, sample_share=0.05))
     sampled = [v["a"] for _, v in pol.seen if v["a"].state is JobState.SAMPLED][0]
@@ -110,14 +113,7 @@ def test_the_sampling_phase_is_as_long_as_the_live_runners(toy, steps, sampled):
     # the runner's rule (tfgshare.sampling.plan_sampling, default 5 warm-up + 20 sampled
     # steps within 10 % of the job, at least 1 + 1): a 2-step job is sampled whole and
     # finishes in its sampling run; a 25-step job samples 2 steps, not ceil(2.5)
-    def fn(now, jobs):
-        a = jobs.get("a")
-        if a and a.state is JobState.QUEUED:
-            return [Start("a", whole(), sample_only=True)]
-        if a and a.state is JobState.SAMPLED:
-            return [Start("a", whole())]
-        return []
-    pol = Script(fn)
+    pol = Script(sample_then_run)
     res = simulate(load_cluster("1x1"), [job("a", 0, steps)], toy, pol,
                    SimConfig(step_noise=0.0, memory_noise=0.0, check=True))
     after = [v["a"] for _, v in pol.seen if "a" in v and v["a"].state is JobState.SAMPLED]
