@@ -83,6 +83,16 @@ OUTSIDE_KEPT = 8       # the latest measured slowdowns from outside the cluster 
 STARTS_KEPT = 8        # the latest measured resumes (per model) averaged
 
 
+def _latest(values: list[float], value: float, kept: int) -> list[float]:
+    """``values`` with ``value`` added, the latest ``kept`` of them."""
+    return (values + [value])[-kept:]
+
+
+def _mean(values: list[float], default: float) -> float:
+    """The mean of ``values``, or ``default`` when there are none."""
+    return sum(values) / len(values) if values else default
+
+
 def sharing_factor(shared_step_s: float, solo_step_s: float) -> float | None:
     """How much a running job was slowed beside a sampling run: its step time
     then over its step time alone (at least 1; None when either is unknown)."""
@@ -167,8 +177,8 @@ class ColocationForecast:
     the time-sharing of the job's compute unit by it, the sampling run beside
     it and the other processes measured there; with none assumed, the first
     jobs of a burst ran 45-70 % longer than predicted, docs/benchmarks.md). It
-    keeps the latest measured resumes, for the restart a sampled job still pays. On virtual GPUs it also keeps the latest
-    measured slowdowns from outside the cluster
+    keeps the latest measured resumes, for the restart a sampled job still pays.
+    On virtual GPUs it also keeps the latest measured slowdowns from outside the cluster
     (``outside_slowdown``: other users' processes on the same cores), which
     slow every step of the run; none is measured on GPUs or in the simulator.
     The live coordinator and the simulator each keep one and feed it their
@@ -186,23 +196,22 @@ class ColocationForecast:
         """A start from a checkpoint cost ``seconds`` by its runner's phases (graph
         imported, checkpoint restored, first step)."""
         if seconds is not None and seconds >= 0:
-            self.resumes[model] = (self.resumes.get(model, []) + [seconds])[-STARTS_KEPT:]
+            self.resumes[model] = _latest(self.resumes.get(model, []), seconds, STARTS_KEPT)
 
     def restart_s(self, model: str, last_start_s: float) -> float:
         """What a sampled job's next start (a resume) is expected to cost: the mean
         of the latest measured resumes of its model (its own last start, which
         built its graph, before any)."""
-        seen = self.resumes.get(model)
-        return sum(seen) / len(seen) if seen else max(0.0, last_start_s)
+        return _mean(self.resumes.get(model, []), max(0.0, last_start_s))
 
     def note_util(self, util: float | None) -> None:
         """A sampled job's single-tenant utilisation (what a newcomer is expected to ask)."""
         if util is not None and util >= 0:
-            self.utils = (self.utils + [util])[-SAMPLING_KEPT:]
+            self.utils = _latest(self.utils, util, SAMPLING_KEPT)
 
     def newcomer_util(self) -> float:
         """The mean of the latest sampled utilisations (1, the safe guess, before any)."""
-        return sum(self.utils) / len(self.utils) if self.utils else 1.0
+        return _mean(self.utils, 1.0)
 
     def prior(self, own_util: float, others: float = 0.0, overhead: float = 0.0) -> float:
         """``expected_sharing`` beside a newcomer's sampling run, with the newcomers'
@@ -213,25 +222,25 @@ class ColocationForecast:
     def note_sharing(self, factor: float | None) -> None:
         """A measured sharing factor (``sharing_factor``); None is ignored."""
         if factor is not None:
-            self.sharing = (self.sharing + [factor])[-SHARING_KEPT:]
+            self.sharing = _latest(self.sharing, factor, SHARING_KEPT)
 
     def note_sampling(self, seconds: float) -> None:
         """A sampling run took ``seconds`` from its start to its exit."""
         if seconds > 0:
-            self.sampling_s = (self.sampling_s + [seconds])[-SAMPLING_KEPT:]
+            self.sampling_s = _latest(self.sampling_s, seconds, SAMPLING_KEPT)
 
     def note_outside(self, factor: float | None) -> None:
         """A measured slowdown from outside the cluster (``outside_slowdown``); None is ignored."""
         if factor is not None:
-            self.outside = (self.outside + [factor])[-OUTSIDE_KEPT:]
+            self.outside = _latest(self.outside, factor, OUTSIDE_KEPT)
 
     def outside_now(self) -> float:
         """The mean of the latest measured slowdowns from outside the cluster (1 before any)."""
-        return sum(self.outside) / len(self.outside) if self.outside else 1.0
+        return _mean(self.outside, 1.0)
 
     def sharing_now(self, prior: float = 1.0) -> float:
         """The mean of the latest measured sharing factors (``prior`` before any)."""
-        return sum(self.sharing) / len(self.sharing) if self.sharing else prior
+        return _mean(self.sharing, prior)
 
     def sampling_left_s(self, unsampled: int, gpus: int) -> float:
         """How long newcomers will keep sampling: one sampling run per GPU at a time."""
