@@ -4,7 +4,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tfgshare.runner.timing import SamplePlan, StepTimer, plan_sampling
+from tfgshare.runner.timing import StepTimer
+from tfgshare.sampling import SamplePlan, plan_sampling
 
 
 @given(remaining=st.integers(1, 10**6), warmup=st.integers(0, 50),

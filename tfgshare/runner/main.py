@@ -26,7 +26,8 @@ from tfgshare.runner.cpu import cpu_share, cpu_times, usable_cores
 from tfgshare.runner.events import EventSink
 from tfgshare.runner.neighbours import Neighbours
 from tfgshare.runner.stop import StopRequest, install_stop_signals
-from tfgshare.runner.timing import SamplePlan, StepTimer, plan_sampling
+from tfgshare.runner.timing import StepTimer
+from tfgshare.sampling import SamplePlan, plan_sampling
 
 SAMPLE_FILE = rp.SAMPLE_FILE
 # set by ``python -m tfgshare.runner``: called with the exit code right after the final

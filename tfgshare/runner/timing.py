@@ -11,7 +11,7 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
-from tfgshare.sampling import SamplePlan, plan_sampling  # noqa: F401 (the runner's names)
+from tfgshare.sampling import SamplePlan
 
 
 @dataclass
