@@ -266,11 +266,11 @@ class ColocationForecast:
         beside it (``packed_tenants``, at the newcomers' mean utilisation) and
         the spill of the starts its node makes meanwhile (``spill_now`` x starts
         per second over its ``run_s``: its own start, which replaces the spare it
-        took, and each of the node's other ``node_units`` (and its co-tenants) starting the next
-        waiting job as its own ends, one every ``mean_run_s``, at most the
-        ``waiting`` jobs; no more than the mean runnable measured beside the
-        sampling runs). At least 1; ``overhead`` is each co-tenant's cost (the
-        policy's interference model on GPUs)."""
+        took, and each other of the node's ``node_units`` and of its co-tenants
+        starting the next waiting job as its own ends, one every ``mean_run_s``,
+        at most the ``waiting`` jobs; no more than the mean runnable measured
+        beside the sampling runs). At least 1; ``overhead`` is each co-tenant's
+        cost (the policy's interference model on GPUs)."""
         others = max(0, waiting)
         tenants = packed_tenants(own_util, self.newcomer_util(), others, units, policy)
         spill = 0.0
