@@ -54,10 +54,12 @@ def test_after_sampling_counts_the_starts_its_node_makes_while_it_runs():
     # nothing measured (GPUs, the simulator) and a busy job alone on its unit: alone
     assert f.after_sampling(1.0, 20.0, 10, 2, 2, 20.0, fgs) == 1.0
     f.note_spill(start_spill_s(1.0, 12.0, 3), 1.0)   # 4 runnable-seconds a core per start
-    # its own start's spare, and the other unit's start of the next waiting job (its
-    # run 20 s like this one's): 2 starts in its 20 s, 0.4 runnable on its core
+    # each unit starts a job every 20 s (the waiting jobs' runs, as this one's), its
+    # own start included: 2 starts in its 20 s, 0.4 runnable on its core
     assert f.after_sampling(1.0, 20.0, 10, 2, 2, 20.0, fgs) == pytest.approx(1.4)
-    # nothing left waiting: its own start's spare only
+    # a shorter run sees the same starts per second (its own start is one of them)
+    assert f.after_sampling(1.0, 10.0, 10, 2, 2, 20.0, fgs) == pytest.approx(1.4)
+    # nothing left waiting: its own start (the spare it took is replaced) only
     assert f.after_sampling(1.0, 20.0, 0, 2, 2, 20.0, fgs) == pytest.approx(1.2)
     # no more than what was measured beside the sampling runs (1 a core)
     assert f.after_sampling(1.0, 2.0, 10, 2, 2, 2.0, fgs) == pytest.approx(2.0)

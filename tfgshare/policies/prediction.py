@@ -265,19 +265,19 @@ class ColocationForecast:
         (``expected_sharing``) with the co-tenants ``policy``'s packing puts
         beside it (``packed_tenants``, at the newcomers' mean utilisation) and
         the spill of the starts its node makes meanwhile (``spill_now`` x starts
-        per second over its ``run_s``: its own start, which replaces the spare it
-        took, and each other of the node's ``node_units`` and of its co-tenants
-        starting the next waiting job as its own ends, one every ``mean_run_s``,
-        at most the ``waiting`` jobs; no more than the mean runnable measured
-        beside the sampling runs). At least 1; ``overhead`` is each co-tenant's
-        cost (the policy's interference model on GPUs)."""
+        per second: each of the node's ``node_units`` and of its co-tenants
+        starts the next job as its own ends, one every ``mean_run_s``, its own
+        start included (the spare it took is replaced); over its ``run_s`` no
+        more than its own and the ``waiting`` jobs' starts, and no more than the
+        mean runnable measured beside the sampling runs). At least 1;
+        ``overhead`` is each co-tenant's cost (the policy's interference model
+        on GPUs)."""
         others = max(0, waiting)
         tenants = packed_tenants(own_util, self.newcomer_util(), others, units, policy)
         spill = 0.0
         if self.spill and run_s > 0:
             every = mean_run_s if mean_run_s and mean_run_s > 0 else run_s
-            rate = 1.0 / run_s + min((max(0, node_units - 1) + tenants) / every,
-                                     others / run_s)
+            rate = min((max(1, node_units) + tenants) / every, (1 + others) / run_s)
             spill = min(self.spill_now() * rate, _mean(self.beside, 0.0))
         outside = self.outside_now()
         return max(1.0, expected_sharing(own_util, self.newcomer_util(), spill, outside,
