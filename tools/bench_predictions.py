@@ -13,8 +13,9 @@ refused (goal: none).
 
 Per job it prints what the prediction assumed (its step time alone, sampled
 less the time it waited for a core; the co-tenants then; the sharing it
-assumed while newcomers sample, a prior or measured, and the step time and
-next start that gave, from the coordinator's log line) and what the run
+assumed while newcomers sample, a prior or measured, and after them, in the
+co-location it is placed in, and the step time and next start that gave,
+from the coordinator's log line) and what the run
 did (its steps' mean time, the rest: start, restore, final save, exit), and
 the load average at the start and the end, since the machine's other work
 changes step times on virtual GPUs.
