@@ -588,8 +588,9 @@ def print_migrations(models: list[str], work: Path,
           "| request -> running on target s | start s | graph s (source) "
           "| restore s | first step s | request -> first step on target s "
           "| resume: running on target -> first step s | floor: Saver restore + first step s "
-          "| resume / floor |")
-    print("|---" * 18 + "|")
+          "| resume / floor "
+          "| floor's saves, one core: first save s runner / Saver; later save s runner / Saver |")
+    print("|---" * 19 + "|")
     for model, wait in [(m, w) for m in models for w in (spare_waits or [None])]:
         m = bench_migrate(model, work, spare_wait_s=wait)
         everything = os.sched_getaffinity(0)
@@ -609,7 +610,9 @@ def print_migrations(models: list[str], work: Path,
               f"{m['exit_s']:.2f} | {m['running_s']:.1f} | {m['start_s']:.2f} | "
               f"{m['graph_s']:.2f} ({m['graph_source']}) | {m['restore_s']:.2f} | "
               f"{m['first_step_s']:.2f} | {m['first_step_at_s']:.1f} | {m['resume_s']:.2f} | "
-              f"{floor['floor_s']:.2f} | {m['resume_s'] / floor['floor_s']:.1f}x |", flush=True)
+              f"{floor['floor_s']:.2f} | {m['resume_s'] / floor['floor_s']:.1f}x | "
+              f"{floor['first_save_s']:.2f} / {floor['saver_first_save_s']:.2f}; "
+              f"{floor['save_s']:.2f} / {floor['saver_save_s']:.2f} |", flush=True)
 
 
 def _opt(value: float | None) -> str:
