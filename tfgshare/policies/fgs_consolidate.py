@@ -138,7 +138,7 @@ class ConsolidateMixin:
             # loop below would find no room and return at its first tenant
             if (hs and self._nowhere and self._nowhere_known(hs[0].fragments[0].fraction,
                                                              util_of(hs[0]))
-                    and not self.room(gid, f, util)):
+                    and (self.free.free(gid) < f - EPS or not self.room(gid, f, util))):
                 return None
             if self._bound_to_fail(gid, f, util, hs):
                 return None   # with all of them gone it would not fit: nothing to try
