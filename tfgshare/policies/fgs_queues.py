@@ -225,7 +225,9 @@ class SizedWalk:
     Yields (view, size) as iterating ``ordinary`` does (jobs in ``skip`` left
     out). While a job is the current one, ``floor`` is a lower bound on the
     fraction of every job in its bucket (a little low, never high), and
-    ``drop()`` passes over the rest of that bucket.
+    ``drop()`` passes over the rest of that bucket. Until the first drop it
+    walks ``ordinary`` itself, so a round that stops early (a full cluster)
+    costs O(1), not one step per bucket.
     """
 
     def __init__(self, memo: FgsMemo, skip: set[str]):
@@ -239,10 +241,29 @@ class SizedWalk:
 
     def __iter__(self):
         info, skip = self.memo.info, self.skip
+        for key in self.memo.ordinary:
+            jid = key[2]
+            if jid in skip:
+                continue
+            had = info[jid]
+            name = size_bucket(*had[3])
+            self._dropped = False
+            self.floor = name[0] / SIZE_STEPS - 1e-9
+            yield had[0], had[3]
+            if self._dropped:
+                yield from self._merged(key, name)
+                return
+
+    def _merged(self, after: tuple, dropped: tuple):
+        """The rest of the walk past ``after``, bucket by bucket, ``dropped`` left out."""
+        info, skip = self.memo.info, self.skip
         heap = []
         for name, bucket in self.memo.sized.items():
-            it = iter(bucket)
-            heap.append((next(it), name, it))   # buckets are never empty
+            if name != dropped:
+                it = bucket.irange(minimum=after, inclusive=(False, True))
+                first = next(it, None)
+                if first is not None:
+                    heap.append((first, name, it))
         heapq.heapify(heap)   # keys end with the job id: no two compare equal
         while heap:
             key, name, it = heap[0]
