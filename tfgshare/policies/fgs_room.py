@@ -142,24 +142,13 @@ class RoomMixin:
         """Move small jobs off the GPUs that free soonest, or reserve those GPUs
         (``sample_only``: for the job's sampling phase)."""
         need, util = self.need(job, sample_only), util_of(job)
-        if self.out_of_reach(job, need):
-            return
-        ready = self.readiness(job.num_gpus)
-        costs = []
-        closed, order = self.free.closed, self.free.order
-        fractions: dict[int, float] = {}   # memory size -> the job's fraction
-        for gid, gpu in self.free.gpus.items():
-            if gid in closed:
-                continue
-            f = fractions.get(gpu.memory_mb)
-            if f is None:
-                f = fractions[gpu.memory_mb] = need(gpu)
-            c = self.clear_cost(gid, f, util, ready)
-            if c is not None:
-                costs.append((c[0], c[1], order[gid], gid, c[2]))
-                if job.num_gpus == 1 and c[0] == 0 and c[1] <= 1:
-                    break   # one move, now: nothing cheaper for a 1-GPU job
-        chosen = _pick_gpus(costs, job.num_gpus, self.free.gpus, self.free.cluster)
+        if (self.pol.shortcuts and not self.actions and not self.acted
+                and not self.free.closed):
+            chosen = self.cheapest_kept(job.num_gpus, need, util)
+        else:
+            if self.out_of_reach(job, need):
+                return
+            chosen = self.cheapest(job.num_gpus, need, util)
         if chosen is None:
             return
         victims = {v.id: v for c in chosen for v in c[4]}
@@ -177,6 +166,66 @@ class RoomMixin:
         self.actions.append(Start(job.id, to_fragments(placed), sample_only))
         self.acted.add(job.id)
         self.failed.clear()
+
+    def cheapest(self, k: int, need, util: float) -> list | None:
+        """The ``k`` GPUs cheapest to clear for a job of this need and
+        utilisation, as (wait, moves, order, GPU, tenants to move); None: not ``k`` to be had.
+
+        Every open GPU is priced; for a 1-GPU job the scan stops at the first
+        GPU in cluster order that one move, now, clears.
+        """
+        ready = self.readiness(k)
+        costs = []
+        closed, order = self.free.closed, self.free.order
+        fractions: dict[int, float] = {}   # memory size -> the job's fraction
+        for gid, gpu in self.free.gpus.items():
+            if gid in closed:
+                continue
+            f = fractions.get(gpu.memory_mb)
+            if f is None:
+                f = fractions[gpu.memory_mb] = need(gpu)
+            c = self.clear_cost(gid, f, util, ready)
+            if c is not None:
+                costs.append((c[0], c[1], order[gid], gid, c[2]))
+                if k == 1 and c[0] == 0 and c[1] <= 1:
+                    break   # one move, now: nothing cheaper for a 1-GPU job
+        return _pick_gpus(costs, k, self.free.gpus, self.free.cluster)
+
+    def cheapest_kept(self, k: int, need, util: float) -> list | None:
+        """``cheapest`` from the clear costs kept in the memo (``ClearIndex``).
+
+        Only for a round that has not acted yet (the round's free room and
+        tenants are then the memo's): the GPUs whose tenants changed since the
+        index was last read, or that have a tenant still inside its minimum
+        run (whose wait falls with time), are priced again; the others'
+        costs hold as they were.
+        """
+        cluster, pol, gpus = self.cluster, self.pol, self.free.gpus
+        layout = (pol.room_key(), pol.max_cotenants, pol.slowdown_cap,
+                  pol.interference_overhead, cluster.reserve_mb, cluster.down_nodes)
+        memo = self.memo
+        index = memo.indexes.get("clear")
+        if (index is None or index.layout != layout or index.gpus is not cluster.gpus
+                or self.now < index.now):
+            index = memo.indexes["clear"] = ClearIndex(layout, cluster.gpus, gpus,
+                                                        self.free.order)
+        index.now = self.now
+        by_mem = {mem: need(g) for mem, g in index.reps.items()}
+        redo = index.start((k, tuple(sorted(by_mem.items())), util))
+        ready, holders, may_move = self.readiness(k), self.holders, self._may_move
+        timed: set[str] = set()
+        for gid in redo:
+            g = gpus.get(gid)
+            if g is None:   # on a down node (not in this layout's up GPUs)
+                continue
+            index.put(gid, self.clear_cost(gid, by_mem[g.memory_mb], util, ready))
+            for h in holders.get(gid, ()):
+                movable, ever = may_move(h, k)
+                if ever and not movable:   # inside its minimum run: its wait falls with time
+                    timed.add(gid)
+                    break
+        index.timed = timed
+        return index.pick(k, cluster)
 
     def out_of_reach(self, job: JobView, need) -> bool:
         """Whether no ``num_gpus`` GPUs could be had within ``reserve_horizon_s`` (make_room does nothing).
@@ -349,6 +398,96 @@ class RoomIndex:
             return -math.inf if 1.0 <= horizon else math.inf
         left = remaining_s(h)
         return -math.inf if left is not None and max(left, EPS) <= horizon else math.inf
+
+
+class ClearIndex:
+    """Each up GPU's clear cost (``clear_cost``) for one promoted job's size, kept in the memo.
+
+    A GPU's cost depends on its tenants' views, the promoted job's gang size,
+    fractions and utilisation, and on time only through tenants inside their
+    minimum run (their wait is ``min_run - (now - last_start)``); a tenant
+    movable now stays movable while its view holds, and every other tenant's
+    wait is fixed by its view. So a cost holds until its GPU's tenants change
+    (the memo adds those GPUs to ``stale``), except on the GPUs with such a
+    tenant (``timed``), priced again each round. The costs are kept sorted as
+    ``_pick_gpus`` sorts them, overall and per node, so a pick reads the
+    cheapest instead of sorting every GPU.
+    """
+
+    def __init__(self, layout: tuple, gpus: tuple, up: dict, order: dict) -> None:
+        self.layout, self.gpus = layout, gpus   # what the costs are for
+        self.up = up                            # up GPU id -> GPU, in cluster order
+        self.reps: dict[int, object] = {}       # memory size -> one up GPU of that size
+        for g in up.values():
+            self.reps.setdefault(g.memory_mb, g)
+        self.now = -math.inf
+        self.job: tuple | None = None           # (gang size, fractions by size, utilisation)
+        self.stale: set[str] = set()            # GPUs whose tenants changed (the memo adds them)
+        self.timed: set[str] = set()            # GPUs with a tenant inside its minimum run
+        self.costs: dict[str, tuple] = {}       # GPU -> (wait, moves, order, GPU, tenants)
+        self.order = order                      # GPU -> its place in the cluster (the scan's order)
+        self.all = SortedList()                 # every cost's (wait, moves, order, GPU)
+        self.by_node: dict[str, SortedList] = {}
+        self.one_now = SortedList()             # (place, GPU) of those one move clears now
+
+    def start(self, job: tuple):
+        """The GPUs to price again this round for a job of this size (all, if it is new)."""
+        if job != self.job:
+            self.job = job
+            self.costs, self.all, self.by_node = {}, SortedList(), {}
+            self.one_now = SortedList()
+            self.stale, self.timed = set(), set()
+            return self.up.keys()
+        redo = self.stale | self.timed if self.stale else self.timed
+        self.stale = set()
+        return redo
+
+    def put(self, gid: str, c: tuple | None) -> None:
+        """Keep ``clear_cost``'s answer for this GPU (None: it cannot be cleared)."""
+        old = self.costs.pop(gid, None)
+        node = self.up[gid].node
+        if old is not None:
+            self.all.remove(old[:4])
+            self.by_node[node].remove(old[:4])
+            if old[0] == 0 and old[1] <= 1:
+                self.one_now.remove((old[2], gid))
+        if c is None:
+            return
+        new = (c[0], c[1], self.order[gid], gid, c[2])
+        self.costs[gid] = new
+        self.all.add(new[:4])
+        got = self.by_node.get(node)
+        if got is None:
+            got = self.by_node[node] = SortedList()
+        got.add(new[:4])
+        if c[0] == 0 and c[1] <= 1:
+            self.one_now.add((new[2], gid))
+
+    def pick(self, k: int, cluster: ClusterSnapshot) -> list | None:
+        """What ``_pick_gpus`` picks from the scan of every GPU (see ``cheapest``)."""
+        costs, up = self.costs, self.up
+        if len(costs) < k:
+            return None
+        if k == 1:   # the scan stops at the first GPU one move clears now
+            if self.one_now:
+                return [costs[self.one_now[0][1]]]
+            return [costs[self.all[0][3]]]
+        best = None
+        for cs in self.by_node.values():
+            if len(cs) >= k:
+                pick = cs[:k]
+                score = (max(c[0] for c in pick), sum(c[1] for c in pick), pick[0][2])
+                if best is None or score < best[0]:
+                    best = (score, pick)
+        if best:
+            return [costs[c[3]] for c in best[1]]
+        chosen = []
+        for c in self.all:
+            if cluster.spans_onto(up[c[3]].node):
+                chosen.append(costs[c[3]])
+                if len(chosen) == k:
+                    return chosen
+        return None
 
 
 def _frac_on(job: JobView, gid: str) -> float:
