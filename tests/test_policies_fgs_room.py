@@ -43,13 +43,13 @@ def checked(monkeypatch):
         assert got == want, f"t={self.now}: kept costs picked {got}, the scan {want}"
         seen["picks"] += 1
         seen["gangs"] += k > 1
-        seen["timed"] += bool(self.memo.indexes["clear"].timed)
+        seen["timed"] += bool(self.memo.indexes["clear"].current.timed)
         return got
 
-    def counted(self, job):
-        redo = start(self, job)
-        seen["kept"] += len(self.up) - len(redo)   # costs read as they were kept
-        return redo
+    def counted(self, k, job):
+        got = start(self, k, job)
+        seen["kept"] += len(self.up) - len(got[1])   # GPUs whose steps were read as kept
+        return got
 
     monkeypatch.setattr(fgs_room.RoomMixin, "cheapest_kept", both)
     monkeypatch.setattr(fgs_room.ClearIndex, "start", counted)
