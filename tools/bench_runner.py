@@ -10,7 +10,10 @@
    - the floor: a plain tf.compat.v1.train.Saver restore (ops built beforehand)
      plus the first step in a new session;
    - suspend: the runner's checkpoint save against a plain Saver save of the same
-     variables, in pairs, each pair in the other order than the last, medians.
+     variables, both writing a new numbered checkpoint and deleting the one they drop,
+     in pairs, each pair in the other order than the last; medians of the wall and
+     the CPU seconds (the wall time of one save swings with the machine: see
+     ``bench_floor_and_suspend``).
 3. With ``--migrate``: the end-to-end migration through a live agent. A local
    coordinator (default policy) and one agent with two virtual GPUs (as the demo
    and the live tests start them); one job per model is submitted, and once it
@@ -24,7 +27,8 @@
    agent runs a job).
 4. With ``--suspend-only``: the runner's save against a Saver save, ``--repeats``
    alternating pairs per model, the first save of each (a new run signature) apart,
-   and the part of the runner's save that is its pointer update.
+   each save's wall and CPU seconds, the time the process waited for a core, and the
+   part of the runner's save after its SaveV2 run (pointer update, deletion).
 5. With ``--grappler-only``: first and steady step times (wall and CPU seconds) of one
    graph under TensorFlow's default grappler passes, the runner's light CPU passes
    (``graph.CPU_GRAPH_PASSES``) and grappler off, side by side.
@@ -219,15 +223,27 @@ def bench_floor_and_suspend(model: str, work: Path, repeats: int = 4,
                             threads: int = 0) -> dict:
     """Saver restore + first step in a new session (the floor); runner save vs Saver save.
 
-    Both sessions use the runner's session config (``graph.session_config``). The first
-    save of each (a new run signature: TensorFlow optimises and sets up its subgraph)
-    is kept apart; then ``repeats`` pairs, each pair in the other order than the last.
+    Both sessions use the runner's session config (``graph.session_config``). Both
+    writers run one SaveV2 over the same tensors, and each save writes a new numbered
+    checkpoint and deletes the one it drops (``max_to_keep=1``; the Saver with
+    ``global_step``, as TF-Slim's training loop saves), so the last checkpoint stays
+    readable while the next is written, which a resume needs. The first save of each (a
+    new run signature) is kept apart, then one pair untimed (the first saves of a process
+    were often slow for either writer); then ``repeats`` pairs (rounded up to even), each
+    in the other order than the last, so each writer goes first in half of them: on this
+    machine the first save of a pair is often the slower one whichever writer it is, and
+    with an odd number of pairs that alone decided the medians (docs/benchmarks.md,
+    issue 11). For each save: wall and CPU seconds (all threads of this process), the
+    seconds its threads waited for a core, and whether it went first in its pair; for
+    the runner's, the part after its SaveV2 run (pointer update and deletion of the
+    dropped checkpoint).
     ``threads``: TensorFlow's intra- and inter-op threads (0: its default).
     """
     import tensorflow as tf
 
     from tfgshare.runner import checkpoint as ckpt
     from tfgshare.runner import graph as runner_graph
+    from tfgshare.runner.cpu import cpu_times
 
     config = TrainConfig(train_dir=str(work / f"floor-{model}"), model_name=model, batch_size=1,
                          optimizer="momentum", learning_rate=0.001, max_to_keep=1,
@@ -240,8 +256,8 @@ def bench_floor_and_suspend(model: str, work: Path, repeats: int = 4,
         saver = tf.compat.v1.train.Saver(var_list=built.variables, max_to_keep=1)
     session = _session(built, config)
     _timed_step(session, built)
-    saves, saver_saves, pointers = [], [], []
-    save_cpu, saver_cpu = [], []   # CPU seconds of this process (TensorFlow's threads too)
+    runs = {"runner": [], "saver": []}   # (wall s, CPU s, waited s, went first) of each save
+    pointers = []
     publish = ckpt.publish
 
     def timed_publish(*args, **kwargs):
@@ -251,70 +267,91 @@ def bench_floor_and_suspend(model: str, work: Path, repeats: int = 4,
         finally:
             pointers.append(time.perf_counter() - start)
 
-    def saver_save():
+    def timed(writer: str, save, first: bool) -> None:
+        start, (cpu, waited) = time.perf_counter(), cpu_times()
+        save()
+        cpu_end, waited_end = cpu_times()
+        runs[writer].append((time.perf_counter() - start, cpu_end - cpu, waited_end - waited,
+                             first))
+
+    def runner_save(step: int, first: bool = False) -> None:
+        timed("runner", lambda: built.checkpoint.save(session, step), first)
+
+    def saver_save(step: int, first: bool = False) -> None:
         with built.graph.as_default():
-            start, cpu = time.perf_counter(), time.process_time()
-            saver.save(session, prefix, write_meta_graph=False)
-            saver_saves.append(time.perf_counter() - start)
-            saver_cpu.append(time.process_time() - cpu)
+            timed("saver", lambda: saver.save(session, prefix, global_step=step,
+                                              write_meta_graph=False), first)
 
     ckpt.publish = timed_publish
     try:
-        saved = built.checkpoint.save(session, 1)
-        first_save = saved.seconds
-        saver_save()
-        saver_first = saver_saves.pop()
-        saver_cpu.pop()
+        runner_save(1)
+        saver_save(1)
+        first_saves = {writer: times.pop()[0] for writer, times in runs.items()}
+        saver_save(2)   # a warm-up pair, the other way round: the first saves of a
+        runner_save(2)  # process were often slow for either writer
+        for times in runs.values():
+            times.clear()
         pointers.clear()
-        for step in range(2, 2 + repeats):
-            # alternating which goes first (the disk may still be writing the last one's bytes)
-            if step % 2 == 1:
-                saver_save()
-            cpu = time.process_time()
-            saved = built.checkpoint.save(session, step)
-            save_cpu.append(time.process_time() - cpu)
-            saves.append(saved.seconds)
-            if step % 2 == 0:
-                saver_save()
+        for step in range(3, 3 + repeats + repeats % 2):
+            pair = (saver_save, runner_save) if step % 2 else (runner_save, saver_save)
+            for i, save in enumerate(pair):
+                save(step, first=i == 0)
     finally:
         ckpt.publish = publish
     session.close()
+    size_mb = sum(p.stat().st_size for p in Path(config.train_dir).glob("model.ckpt-*")) / 2**20
 
     session = _session(built, config)
     with built.graph.as_default():
         start, cpu_start = time.perf_counter(), time.process_time()
-        saver.restore(session, prefix)
+        saver.restore(session, saver.last_checkpoints[-1])
         restore_s = time.perf_counter() - start
     first_step_s = _timed_step(session, built)
     floor_cpu_s = time.process_time() - cpu_start
     session.close()
-    return {"size_mb": saved.size_mb, "save_s": statistics.median(saves),
-            "saver_save_s": statistics.median(saver_saves), "saver_restore_s": restore_s,
-            "pointer_s": statistics.median(pointers), "saves": saves,
-            "saver_saves": saver_saves, "first_save_s": first_save,
-            "saver_first_save_s": saver_first, "floor_s": restore_s + first_step_s,
-            "floor_cpu_s": floor_cpu_s, "save_cpu_s": statistics.median(save_cpu),
-            "saver_save_cpu_s": statistics.median(saver_cpu)}
+
+    def median(writer: str, i: int, first: bool | None = None) -> float:
+        return statistics.median(t[i] for t in runs[writer] if first in (None, t[3]))
+
+    return {"size_mb": size_mb, "save_s": median("runner", 0),
+            "saver_save_s": median("saver", 0), "saver_restore_s": restore_s,
+            "pointer_s": statistics.median(pointers),
+            "saves": [t[0] for t in runs["runner"]],
+            "saver_saves": [t[0] for t in runs["saver"]],
+            "save_cpus": [t[1] for t in runs["runner"]],
+            "saver_save_cpus": [t[1] for t in runs["saver"]],
+            "first_save_s": first_saves["runner"], "saver_first_save_s": first_saves["saver"],
+            "floor_s": restore_s + first_step_s, "floor_cpu_s": floor_cpu_s,
+            "save_cpu_s": median("runner", 1), "saver_save_cpu_s": median("saver", 1),
+            "save_wait_s": median("runner", 2), "saver_save_wait_s": median("saver", 2),
+            "by_position": {(writer, first): median(writer, 0, first)
+                            for writer in runs for first in (True, False)}}
 
 
 def print_suspends(models: list[str], work: Path, repeats: int) -> None:
     """Runner save against Saver save for each model, ``repeats`` alternating pairs."""
     print("| model | load avg | checkpoint MB | first save s: runner / Saver "
-          "| later saves, runner s (each) | Saver s (each) | runner median s "
-          "| of which pointer s | Saver median s | runner / Saver "
-          "| CPU s median: runner / Saver |")
-    print("|---" * 11 + "|")
+          "| later saves, runner s (CPU s) | Saver s (CPU s) | runner median s "
+          "| of which pointer and deletion s | Saver median s | runner / Saver "
+          "| CPU s median: runner / Saver | CPU ratio "
+          "| waited for a core s median: runner / Saver "
+          "| save s, first in pair: runner / Saver; second: runner / Saver |")
+    print("|---" * 14 + "|")
     for model in models:
         load = os.getloadavg()[0]
         r = bench_floor_and_suspend(model, work, repeats=repeats)
         _remove(work, model)
-        each = ", ".join(f"{v:.2f}" for v in r["saves"])
-        saver_each = ", ".join(f"{v:.2f}" for v in r["saver_saves"])
+        each = ", ".join(f"{v:.2f} ({c:.2f})" for v, c in zip(r["saves"], r["save_cpus"]))
+        saver_each = ", ".join(f"{v:.2f} ({c:.2f})"
+                               for v, c in zip(r["saver_saves"], r["saver_save_cpus"]))
         print(f"| {model} | {load:.1f} | {r['size_mb']:.0f} | {r['first_save_s']:.2f} / "
               f"{r['saver_first_save_s']:.2f} | {each} | {saver_each} | {r['save_s']:.2f} "
               f"| {r['pointer_s']:.3f} | {r['saver_save_s']:.2f} "
               f"| {r['save_s'] / r['saver_save_s']:.2f}x "
-              f"| {r['save_cpu_s']:.2f} / {r['saver_save_cpu_s']:.2f} |", flush=True)
+              f"| {r['save_cpu_s']:.2f} / {r['saver_save_cpu_s']:.2f} "
+              f"| {r['save_cpu_s'] / r['saver_save_cpu_s']:.2f}x "
+              f"| {r['save_wait_s']:.2f} / {r['saver_save_wait_s']:.2f} "
+              f"| {_by_position(r)} |", flush=True)
 
 
 def bench_grappler(model: str, work: Path, blocks: int, steps: int) -> dict:
@@ -551,8 +588,9 @@ def print_migrations(models: list[str], work: Path,
           "| request -> running on target s | start s | graph s (source) "
           "| restore s | first step s | request -> first step on target s "
           "| resume: running on target -> first step s | floor: Saver restore + first step s "
-          "| resume / floor |")
-    print("|---" * 18 + "|")
+          "| resume / floor "
+          "| floor's saves, one core: first save s runner / Saver; later save s runner / Saver |")
+    print("|---" * 19 + "|")
     for model, wait in [(m, w) for m in models for w in (spare_waits or [None])]:
         m = bench_migrate(model, work, spare_wait_s=wait)
         everything = os.sched_getaffinity(0)
@@ -572,7 +610,9 @@ def print_migrations(models: list[str], work: Path,
               f"{m['exit_s']:.2f} | {m['running_s']:.1f} | {m['start_s']:.2f} | "
               f"{m['graph_s']:.2f} ({m['graph_source']}) | {m['restore_s']:.2f} | "
               f"{m['first_step_s']:.2f} | {m['first_step_at_s']:.1f} | {m['resume_s']:.2f} | "
-              f"{floor['floor_s']:.2f} | {m['resume_s'] / floor['floor_s']:.1f}x |", flush=True)
+              f"{floor['floor_s']:.2f} | {m['resume_s'] / floor['floor_s']:.1f}x | "
+              f"{floor['first_save_s']:.2f} / {floor['saver_first_save_s']:.2f}; "
+              f"{floor['save_s']:.2f} / {floor['saver_save_s']:.2f} |", flush=True)
 
 
 def _opt(value: float | None) -> str:
@@ -610,9 +650,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--moves-only", action="store_true")
     parser.add_argument("--suspend-only", action="store_true",
                         help="only the runner's save against a Saver save (--models, --repeats)")
-    parser.add_argument("--repeats", type=int, default=5,
+    parser.add_argument("--repeats", type=int, default=6,
                         help="with --suspend-only or --moves-only: alternating pairs of "
-                             "saves per model")
+                             "saves per model (rounded up to even)")
     parser.add_argument("--grappler-only", action="store_true",
                         help="only the first and steady steps under grappler's default, "
                              "light CPU and no passes (--models, --blocks, --steps)")
@@ -669,8 +709,10 @@ def main(argv: list[str] | None = None) -> int:
                   "| of which graph / restore / first step s "
                   "| floor: Saver restore + first step s | resume (warm) / floor "
                   "| CPU s: resume (warm) / floor | CPU ratio "
-                  "| suspend: save s | Saver save s | save / Saver |")
-            print("|---" * (18 + bool(label)) + "|")
+                  "| suspend: save s | Saver save s | save / Saver "
+                  "| save CPU s: runner / Saver | save CPU ratio "
+                  "| save s, first in pair: runner / Saver; second: runner / Saver |")
+            print("|---" * (21 + bool(label)) + "|")
             for model in args.models:
                 old = bench_resume(model, before, work, "before") if before else None
                 load = os.getloadavg()[0]
@@ -688,9 +730,19 @@ def main(argv: list[str] | None = None) -> int:
                       f"{new['warm_cpu_s']:.2f} / {r['floor_cpu_s']:.2f} | "
                       f"{new['warm_cpu_s'] / r['floor_cpu_s']:.1f}x | "
                       f"{r['save_s']:.2f} | {r['saver_save_s']:.2f} "
-                      f"| {r['save_s'] / r['saver_save_s']:.2f}x |", flush=True)
+                      f"| {r['save_s'] / r['saver_save_s']:.2f}x "
+                      f"| {r['save_cpu_s']:.2f} / {r['saver_save_cpu_s']:.2f} "
+                      f"| {r['save_cpu_s'] / r['saver_save_cpu_s']:.2f}x "
+                      f"| {_by_position(r)} |", flush=True)
                 _remove(work, model)
     return 0
+
+
+def _by_position(r: dict) -> str:
+    """Median save seconds of each writer when it went first, and second, in its pair."""
+    pos = r["by_position"]
+    return (f"{pos[('runner', True)]:.2f} / {pos[('saver', True)]:.2f}; "
+            f"{pos[('runner', False)]:.2f} / {pos[('saver', False)]:.2f}")
 
 
 def _default_size(model: str) -> int:

@@ -73,20 +73,26 @@ class ConsolidateMixin:
         # in sorted order, but only as far as the tries go
         heapq.heapify(keyed)
         holders = self.holders
+        may = self._may_consolidate
+        one = f if len(fm.sizes) == 1 else None   # the job's fraction on every GPU
 
         def cands():
+            # each candidate with its tenants that may move (acted and the round's
+            # movability stay as they are until the tries are over)
             while keyed:
                 c = heapq.heappop(keyed)
-                if any(self._may_consolidate(h) for h in holders.get(c[2], ())):
-                    yield c
+                hs = [h for h in holders.get(c[2], ()) if may(h)]
+                if hs:
+                    yield c[2], hs
 
         plan: list[tuple[JobView, list[tuple[str, float]]]] = []
         saved: dict[str, GpuUse | None] = {}   # each GPU's use before this call changed it
         self._nowhere = {}
-        for _, _, gid in itertools.islice(cands(), CONSOLIDATE_TRIES + k):
+        for gid, hs in itertools.islice(cands(), CONSOLIDATE_TRIES + k):
             if len(chosen) == k:
                 break
-            got = self._clear_by_migration(gid, need(self.free.gpus[gid]), util, chosen)
+            got = self._clear_by_migration(gid, need(self.free.gpus[gid]) if one is None else one,
+                                           util, chosen, hs)
             if got is None:
                 continue
             step, before = got
@@ -113,18 +119,29 @@ class ConsolidateMixin:
         self.acted.add(job.id)
         self.failed.clear()
 
-    def _clear_by_migration(self, gid: str, f: float, util: float, keep: list[str]):
+    def _clear_by_migration(self, gid: str, f: float, util: float, keep: list[str],
+                            movable: list[JobView] | None = None):
         """Tentatively move tenants of ``gid`` (smallest first) elsewhere until ``f`` fits.
 
-        Returns the moves and each changed GPU's use before them, or None
-        (then the map is as it was, to the bit).
+        ``movable``: the tenants of ``gid`` that may move, in the holders' order
+        (worked out here if not given). Returns the moves and each changed GPU's
+        use before them, or None (then the map is as it was, to the bit).
         """
-        hs = sorted((h for h in self.holders.get(gid, ()) if self._may_consolidate(h)),
-                    key=lambda h: (h.fragments[0].fraction, h.id))
+        hs = movable if movable is not None else [
+            h for h in self.holders.get(gid, ()) if self._may_consolidate(h)]
+        if len(hs) > 1:
+            hs = sorted(hs, key=_smallest_first)
         step: list[tuple[JobView, list[tuple[str, float]]]] = []
         before: dict[str, GpuUse | None] = {}
-        if self.pol.shortcuts and self._bound_to_fail(gid, f, util, hs):
-            return None   # with all of them gone it would not fit: nothing to try
+        if self.pol.shortcuts:
+            # the first move's answer kept from an earlier try (cheapest first): the
+            # loop below would find no room and return at its first tenant
+            if (hs and self._nowhere and self._nowhere_known(hs[0].fragments[0].fraction,
+                                                             util_of(hs[0]))
+                    and (self.free.free(gid) < f - EPS or not self.room(gid, f, util))):
+                return None
+            if self._bound_to_fail(gid, f, util, hs):
+                return None   # with all of them gone it would not fit: nothing to try
         avoid = set(keep) | {gid}
         use = self.free.use
         for h in hs:
@@ -209,12 +226,17 @@ class ConsolidateMixin:
         return False
 
     def _may_consolidate(self, h: JobView) -> bool:
-        return h.num_gpus == 1 and self.movable(h, 1)
+        # RoomMixin.movable(h, 1), one call less
+        return h.num_gpus == 1 and h.id not in self.acted and self._may_move(h, 1)[0]
 
     def _restore(self, before: dict) -> None:
         """Put these GPUs' uses back as they were (exactly: no sums undone in floats)."""
         for g, u in before.items():
             self.free.set_use(g, u)
+
+
+def _smallest_first(h: JobView) -> tuple[float, str]:
+    return (h.fragments[0].fraction, h.id)
 
 
 class MovableIndex:
