@@ -452,7 +452,7 @@ class RoomIndex:
 
 
 class ClearIndex:
-    """Each up GPU's clear cost (``clear_cost``) for the latest promoted jobs' sizes, kept in the memo.
+    """Each up GPU's clear cost (``clear_cost``) for the latest promoted jobs' sizes, in the memo.
 
     A GPU's cost depends on its tenants' views, the promoted job's gang size,
     fractions and utilisation, and on time only through tenants inside their
