@@ -265,8 +265,11 @@ def test_live_steps_alone_on_virtual_gpus_come_from_the_wait_for_a_core(tmp_path
     run.at(5.0)
     run.event(a, "started", global_step=0, restored=False, device="cpu", memory_fraction=0.3)
     sampled(a, 5.0, 1.0, 8 * 0.5)                   # ... half of it waiting for a core
-    # (held by one of the cluster's processes: a spare runner importing TensorFlow)
-    assert run.coord.cluster.jobs[a].predicted_total_s == pytest.approx(5.0 + 90 * 0.5)
+    # (held by one of the cluster's processes: a spare runner importing TensorFlow);
+    # after its 5 s start the spare its start replaces imports beside it: 1 runnable a
+    # core over its 15 s window with 1 start, over its 50 s run (``after_sampling``)
+    assert run.coord.cluster.jobs[a].predicted_total_s == \
+        pytest.approx(5.0 + 90 * 0.5 * (1 + 15.0 / 50))
     run.at(20.0)
     run.event(a, "started", global_step=10, restored=True, device="cpu", memory_fraction=0.3)
     for i in range(1, 11):                          # alone now: 0.5 s a step
@@ -285,7 +288,10 @@ def test_live_steps_alone_on_virtual_gpus_come_from_the_wait_for_a_core(tmp_path
     job = run.coord.cluster.jobs[b]
     assert job.sample.co_tenants == 1
     assert run.coord.cluster.forecast.sharing == [pytest.approx(2.0)]
-    assert job.predicted_total_s == pytest.approx(5.0 + 90 * 0.5)
+    # no spare beside j2 (its co-tenant was the 1 runnable): the mean of 15 and 0
+    # runnable-seconds per start, over its 50 s run
+    assert run.coord.cluster.forecast.spill == [pytest.approx(15.0), pytest.approx(0.0)]
+    assert job.predicted_total_s == pytest.approx(5.0 + 90 * 0.5 * (1 + 7.5 / 50))
 
 
 def test_live_load_from_outside_the_cluster_slows_the_predicted_steps(tmp_path):

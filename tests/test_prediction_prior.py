@@ -104,7 +104,9 @@ def test_live_first_job_of_a_burst_is_predicted_beside_the_sampling_runs(tmp_pat
     a spare runner imports TensorFlow on its core (one process per core beside it).
     Promoted at once while j2 and j3 are still to sample (2 x its 15 s sampling run on
     the one GPU), it is predicted to run its first 26 s (after its 4 s start) sharing
-    its core three ways, 1.5 s a step, and the rest alone. Before, it was predicted
+    its core three ways, 1.5 s a step, and the rest alone but for the spare that its
+    own start sets importing (``after_sampling``: the 1 runnable a core measured over
+    its 14 s window with 1 start, over its 49 s run). Before, it was predicted
     alone throughout: 4 + 90 x 0.5 = 49 s."""
     from test_coordinator_accounts import LiveRun
 
@@ -122,7 +124,10 @@ def test_live_first_job_of_a_burst_is_predicted_beside_the_sampling_runs(tmp_pat
     assert forecast.outside == [pytest.approx(1.0)]    # its wait was the cluster's spare
     assert forecast.sharing == []
     shared = 30.0 - 4.0
-    assert job.predicted_total_s == pytest.approx(4.0 + shared + (90 - shared / 1.5) * 0.5)
+    after = 1.0 + 14.0 / 49.0
+    assert job.after_sampling == pytest.approx(after)
+    assert job.predicted_total_s == pytest.approx(
+        4.0 + shared + (90 - shared / 1.5) * 0.5 * after)
 
 
 class ResumeScript:

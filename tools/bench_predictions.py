@@ -13,8 +13,9 @@ refused (goal: none).
 
 Per job it prints what the prediction assumed (its step time alone, sampled
 less the time it waited for a core; the co-tenants then; the sharing it
-assumed while newcomers sample, a prior or measured, and the step time and
-next start that gave, from the coordinator's log line) and what the run
+assumed while newcomers sample, a prior or measured, and after them, in the
+co-location it is placed in, and the step time and next start that gave,
+from the coordinator's log line) and what the run
 did (its steps' mean time, the rest: start, restore, final save, exit), and
 the load average at the start and the end, since the machine's other work
 changes step times on virtual GPUs.
@@ -84,6 +85,7 @@ _FIELD = re.compile(r"(\w+)=(\S+)")
 # the coordinator's line when it predicts a sampled job (agents._sampling_ended)
 _ASSUMED = re.compile(r"sharing x([\d.]+) \((measured|prior)\).* so ([\d.]+)s a step; "
                       r"next start ([\d.]+)s")
+_AFTER = re.compile(r"x([\d.]+) after \(placed\)")
 
 
 def run_parts(lines: list[str]) -> dict:
@@ -91,7 +93,8 @@ def run_parts(lines: list[str]) -> dict:
     unknown here) and its runs after sampling (steps, their mean step time from
     the progress marks, the run time not spent in those steps)."""
     out: dict = {"sampled_step_s": None, "solo_step_s": None, "run_s": 0.0, "steps": 0,
-                 "step_s": None, "sharing": None, "assumed_step_s": None, "restart_s": None}
+                 "step_s": None, "sharing": None, "assumed_step_s": None, "restart_s": None,
+                 "after": None}
     day, last, start, marks = 0.0, None, None, []
     steps_s = steps = 0.0
     for line in lines:
@@ -115,6 +118,9 @@ def run_parts(lines: list[str]) -> dict:
             if m:
                 out["sharing"] = f"{float(m[1]):.2f}{'m' if m[2] == 'measured' else 'p'}"
                 out["assumed_step_s"], out["restart_s"] = float(m[3]), float(m[4])
+            m = _AFTER.search(text)
+            if m:
+                out["after"] = float(m[1])
         elif text.startswith(("resume on", "start on", "migrate")):
             start, marks = t, []
         elif start is not None and " progress " in f" {text} ":
@@ -182,10 +188,11 @@ def main() -> int:
     print(got["report"])
     print("\nper job: sampled step time, and alone (less its wait for a core); co-tenants while "
           "it sampled; the sharing its prediction assumed while newcomers sample (p: the prior, "
-          "m: measured), the mean step and the next start that gave; predicted and actual run "
+          "m: measured) and after them, where it is placed (x its step alone), the mean step "
+          "and the next start that gave; predicted and actual run "
           "time after sampling; the run's mean step time and its time outside those steps "
           "(start, restore, final save, exit)")
-    print("job    steps  susp  mig  sampled s  alone s  co  sharing  assumed s  start s  "
+    print("job    steps  susp  mig  sampled s  alone s  co  sharing  after  assumed s  start s  "
           "predicted s  actual s  error  run step s  other s")
     for j in got["jobs"]:
         err_j = j["prediction_error"]
@@ -201,7 +208,8 @@ def main() -> int:
         print(f"{j['id']:<6} {j['total_steps']:>5}  {j['suspends']:>4}  {j['migrations']:>3}  "
               f"{f(parts['sampled_step_s'], 9, 3)}  {f(parts['solo_step_s'], 7, 3)}  "
               f"{(j['sample'] or {}).get('co_tenants', '-'):>2}  "
-              f"{parts['sharing'] or '-':>7}  {f(parts['assumed_step_s'], 9, 3)}  "
+              f"{parts['sharing'] or '-':>7}  {f(parts['after'], 5, 2)}  "
+              f"{f(parts['assumed_step_s'], 9, 3)}  "
               f"{f(parts['restart_s'], 7, 1)}  {f(pred, 11, 1)}  "
               f"{f(actual, 8, 1)}  {'-' if err_j is None else f'{100 * err_j:.0f} %':>5}  "
               f"{f(parts['step_s'], 10, 3)}  {f(other, 7, 1)}")

@@ -13,6 +13,7 @@ from tfgshare.coordinator.logs import log
 from tfgshare.policies.base import JobState, SampleRecord
 from tfgshare.policies.prediction import (AHEAD_SCAN, gpu_overhead, outside_slowdown,
                                           promotion_in, sharing_factor, solo_step_s,
+                                          start_spill_s,
                                           work_ahead_s)
 from tfgshare.runner import protocol as rp
 
@@ -225,6 +226,12 @@ class AgentProtocol:
         self.cluster.forecast.note_util(job.sample.gpu_util)
         runnable = max(0.0, number(ev, "cluster_runnable", float) or 0.0)
         job.sampled_beside = max(0.0, runnable - co) if self._virtual(job) else None
+        job.sampled_on = job.node
+        if job.last_start is not None and job.node is not None:
+            self.cluster.forecast.note_spill(start_spill_s(
+                job.sampled_beside, now - job.last_start,
+                self.cluster.forecast.starts_between(job.node, job.last_start, now)),
+                job.sampled_beside)
         if waited is not None:   # on virtual GPUs: the rest of its slowdown came from outside
             self.cluster.forecast.note_outside(outside_slowdown(
                 step_time, job.solo_step_s, runnable))
@@ -282,7 +289,8 @@ class AgentProtocol:
                     f"predicted {job.predicted_remaining_s:.1f}s: step alone "
                     f"{job.solo_step_s:.4f}s, outside x{forecast.outside_now():.2f}, sharing "
                     f"x{sharing:.2f} ({'measured' if forecast.sharing else 'prior'}) while "
-                    f"newcomers sample, so {job.measured_step_s:.4f}s a step; next start "
+                    f"newcomers sample, x{job.after_sampling:.2f} after (placed), so "
+                    f"{job.measured_step_s:.4f}s a step; next start "
                     f"{restart:.1f}s"))
 
     def _forecast_step_s(self, job: LiveJob, solo: float, restart: float, now: float) -> float:
@@ -304,11 +312,32 @@ class AgentProtocol:
                                  and (j.state.holds_gpu or (j.submit_time, j.id) < mine)),
                                 enough)
 
-        total = cluster.forecast.remaining_s(steps, solo, restart, unsampled,
-                                             len(cluster.snapshot().gpus),
+        gpus = len(cluster.snapshot().gpus)
+        job.after_sampling = self._after_sampling(job, steps * solo + restart, unsampled, gpus)
+        total = cluster.forecast.remaining_s(steps, solo, restart, unsampled, gpus,
                                              promotion_in(self.policy, job.view(), now), ahead,
-                                             self._prior_sharing(job))
+                                             self._prior_sharing(job), job.after_sampling)
         return max(0.0, total - restart) / steps
+
+    def _after_sampling(self, job: LiveJob, run_s: float, unsampled: int, gpus: int) -> float:
+        """How much slower than alone ``job`` is expected to run once newcomers stop
+        sampling (``ColocationForecast.after_sampling``): from the jobs waiting
+        (sampled ones and those still to sample) and the sampled ones' predicted
+        run times, the policy's packing and the compute units (its node's)."""
+        waiting, runs = unsampled, []
+        for other in islice(self.cluster.active.values(), AHEAD_SCAN):
+            if other is not job and other.sample is not None and other.state.waiting:
+                waiting += 1
+                if other.predicted_remaining_s is not None:
+                    runs.append(other.predicted_remaining_s)
+        node = self.cluster.nodes.get(job.node or job.sampled_on or "")
+        virtual = job.sampled_beside is not None
+        return self.cluster.forecast.after_sampling(
+            job.sample.gpu_util if job.sample is not None else 1.0,
+            run_s * self.cluster.forecast.outside_now(), waiting, gpus,
+            len(node.gpus) if node is not None else 1,
+            sum(runs) / len(runs) if runs else None, self.policy,
+            0.0 if virtual else gpu_overhead(self.policy))
 
     def _prior_sharing(self, job: LiveJob) -> float:
         """The sharing a sampled job is expected to see beside a sampling run before one

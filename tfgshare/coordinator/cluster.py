@@ -29,7 +29,7 @@ from tfgshare.schema import GpuInfo, JobSpec, plain
 _VOLATILE = frozenset({"unknown", "gpu_memory_mb", "over_memory", "solo_util", "step_time_s",
                        "training", "_view", "_spec_record", "_counted", "reserved",
                        "reserved_as", "marks", "marks_attempt", "sampling_start",
-                       "sampled_beside"})
+                       "sampled_beside", "sampled_on", "after_sampling"})
 
 
 @dataclass(eq=False)
@@ -60,6 +60,10 @@ class LiveJob(JobAccount):
     # on virtual GPUs, the cluster's other processes per core beside its sampled steps,
     # co-tenants apart (spares importing TensorFlow), for its prior sharing; None on GPUs
     sampled_beside: float | None = None
+    # how much slower than alone it was predicted to run once newcomers stop sampling
+    # (the co-location it is placed in: ColocationForecast.after_sampling)
+    after_sampling: float = 1.0
+    sampled_on: str | None = None     # the node it sampled on (its node's compute units)
     # (time, step) of its progress events in the current start (co-tenants' sharing factor)
     marks: list[tuple[float, int]] = field(default_factory=list)
     marks_attempt: int = 0

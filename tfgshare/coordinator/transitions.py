@@ -77,6 +77,7 @@ class Transitions:
             self.metrics.resumes.inc()
             moving = True
         job.attempt += 1
+        self.cluster.forecast.note_start(node.name, now)   # its spare's replacement imports
         job.begin_hold(now)
         if moving:
             job.begin_move(now)

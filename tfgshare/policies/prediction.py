@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Callable, Iterable
 
 from .base import JobView
-from .interference import DEFAULT_OVERHEAD
+from .interference import DEFAULT_OVERHEAD, room_for
 from .queueing import HOLDING, WAITING
 
 
@@ -81,6 +81,8 @@ SHARING_KEPT = 8       # the latest sharing measurements averaged
 SAMPLING_KEPT = 8      # the latest sampling-run durations averaged
 OUTSIDE_KEPT = 8       # the latest measured slowdowns from outside the cluster averaged
 STARTS_KEPT = 8        # the latest measured resumes (per model) averaged
+SPILL_KEPT = 8         # the latest measured runnable-seconds per start averaged
+START_TIMES_KEPT = 64  # the latest start times kept per node
 
 
 def _latest(values: list[float], value: float, kept: int) -> list[float]:
@@ -118,7 +120,7 @@ def outside_slowdown(sampled_step_s: float, solo_step_s: float, cluster_runnable
 
 
 def expected_sharing(own_util: float, newcomer_util: float, others: float = 0.0,
-                     outside: float = 1.0, overhead: float = 0.0) -> float:
+                     outside: float = 1.0, overhead: float = 0.0, tenants: float = 1.0) -> float:
     """The sharing factor a job running beside one sampling run on its GPU is
     expected to see before any was measured: its step time then over its step
     time alone, from the time-sharing of one compute unit (at least 1).
@@ -134,11 +136,46 @@ def expected_sharing(own_util: float, newcomer_util: float, others: float = 0.0,
     resnet runners each measured 2.0-2.1x slower, the CPU profile's pairs), and
     each tenant beyond the first costs ``overhead`` (the policy's interference
     model on GPUs; 0 on CPU cores). In the units of ``sharing_factor``, so a
-    measured factor replaces it.
+    measured factor replaces it. ``tenants`` other jobs (1: the sampling run)
+    ask ``newcomer_util`` each; 0 gives the job's factor with none beside it.
     """
-    demand = (max(0.0, own_util) + max(0.0, newcomer_util) + max(0.0, others)
+    tenants = max(0.0, tenants)
+    demand = (max(0.0, own_util) + tenants * max(0.0, newcomer_util) + max(0.0, others)
               + max(0.0, outside - 1.0))
-    return max(1.0, demand) * (1.0 + max(0.0, overhead))
+    return max(1.0, demand) * (1.0 + max(0.0, overhead) * tenants)
+
+
+def packed_tenants(own_util: float, newcomer_util: float, waiting: int, units: int,
+                   policy: object) -> float:
+    """How many jobs ``policy``'s packing is expected to put beside a job on its
+    compute unit while it runs: newcomers of ``newcomer_util`` added while its
+    rule admits one more (``max_cotenants`` in all, no tenant's predicted
+    slowdown past ``slowdown_cap``: ``interference.room_for`` with its
+    ``interference_overhead``), and no more than the ``waiting`` jobs spread
+    over the ``units`` compute units. 0 for a policy without these settings
+    (one job per GPU)."""
+    most = getattr(policy, "max_cotenants", None)
+    cap = getattr(policy, "slowdown_cap", None)
+    if most is None or cap is None or waiting <= 0:
+        return 0.0
+    overhead = gpu_overhead(policy)
+    n, total, need = 1, max(0.0, own_util), max(0.0, newcomer_util)
+    while n < most and room_for(n, total, cap, overhead) >= need:
+        n, total = n + 1, total + need
+    return float(min(n - 1, waiting / max(1, units)))
+
+
+def start_spill_s(beside: float | None, window_s: float, starts: int) -> float | None:
+    """Runnable-seconds per core that each start on a node brings: the cluster's
+    unpinned processes runnable on a sampling runner's cores (``beside``, per
+    core: on virtual GPUs the spare runner that every start hands over and
+    replaces, importing TensorFlow on any core) over the node's starts per
+    second in its window (Little's law: runnable = starts per second x seconds
+    each keeps one runnable). None when unknown (no window, no start, or not
+    measured: GPUs, the simulator)."""
+    if beside is None or window_s <= 0 or starts <= 0:
+        return None
+    return max(0.0, beside) * window_s / starts
 
 
 def gpu_overhead(policy: object) -> float:
@@ -148,17 +185,19 @@ def gpu_overhead(policy: object) -> float:
 
 
 def run_time_s(steps: float, solo_step_s: float, sharing: float, start_in_s: float,
-               sampling_left_s: float) -> float:
+               sampling_left_s: float, after: float = 1.0) -> float:
     """Seconds to run ``steps`` starting ``start_in_s`` from now, when newcomers keep
     sampling beside running jobs for the next ``sampling_left_s`` (each step then
-    ``sharing`` x slower) and the job runs alone after that."""
+    ``sharing`` x slower) and the job runs ``after`` x slower than alone after
+    that (the co-location it is placed in, ``ColocationForecast.after_sampling``)."""
     steps = max(0.0, steps)
     solo = max(0.0, solo_step_s)
+    later = solo * max(1.0, after)
     shared = max(0.0, sampling_left_s - max(0.0, start_in_s)) if sharing > 1.0 else 0.0
-    slow = solo * sharing
+    slow = solo * max(sharing, after)
     if slow <= 0 or steps * slow <= shared:
         return steps * slow if slow > 0 else 0.0
-    return shared + (steps - shared / slow) * solo
+    return shared + (steps - shared / slow) * later
 
 
 class ColocationForecast:
@@ -181,8 +220,12 @@ class ColocationForecast:
     On virtual GPUs it also keeps the latest measured slowdowns from outside the cluster
     (``outside_slowdown``: other users' processes on the same cores), which
     slow every step of the run; none is measured on GPUs or in the simulator.
-    The live coordinator and the simulator each keep one and feed it their
-    measurements.
+    Once newcomers stop sampling a job runs in the co-location it is placed in
+    (``after_sampling``): the co-tenants the policy's packing puts on its
+    compute unit, and on virtual GPUs the spare runners that the node's next
+    starts set importing (``start_spill_s``, measured beside sampling runs and
+    scaled to the starts expected while it runs). The live coordinator and the
+    simulator each keep one and feed it their measurements.
     """
 
     def __init__(self) -> None:
@@ -191,6 +234,54 @@ class ColocationForecast:
         self.outside: list[float] = []
         self.utils: list[float] = []
         self.resumes: dict[str, list[float]] = {}
+        self.spill: list[float] = []
+        self.beside: list[float] = []
+        self.started: dict[str, list[float]] = {}
+
+    def note_start(self, node: str, at: float) -> None:
+        """A job (or a sampling run) started on ``node`` at ``at``."""
+        self.started[node] = _latest(self.started.get(node, []), at, START_TIMES_KEPT)
+
+    def starts_between(self, node: str, since: float, until: float) -> int:
+        """How many starts on ``node`` were noted from ``since`` to ``until``."""
+        return sum(1 for t in self.started.get(node, ()) if since <= t <= until)
+
+    def note_spill(self, seconds: float | None, beside: float | None = None) -> None:
+        """A measured ``start_spill_s``, from ``beside`` runnable per core (the most
+        a spill is taken to reach); None is ignored."""
+        if seconds is not None:
+            self.spill = _latest(self.spill, seconds, SPILL_KEPT)
+            self.beside = _latest(self.beside, max(0.0, beside or 0.0), SPILL_KEPT)
+
+    def spill_now(self) -> float:
+        """The mean of the latest ``start_spill_s`` measured (0 before any)."""
+        return _mean(self.spill, 0.0)
+
+    def after_sampling(self, own_util: float, run_s: float, waiting: int, units: int,
+                       node_units: int, mean_run_s: float | None, policy: object,
+                       overhead: float = 0.0) -> float:
+        """How much slower than alone (the load from outside apart) a job runs
+        once newcomers stop sampling: its compute unit time-shared
+        (``expected_sharing``) with the co-tenants ``policy``'s packing puts
+        beside it (``packed_tenants``, at the newcomers' mean utilisation) and
+        the spill of the starts its node makes meanwhile (``spill_now`` x starts
+        per second: each of the node's ``node_units`` and of its co-tenants
+        starts the next job as its own ends, one every ``mean_run_s``, its own
+        start included (the spare it took is replaced); over its ``run_s`` no
+        more than its own and the ``waiting`` jobs' starts, and no more than the
+        mean runnable measured beside the sampling runs). At least 1;
+        ``overhead`` is each co-tenant's cost (the policy's interference model
+        on GPUs)."""
+        others = max(0, waiting)
+        tenants = packed_tenants(own_util, self.newcomer_util(), others, units, policy)
+        spill = 0.0
+        if self.spill and run_s > 0:
+            every = mean_run_s if mean_run_s and mean_run_s > 0 else run_s
+            rate = min((max(1, node_units) + tenants) / every, (1 + others) / run_s)
+            spill = min(self.spill_now() * rate, _mean(self.beside, 0.0))
+        outside = self.outside_now()
+        return max(1.0, expected_sharing(own_util, self.newcomer_util(), spill, outside,
+                                         overhead, tenants) / outside)
 
     def note_resume(self, model: str, seconds: float | None) -> None:
         """A start from a checkpoint cost ``seconds`` by its runner's phases (graph
@@ -253,7 +344,7 @@ class ColocationForecast:
                     unsampled: int, gpus: int,
                     promoted_in: Callable[[float], float] | None,
                     ahead: Callable[[float], float] | None = None,
-                    prior: float = 1.0) -> float:
+                    prior: float = 1.0, after: float = 1.0) -> float:
         """A sampled job's predicted run time: a start, then its steps, beside
         sampling runs if it is promoted while newcomers still sample.
 
@@ -266,7 +357,9 @@ class ColocationForecast:
         the promotion comes later, so the prediction is the one consistent with
         its own bound (found by bisection). ``predict_remaining_s`` from the
         step time alone when no sampling is left to come. ``prior`` is the
-        sharing factor assumed until one is measured (``ColocationForecast.prior``).
+        sharing factor assumed until one is measured (``ColocationForecast.prior``);
+        ``after`` how much slower than alone it runs once no newcomer samples
+        (``after_sampling``; 1: alone).
         No wait for a runner process is added: the resumes measured found a
         spare ready but for a few early in a burst, and the mean of the latest
         waits put 4-12 s on later jobs that did not wait (docs/benchmarks.md).
@@ -276,17 +369,18 @@ class ColocationForecast:
         # (against the step alone) holds it too
         outside = self.outside_now()
         solo_step_s = max(0.0, solo_step_s) * outside
-        alone = predict_remaining_s(steps_left, solo_step_s, 1, restart)
+        after = max(1.0, after)
+        alone = predict_remaining_s(steps_left, solo_step_s * after, 1, restart)
         left_s = self.sampling_left_s(unsampled, gpus)
         sharing = max(1.0, self.sharing_now(prior) / outside)
-        if promoted_in is None or left_s <= 0 or sharing <= 1.0 \
+        if promoted_in is None or left_s <= 0 or sharing <= after \
                 or promoted_in(alone) + restart >= left_s:   # promoted after the sampling
             return alone
         turn = 0.0 if ahead is None else max(0.0, ahead(left_s * gpus)) / max(1, gpus)
 
         def given(left: float) -> float:
             start = max(0.0, promoted_in(left), turn) + restart
-            return restart + run_time_s(steps_left, solo_step_s, sharing, start, left_s)
+            return restart + run_time_s(steps_left, solo_step_s, sharing, start, left_s, after)
 
         lo, hi = alone, given(alone)   # given() never passes given(alone), nor falls below alone
         if given(hi) >= hi:

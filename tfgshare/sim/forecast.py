@@ -50,8 +50,29 @@ def forecast_step_s(sim: "Simulator", job: SimJob, restart: float) -> float:
     # before a sharing is measured: a GPU time-shared with a sampling run, by the
     # policy's interference model (as the live coordinator on GPUs)
     prior = sim.forecast.prior(job.sample.gpu_util, 0.0, gpu_overhead(sim.policy))
+    after = after_sampling(sim, job, steps * solo + restart)
     total = sim.forecast.remaining_s(steps, solo, restart, sim.unsampled,
                                       sim.cluster.num_gpus,
                                       promotion_in(sim.policy, sim.view(job), sim.now),
-                                      ahead, prior)
+                                      ahead, prior, after)
     return max(0.0, total - restart) / steps
+
+
+def after_sampling(sim: "Simulator", job: SimJob, run_s: float) -> float:
+    """How much slower than alone ``job`` is expected to run once newcomers stop
+    sampling (as the live coordinator's ``_after_sampling``): the jobs waiting and
+    their predicted run times, the policy's packing, the GPUs."""
+    waiting, runs = sim.unsampled, []
+    for other in islice(sim.live.values(), AHEAD_SCAN):
+        if other is not job and other.sample is not None and other.state.waiting:
+            waiting += 1
+            if other.measured_step_s is not None:
+                runs.append(max(0.0, other.total_steps - other.steps) * other.measured_step_s)
+    node_units = 1
+    if sim.forecast.spill and job.fragments:   # never measured here: no spare runners
+        node = next(g.node for g in sim.cluster.gpus if g.id == job.fragments[0].gpu)
+        node_units = sum(1 for g in sim.cluster.gpus if g.node == node)
+    return sim.forecast.after_sampling(job.sample.gpu_util if job.sample else 1.0, run_s,
+                                       waiting, sim.cluster.num_gpus, node_units,
+                                       sum(runs) / len(runs) if runs else None, sim.policy,
+                                       gpu_overhead(sim.policy))
