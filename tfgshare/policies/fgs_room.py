@@ -142,24 +142,13 @@ class RoomMixin:
         """Move small jobs off the GPUs that free soonest, or reserve those GPUs
         (``sample_only``: for the job's sampling phase)."""
         need, util = self.need(job, sample_only), util_of(job)
-        if self.out_of_reach(job, need):
-            return
-        ready = self.readiness(job.num_gpus)
-        costs = []
-        closed, order = self.free.closed, self.free.order
-        fractions: dict[int, float] = {}   # memory size -> the job's fraction
-        for gid, gpu in self.free.gpus.items():
-            if gid in closed:
-                continue
-            f = fractions.get(gpu.memory_mb)
-            if f is None:
-                f = fractions[gpu.memory_mb] = need(gpu)
-            c = self.clear_cost(gid, f, util, ready)
-            if c is not None:
-                costs.append((c[0], c[1], order[gid], gid, c[2]))
-                if job.num_gpus == 1 and c[0] == 0 and c[1] <= 1:
-                    break   # one move, now: nothing cheaper for a 1-GPU job
-        chosen = _pick_gpus(costs, job.num_gpus, self.free.gpus, self.free.cluster)
+        if (self.pol.shortcuts and not self.actions and not self.acted
+                and not self.free.closed):
+            chosen = self.cheapest_kept(job.num_gpus, need, util)
+        else:
+            if self.out_of_reach(job, need):
+                return
+            chosen = self.cheapest(job.num_gpus, need, util)
         if chosen is None:
             return
         victims = {v.id: v for c in chosen for v in c[4]}
@@ -177,6 +166,117 @@ class RoomMixin:
         self.actions.append(Start(job.id, to_fragments(placed), sample_only))
         self.acted.add(job.id)
         self.failed.clear()
+
+    def cheapest(self, k: int, need, util: float) -> list | None:
+        """The ``k`` GPUs cheapest to clear for a job of this need and
+        utilisation, as (wait, moves, order, GPU, tenants to move); None: not ``k`` to be had.
+
+        Every open GPU is priced; for a 1-GPU job the scan stops at the first
+        GPU in cluster order that one move, now, clears.
+        """
+        ready = self.readiness(k)
+        costs = []
+        closed, order = self.free.closed, self.free.order
+        fractions: dict[int, float] = {}   # memory size -> the job's fraction
+        for gid, gpu in self.free.gpus.items():
+            if gid in closed:
+                continue
+            f = fractions.get(gpu.memory_mb)
+            if f is None:
+                f = fractions[gpu.memory_mb] = need(gpu)
+            c = self.clear_cost(gid, f, util, ready)
+            if c is not None:
+                costs.append((c[0], c[1], order[gid], gid, c[2]))
+                if k == 1 and c[0] == 0 and c[1] <= 1:
+                    break   # one move, now: nothing cheaper for a 1-GPU job
+        return _pick_gpus(costs, k, self.free.gpus, self.free.cluster)
+
+    def cheapest_kept(self, k: int, need, util: float) -> list | None:
+        """``cheapest`` from the clear costs kept in the memo (``ClearIndex``).
+
+        Only for a round that has not acted yet (the round's free room and
+        tenants are then the memo's). Each GPU's steps (``clear_steps``) are
+        kept per gang size and its cost per job size; both are worked out
+        again only for the GPUs whose tenants changed since they were last
+        read, or that have a tenant still inside its minimum run (whose wait
+        falls with time); the others hold as they were.
+        """
+        cluster, pol, gpus = self.cluster, self.pol, self.free.gpus
+        layout = (pol.room_key(), pol.max_cotenants, pol.slowdown_cap,
+                  pol.interference_overhead, cluster.reserve_mb, cluster.down_nodes)
+        memo = self.memo
+        index = memo.indexes.get("clear")
+        if (index is None or index.layout != layout or index.gpus is not cluster.gpus
+                or self.now < index.now):
+            index = memo.indexes["clear"] = ClearIndex(layout, cluster.gpus, gpus,
+                                                        self.free.order)
+        index.now = self.now
+        by_mem = {mem: need(g) for mem, g in index.reps.items()}
+        steps, redo_steps, redo, new = index.start(
+            k, (k, tuple(sorted(by_mem.items())), util))
+        timed = index.current_steps.timed
+        if redo_steps:
+            ready, holders, may_move = self.readiness(k), self.holders, self._may_move
+            for gid in redo_steps:
+                steps[gid] = self.clear_steps(gid, ready)
+                timed.discard(gid)
+                for h in holders.get(gid, ()):
+                    movable, ever = may_move(h, k)
+                    if ever and not movable:   # inside its minimum run: its wait falls with time
+                        timed.add(gid)
+                        break
+        if not new and timed:
+            redo = redo | timed
+        index.current.timed = set(timed)
+        cap = pol.max_cotenants
+        if new:   # every up GPU, sorted at once
+            index.fill((gid, _clear_cost_from(steps[gid], by_mem[g.memory_mb], util, cap))
+                       for gid, g in gpus.items())
+        for gid in () if new else redo:
+            g = gpus.get(gid)
+            if g is not None:   # else on a down node (not in this layout's up GPUs)
+                index.put(gid, _clear_cost_from(steps[gid], by_mem[g.memory_mb], util, cap))
+        return index.pick(k, cluster)
+
+    def clear_steps(self, gid: str, ready) -> tuple:
+        """What ``clear_cost`` reads of ``gid``, whatever the job's fraction and utilisation.
+
+        (free room, tenants, utilisation room beside them or None if idle, and
+        per tenant moved in ``clear_cost``'s order: (free room, tenants left,
+        utilisation room left, wait, tenants moved, those tenants)); the sums
+        are made as ``clear_cost`` makes them, so the answers are the same to the bit.
+        """
+        free = self.free.free(gid)
+        use = self.free.use.get(gid)
+        if use is None:   # idle
+            return (free, 0, None, ())
+        tenants = use.tenants
+        pol = self.pol
+        cap, overhead = pol.slowdown_cap, pol.interference_overhead
+        room = math.inf if tenants <= 0 else room_for(tenants, use.util, cap, overhead)
+        acted = self.acted
+        hs = self.holders.get(gid, ())
+        if acted:
+            hs = [h for h in hs if h.id not in acted]
+        if not hs:
+            return (free, tenants, room, ())
+        r = reserve_fraction(self.free.gpus[gid], self.reserve)
+        if len(hs) == 1 and tenants == 1:   # the common case: one tenant to move
+            h = hs[0]
+            return (free, tenants, room, ((free + _frac_on(h, gid) + r, 0, math.inf,
+                                           ready(h), 1, hs),))
+        hs = sorted(hs, key=lambda h: (ready(h), -_frac_on(h, gid), h.id))
+        out = []
+        wait, left, total = 0.0, tenants, use.util
+        for i, h in enumerate(hs):
+            wait = max(wait, ready(h))
+            free += _frac_on(h, gid) + r
+            left -= 1
+            total -= util_of(h)
+            n = use.tenants - (i + 1)
+            out.append((free, left, math.inf if n <= 0 else room_for(n, total, cap, overhead),
+                        wait, i + 1, hs))
+        return (self.free.free(gid), tenants, room, tuple(out))
 
     def out_of_reach(self, job: JobView, need) -> bool:
         """Whether no ``num_gpus`` GPUs could be had within ``reserve_horizon_s`` (make_room does nothing).
@@ -349,6 +449,176 @@ class RoomIndex:
             return -math.inf if 1.0 <= horizon else math.inf
         left = remaining_s(h)
         return -math.inf if left is not None and max(left, EPS) <= horizon else math.inf
+
+
+class ClearIndex:
+    """Each up GPU's clear cost (``clear_cost``) for the latest promoted jobs' sizes, in the memo.
+
+    A GPU's cost depends on its tenants' views, the promoted job's gang size,
+    fractions and utilisation, and on time only through tenants inside their
+    minimum run (their wait is ``min_run - (now - last_start)``); a tenant
+    movable now stays movable while its view holds, and every other tenant's
+    wait is fixed by its view. So a cost holds until its GPU's tenants change
+    (the memo adds those GPUs to ``stale``), except on the GPUs with such a
+    tenant (``timed``), priced again each time they are read. Costs are kept
+    for the ``KEEP`` job sizes read last (the promoted job first in line can
+    change back and forth), each sorted as ``_pick_gpus`` sorts them, overall
+    and per node, so a pick reads the cheapest instead of sorting every GPU.
+    """
+
+    KEEP = 4
+
+    def __init__(self, layout: tuple, gpus: tuple, up: dict, order: dict) -> None:
+        self.layout, self.gpus = layout, gpus   # what the costs are for
+        self.up = up                            # up GPU id -> GPU, in cluster order
+        self.order = order                      # GPU -> its place in the cluster (the scan's order)
+        self.reps: dict[int, object] = {}       # memory size -> one up GPU of that size
+        for g in up.values():
+            self.reps.setdefault(g.memory_mb, g)
+        self.now = -math.inf
+        self.stale: set[str] = set()            # GPUs whose tenants changed (the memo adds them)
+        # (gang size, fractions by size, utilisation) -> its costs, the latest read last
+        self.kept: dict[tuple, KeptCosts] = {}
+        self.steps: dict[int, KeptSteps] = {}   # gang size -> each GPU's ``clear_steps``
+        self.current: KeptCosts | None = None
+        self.current_steps: KeptSteps | None = None
+
+    def start(self, k: int, job: tuple) -> tuple:
+        """Begin a read for a job of this size: (the GPUs' steps for gang size ``k``,
+        the GPUs whose steps to work out again, the GPUs whose costs to work out again
+        but for those with a tenant inside its minimum run, whether the costs are new)."""
+        if self.stale:
+            for got in (*self.kept.values(), *self.steps.values()):
+                got.stale |= self.stale
+            self.stale = set()
+        steps = self.steps.get(k)
+        if steps is None:
+            steps = self.steps[k] = KeptSteps()
+            redo_steps = self.up.keys()
+        else:
+            redo_steps = steps.stale | steps.timed
+            steps.stale = set()
+        kept = self.kept
+        got = kept.pop(job, None)
+        new = got is None
+        if new:
+            got = KeptCosts()
+            redo = self.up.keys()
+        else:
+            redo = got.stale | got.timed
+            got.stale = set()
+        kept[job] = got
+        if len(kept) > self.KEEP:
+            del kept[next(iter(kept))]
+        self.current, self.current_steps = got, steps
+        return steps.steps, redo_steps, redo, new
+
+    def fill(self, costs) -> None:
+        """Keep ``clear_cost``'s answers (GPU, cost or None) for new costs of every up GPU."""
+        k, up, order = self.current, self.up, self.order
+        nodes: dict[str, list] = {}
+        for gid, c in costs:
+            if c is not None:
+                new = k.costs[gid] = (c[0], c[1], order[gid], gid, c[2])
+                nodes.setdefault(up[gid].node, []).append(new[:4])
+                if c[0] == 0 and c[1] <= 1:
+                    k.one_now.add((new[2], gid))
+        k.all = SortedList(c for cs in nodes.values() for c in cs)
+        k.by_node = {node: SortedList(cs) for node, cs in nodes.items()}
+        k.dirty = set(nodes)
+
+    def put(self, gid: str, c: tuple | None) -> None:
+        """Keep ``clear_cost``'s answer for this GPU (None: it cannot be cleared)."""
+        k = self.current
+        old = k.costs.pop(gid, None)
+        node = self.up[gid].node
+        if old is not None:
+            k.all.remove(old[:4])
+            k.by_node[node].remove(old[:4])
+            k.dirty.add(node)
+            if old[0] == 0 and old[1] <= 1:
+                k.one_now.remove((old[2], gid))
+        if c is None:
+            return
+        new = (c[0], c[1], self.order[gid], gid, c[2])
+        k.costs[gid] = new
+        k.all.add(new[:4])
+        got = k.by_node.get(node)
+        if got is None:
+            got = k.by_node[node] = SortedList()
+        got.add(new[:4])
+        k.dirty.add(node)
+        if c[0] == 0 and c[1] <= 1:
+            k.one_now.add((new[2], gid))
+
+    def pick(self, n: int, cluster: ClusterSnapshot) -> list | None:
+        """What ``_pick_gpus`` picks from the scan of every GPU (see ``cheapest``), ``n`` GPUs."""
+        k, up = self.current, self.up
+        costs = k.costs
+        if len(costs) < n:
+            return None
+        if n == 1:   # the scan stops at the first GPU one move clears now
+            if k.one_now:
+                return [costs[k.one_now[0][1]]]
+            return [costs[k.all[0][3]]]
+        # per node with n candidates: its n cheapest and their score, kept by score
+        for node in k.dirty:
+            old = k.scores.pop(node, None)
+            if old is not None:
+                k.best.remove((old, node))
+            cs = k.by_node.get(node)
+            if cs is not None and len(cs) >= n:
+                pick = cs[:n]
+                score = (max(c[0] for c in pick), sum(c[1] for c in pick), pick[0][2])
+                k.scores[node] = score
+                k.best.add((score, node))
+        k.dirty = set()
+        if k.best:
+            return [costs[c[3]] for c in k.by_node[k.best[0][1]][:n]]
+        chosen = []
+        for c in k.all:
+            if cluster.spans_onto(up[c[3]].node):
+                chosen.append(costs[c[3]])
+                if len(chosen) == n:
+                    return chosen
+        return None
+
+
+class KeptSteps:
+    """Each up GPU's ``clear_steps`` for one gang size (see ``ClearIndex``)."""
+
+    def __init__(self) -> None:
+        self.stale: set[str] = set()        # GPUs whose tenants changed since last read
+        self.timed: set[str] = set()        # GPUs with a tenant inside its minimum run
+        self.steps: dict[str, tuple] = {}
+
+
+class KeptCosts:
+    """One job size's kept clear costs (see ``ClearIndex``)."""
+
+    def __init__(self) -> None:
+        self.stale: set[str] = set()        # GPUs whose tenants changed since last read
+        self.timed: set[str] = set()        # GPUs with a tenant inside its minimum run
+        self.costs: dict[str, tuple] = {}   # GPU -> (wait, moves, order, GPU, tenants)
+        self.all = SortedList()             # every cost's (wait, moves, order, GPU)
+        self.by_node: dict[str, SortedList] = {}
+        self.one_now = SortedList()         # (place, GPU) of those one move clears now
+        self.dirty: set[str] = set()        # nodes whose costs changed since the last pick
+        self.scores: dict[str, tuple] = {}  # node -> score of its cheapest (pick's gang size)
+        self.best = SortedList()            # (score, node)
+
+
+def _clear_cost_from(steps: tuple, f: float, util: float, cap: int):
+    """``clear_cost`` of a GPU from its ``clear_steps``."""
+    free, tenants, room, moves = steps
+    if room is None:   # idle
+        return (0.0, 0, ()) if free >= f - EPS else None
+    if free >= f - EPS and tenants < cap and util <= room + EPS:
+        return (0.0, 0, ())
+    for free, left, room, wait, n, hs in moves:
+        if free >= f - EPS and left < cap and util <= room + EPS:
+            return (wait, n, hs if n == len(hs) else hs[:n])
+    return None
 
 
 def _frac_on(job: JobView, gid: str) -> float:

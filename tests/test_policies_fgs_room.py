@@ -1,0 +1,95 @@
+"""fgs's kept clear costs (``fgs_room.ClearIndex``) pick exactly what pricing every GPU picks."""
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from philly.jobs import TraceJob
+from tfgshare.policies import fgs_room
+from tfgshare.policies.registry import get_policy
+from tfgshare.sim.cluster import load_cluster
+from tfgshare.sim.config import SimConfig
+from tfgshare.sim.engine import simulate
+from tfgshare.sim.profiles import load_profiles
+
+PROFILES = """
+models:
+  toy:
+    params: 5000000
+    startup_s: 5
+    batches:
+      1: {step_time_s: 1.0, memory_mb: 1000, gpu_util: 1.0}
+      2: {step_time_s: 2.0, memory_mb: 3000, gpu_util: 0.6}
+      3: {step_time_s: 0.5, memory_mb: 6000, gpu_util: 0.3}
+"""
+
+
+@pytest.fixture(scope="module")
+def profiles(tmp_path_factory):
+    path = tmp_path_factory.mktemp("prof") / "toy.yaml"
+    path.write_text(PROFILES)
+    return load_profiles(path)
+
+
+@pytest.fixture
+def checked(monkeypatch):
+    """Every kept pick is compared with the plain scan of the same round; counts what was kept."""
+    seen = {"picks": 0, "kept": 0, "gangs": 0, "timed": 0}
+    kept, start = fgs_room.RoomMixin.cheapest_kept, fgs_room.ClearIndex.start
+
+    def both(self, k, need, util):
+        got = kept(self, k, need, util)
+        want = self.cheapest(k, need, util)
+        assert got == want, f"t={self.now}: kept costs picked {got}, the scan {want}"
+        seen["picks"] += 1
+        seen["gangs"] += k > 1
+        seen["timed"] += bool(self.memo.indexes["clear"].current.timed)
+        return got
+
+    def counted(self, k, job):
+        got = start(self, k, job)
+        seen["kept"] += len(self.up) - len(got[1])   # GPUs whose steps were read as kept
+        return got
+
+    monkeypatch.setattr(fgs_room.RoomMixin, "cheapest_kept", both)
+    monkeypatch.setattr(fgs_room.ClearIndex, "start", counted)
+    return seen
+
+
+@st.composite
+def runs(draw):
+    nodes = draw(st.integers(1, 3))
+    per_node = draw(st.sampled_from([2, 4]))
+    sizes = [g for g in (1, 2, 4) if g <= nodes * per_node]
+    jobs = [TraceJob(f"j{i}", draw(st.floats(0, 2000, allow_nan=False)),
+                     draw(st.sampled_from(sizes)), 0.0, model="toy",
+                     batch_size=draw(st.sampled_from([1, 2, 3])),
+                     total_steps=draw(st.integers(50, 900)))
+             for i in range(draw(st.integers(4, 24)))]
+    return f"{nodes}x{per_node}:{draw(st.sampled_from([8192, 16384]))}", jobs
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(run=runs())
+def test_kept_clear_costs_pick_what_the_scan_of_every_gpu_picks(run, profiles, checked):
+    # short bounds: promoted jobs, tenants inside their minimum run and reservations come soon
+    spec, jobs = run
+    pol = get_policy("fgs", max_wait_s=600.0, promote_floor_s=30.0, min_run_s=120.0,
+                     reserve_horizon_s=300.0)
+    res = simulate(load_cluster(spec), jobs, profiles, pol, SimConfig(tick_s=30.0, seed=2))
+    assert len(res.records) == len(jobs)
+
+
+def test_the_kept_costs_are_read_and_cover_gangs_and_waits_that_fall(profiles, checked):
+    # a queue that outgrows 2 nodes: promoted 1-, 2- and 4-GPU jobs retry round after round
+    jobs = [TraceJob(f"j{i}", 7.0 * i, (1, 2, 1, 4)[i % 4], 0.0, model="toy",
+                     batch_size=(1, 2, 3)[i % 3], total_steps=300 + 37 * (i % 11))
+            for i in range(60)]
+    pol = get_policy("fgs", max_wait_s=600.0, promote_floor_s=30.0, min_run_s=120.0,
+                     reserve_horizon_s=300.0)
+    res = simulate(load_cluster("2x4:16384"), jobs, profiles, pol,
+                   SimConfig(tick_s=30.0, seed=2))
+    assert len(res.records) == len(jobs)
+    assert checked["picks"] > 20 and checked["gangs"] > 0 and checked["timed"] > 0
+    assert checked["kept"] > checked["picks"], "costs were priced again, not kept"
