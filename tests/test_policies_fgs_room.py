@@ -1,11 +1,11 @@
-"""fgs's kept clear costs (``fgs_room.ClearIndex``) pick exactly what pricing every GPU picks."""
+"""fgs's kept clear costs (``fgs_room_kept.ClearIndex``) pick exactly what pricing every GPU picks."""
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from philly.jobs import TraceJob
-from tfgshare.policies import fgs_room
+from tfgshare.policies import fgs_room, fgs_room_kept
 from tfgshare.policies.registry import get_policy
 from tfgshare.sim.cluster import load_cluster
 from tfgshare.sim.config import SimConfig
@@ -35,7 +35,7 @@ def profiles(tmp_path_factory):
 def checked(monkeypatch):
     """Every kept pick is compared with the plain scan of the same round; counts what was kept."""
     seen = {"picks": 0, "kept": 0, "gangs": 0, "timed": 0}
-    kept, start = fgs_room.RoomMixin.cheapest_kept, fgs_room.ClearIndex.start
+    kept, start = fgs_room.RoomMixin.cheapest_kept, fgs_room_kept.ClearIndex.start
 
     def both(self, k, need, util):
         got = kept(self, k, need, util)
@@ -52,7 +52,7 @@ def checked(monkeypatch):
         return got
 
     monkeypatch.setattr(fgs_room.RoomMixin, "cheapest_kept", both)
-    monkeypatch.setattr(fgs_room.ClearIndex, "start", counted)
+    monkeypatch.setattr(fgs_room_kept.ClearIndex, "start", counted)
     return seen
 
 

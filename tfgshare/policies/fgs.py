@@ -63,9 +63,9 @@ class Fgs:
 
     name: ClassVar[str] = "fgs"
     # skip work whose answer bounds kept in the memo already give: making room
-    # from each GPU's clear cost kept across rounds (fgs_room.ClearIndex) or,
+    # from each GPU's clear cost kept across rounds (fgs_room_kept.ClearIndex) or,
     # once the round has acted, not at all when it would do nothing
-    # (fgs_room.RoomIndex), consolidation tries on GPUs
+    # (fgs_room_kept.RoomIndex), consolidation tries on GPUs
     # with no movable tenant (fgs_consolidate), size buckets of waiting jobs
     # bigger than any free room (fgs_queues.SizedWalk); off only to test that
     shortcuts: ClassVar[bool] = True

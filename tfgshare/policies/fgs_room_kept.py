@@ -1,0 +1,309 @@
+"""What fgs keeps in its memo between rounds to make room fast: per-GPU room and clear costs.
+
+``RoomIndex`` bounds whether any ``num_gpus`` GPUs could be cleared within
+the reservation horizon (``fgs_room.RoomMixin.out_of_reach``); ``ClearIndex``
+keeps each GPU's clear cost (``RoomMixin.clear_cost``) for the latest promoted
+jobs' sizes, so a round re-prices only the GPUs whose tenants changed. Both
+give the answers of pricing every GPU; the memo adds changed GPUs to their
+``stale`` sets.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+from sortedcontainers import SortedList
+
+from .base import ClusterSnapshot, JobState, JobView
+from .fgs_round import util_of
+from .interference import room_for
+from .placement import EPS, free_fraction, reserve_fraction
+from .prediction import remaining_s
+
+
+class RoomIndex:
+    """Per gang size asked: each GPU's free room plus that of its tenants ready within the horizon.
+
+    Kept in the memo. A tenant's readiness (``ready_in``) is fixed by its view
+    but for one that may be moved once past its minimum run, whose readiness
+    falls one second per second: the moment it is ready within
+    ``reserve_horizon_s`` is an absolute time, queued in a heap; a GPU's room
+    is worked out again when one of its tenants passes that moment or its
+    tenants change.
+    """
+
+    def __init__(self, pol, key: tuple, cluster) -> None:
+        self.pol, self.key = pol, key
+        self.gpus = {g.id: g for g in cluster.gpus}
+        self.reserve = cluster.reserve_mb
+        self.now = -math.inf
+        # k -> (gid -> (room, util room), the two sorted, heap (moment, gid, then), stale GPUs)
+        self.by_size: dict[int, tuple] = {}
+        self.stale: set[str] = set()   # GPUs whose tenants changed (the memo adds them)
+        self._nodes: tuple[frozenset, int] | None = None   # (down nodes, most up GPUs on a node)
+
+    def biggest_node(self, up: dict, down: frozenset) -> int:
+        """The most up GPUs on one node."""
+        if self._nodes is None or self._nodes[0] != down:
+            sizes: dict[str, int] = {}
+            for g in up.values():
+                sizes[g.node] = sizes.get(g.node, 0) + 1
+            self._nodes = (down, max(sizes.values(), default=0))
+        return self._nodes[1]
+
+    def near(self, k: int, now: float, holders: dict[str, list[JobView]], use: dict,
+             room: float, util: float) -> list[str]:
+        """The GPUs that moving their tenants ready within the horizon (``k``-GPU job) clears
+        for ``room`` and a tenant of utilisation ``util``.
+
+        Per GPU: its free room plus that of those tenants, and the utilisation
+        room left beside the others (interference model). Both only grow as
+        more tenants go, so a GPU not cleared by all of them is not cleared
+        within the horizon.
+        """
+        self.now = now
+        if self.stale:
+            for *_, stale in self.by_size.values():
+                stale |= self.stale
+            self.stale = set()
+        got = self.by_size.get(k)
+        if got is None:
+            got = self.by_size[k] = ({}, SortedList(), SortedList(), [], set(holders))
+        rooms, by_mem, by_calm, moments, stale = got
+        while moments and moments[0][0] <= now:
+            _, gid, then = heapq.heappop(moments)
+            if rooms.get(gid) == then:   # else worked out again since
+                stale.add(gid)
+        pol = self.pol
+        for gid in stale:
+            old = rooms.pop(gid, None)
+            if old is not None:
+                by_mem.remove((old[0], gid))
+                by_calm.remove((old[1], gid))
+            g = self.gpus.get(gid)
+            hs = holders.get(gid)
+            if g is None or not hs:
+                continue
+            r = reserve_fraction(g, self.reserve)
+            u = use.get(gid)
+            mem = free_fraction(g, u, self.reserve)
+            left, left_util = (u.tenants, u.util) if u is not None else (0, 0.0)
+            later = []
+            for h in hs:
+                t = self.ready_from(h, k)
+                if t <= now:
+                    mem += frac_on(h, gid) + r
+                    left -= 1
+                    left_util -= util_of(h)
+                elif t != math.inf:
+                    later.append(t)
+            if left <= 0:
+                calm = math.inf
+            elif left >= pol.max_cotenants:
+                calm = -math.inf
+            else:
+                calm = room_for(left, left_util, pol.slowdown_cap, pol.interference_overhead)
+            rooms[gid] = (mem, calm)
+            by_mem.add((mem, gid))
+            by_calm.add((calm, gid))
+            for t in later:
+                heapq.heappush(moments, (t, gid, (mem, calm)))
+        stale.clear()
+        i = by_mem.bisect_left((room, ""))
+        j = by_calm.bisect_left((util, ""))
+        if len(by_mem) - i <= len(by_calm) - j:
+            return [gid for _, gid in by_mem.islice(i) if rooms[gid][1] >= util]
+        return [gid for _, gid in by_calm.islice(j) if rooms[gid][0] >= room]
+
+    def ready_from(self, h: JobView, k: int) -> float:
+        """From when ``ready_in(h, k)`` is within the horizon (early, never late); inf: never."""
+        pol, horizon = self.pol, self.pol.reserve_horizon_s
+        if (h.state is JobState.RUNNING and h.num_gpus <= k
+                and not pol._overdue(h.waited_s, remaining_s(h), pol.promote_floor(h))):
+            if h.last_start is None:
+                return -math.inf
+            t = h.last_start + pol.min_run(h) - horizon
+            return t - 1e-6 * (1.0 + abs(t)) - 1e-6 * (1.0 + horizon)
+        if h.state is not JobState.RUNNING:
+            return -math.inf if 1.0 <= horizon else math.inf
+        left = remaining_s(h)
+        return -math.inf if left is not None and max(left, EPS) <= horizon else math.inf
+
+
+class ClearIndex:
+    """Each up GPU's clear cost (``clear_cost``) for the latest promoted jobs' sizes, in the memo.
+
+    A GPU's cost depends on its tenants' views, the promoted job's gang size,
+    fractions and utilisation, and on time only through tenants inside their
+    minimum run (their wait is ``min_run - (now - last_start)``); a tenant
+    movable now stays movable while its view holds, and every other tenant's
+    wait is fixed by its view. So a cost holds until its GPU's tenants change
+    (the memo adds those GPUs to ``stale``), except on the GPUs with such a
+    tenant (``timed``), priced again each time they are read. Costs are kept
+    for the ``KEEP`` job sizes read last (the promoted job first in line can
+    change back and forth), each sorted as ``_pick_gpus`` sorts them, overall
+    and per node, so a pick reads the cheapest instead of sorting every GPU.
+    """
+
+    KEEP = 4
+
+    def __init__(self, layout: tuple, gpus: tuple, up: dict, order: dict) -> None:
+        self.layout, self.gpus = layout, gpus   # what the costs are for
+        self.up = up                            # up GPU id -> GPU, in cluster order
+        self.order = order                      # GPU -> its place in the cluster (the scan's order)
+        self.reps: dict[int, object] = {}       # memory size -> one up GPU of that size
+        for g in up.values():
+            self.reps.setdefault(g.memory_mb, g)
+        self.now = -math.inf
+        self.stale: set[str] = set()            # GPUs whose tenants changed (the memo adds them)
+        # (gang size, fractions by size, utilisation) -> its costs, the latest read last
+        self.kept: dict[tuple, KeptCosts] = {}
+        self.steps: dict[int, KeptSteps] = {}   # gang size -> each GPU's ``clear_steps``
+        self.current: KeptCosts | None = None
+        self.current_steps: KeptSteps | None = None
+
+    def start(self, k: int, job: tuple) -> tuple:
+        """Begin a read for a job of this size: (the GPUs' steps for gang size ``k``,
+        the GPUs whose steps to work out again, the GPUs whose costs to work out again
+        but for those with a tenant inside its minimum run, whether the costs are new)."""
+        if self.stale:
+            for got in (*self.kept.values(), *self.steps.values()):
+                got.stale |= self.stale
+            self.stale = set()
+        steps = self.steps.get(k)
+        if steps is None:
+            steps = self.steps[k] = KeptSteps()
+            redo_steps = self.up.keys()
+        else:
+            redo_steps = steps.stale | steps.timed
+            steps.stale = set()
+        kept = self.kept
+        got = kept.pop(job, None)
+        new = got is None
+        if new:
+            got = KeptCosts()
+            redo = self.up.keys()
+        else:
+            redo = got.stale | got.timed
+            got.stale = set()
+        kept[job] = got
+        if len(kept) > self.KEEP:
+            del kept[next(iter(kept))]
+        self.current, self.current_steps = got, steps
+        return steps.steps, redo_steps, redo, new
+
+    def fill(self, costs) -> None:
+        """Keep ``clear_cost``'s answers (GPU, cost or None) for new costs of every up GPU."""
+        k, up, order = self.current, self.up, self.order
+        nodes: dict[str, list] = {}
+        for gid, c in costs:
+            if c is not None:
+                new = k.costs[gid] = (c[0], c[1], order[gid], gid, c[2])
+                nodes.setdefault(up[gid].node, []).append(new[:4])
+                if c[0] == 0 and c[1] <= 1:
+                    k.one_now.add((new[2], gid))
+        k.all = SortedList(c for cs in nodes.values() for c in cs)
+        k.by_node = {node: SortedList(cs) for node, cs in nodes.items()}
+        k.dirty = set(nodes)
+
+    def put(self, gid: str, c: tuple | None) -> None:
+        """Keep ``clear_cost``'s answer for this GPU (None: it cannot be cleared)."""
+        k = self.current
+        old = k.costs.pop(gid, None)
+        node = self.up[gid].node
+        if old is not None:
+            k.all.remove(old[:4])
+            k.by_node[node].remove(old[:4])
+            k.dirty.add(node)
+            if old[0] == 0 and old[1] <= 1:
+                k.one_now.remove((old[2], gid))
+        if c is None:
+            return
+        new = (c[0], c[1], self.order[gid], gid, c[2])
+        k.costs[gid] = new
+        k.all.add(new[:4])
+        got = k.by_node.get(node)
+        if got is None:
+            got = k.by_node[node] = SortedList()
+        got.add(new[:4])
+        k.dirty.add(node)
+        if c[0] == 0 and c[1] <= 1:
+            k.one_now.add((new[2], gid))
+
+    def pick(self, n: int, cluster: ClusterSnapshot) -> list | None:
+        """What ``_pick_gpus`` picks from the scan of every GPU (see ``cheapest``), ``n`` GPUs."""
+        k, up = self.current, self.up
+        costs = k.costs
+        if len(costs) < n:
+            return None
+        if n == 1:   # the scan stops at the first GPU one move clears now
+            if k.one_now:
+                return [costs[k.one_now[0][1]]]
+            return [costs[k.all[0][3]]]
+        # per node with n candidates: its n cheapest and their score, kept by score
+        for node in k.dirty:
+            old = k.scores.pop(node, None)
+            if old is not None:
+                k.best.remove((old, node))
+            cs = k.by_node.get(node)
+            if cs is not None and len(cs) >= n:
+                pick = cs[:n]
+                score = (max(c[0] for c in pick), sum(c[1] for c in pick), pick[0][2])
+                k.scores[node] = score
+                k.best.add((score, node))
+        k.dirty = set()
+        if k.best:
+            return [costs[c[3]] for c in k.by_node[k.best[0][1]][:n]]
+        chosen = []
+        for c in k.all:
+            if cluster.spans_onto(up[c[3]].node):
+                chosen.append(costs[c[3]])
+                if len(chosen) == n:
+                    return chosen
+        return None
+
+
+class KeptSteps:
+    """Each up GPU's ``clear_steps`` for one gang size (see ``ClearIndex``)."""
+
+    def __init__(self) -> None:
+        self.stale: set[str] = set()        # GPUs whose tenants changed since last read
+        self.timed: set[str] = set()        # GPUs with a tenant inside its minimum run
+        self.steps: dict[str, tuple] = {}
+
+
+class KeptCosts:
+    """One job size's kept clear costs (see ``ClearIndex``)."""
+
+    def __init__(self) -> None:
+        self.stale: set[str] = set()        # GPUs whose tenants changed since last read
+        self.timed: set[str] = set()        # GPUs with a tenant inside its minimum run
+        self.costs: dict[str, tuple] = {}   # GPU -> (wait, moves, order, GPU, tenants)
+        self.all = SortedList()             # every cost's (wait, moves, order, GPU)
+        self.by_node: dict[str, SortedList] = {}
+        self.one_now = SortedList()         # (place, GPU) of those one move clears now
+        self.dirty: set[str] = set()        # nodes whose costs changed since the last pick
+        self.scores: dict[str, tuple] = {}  # node -> score of its cheapest (pick's gang size)
+        self.best = SortedList()            # (score, node)
+
+
+def clear_cost_from(steps: tuple, f: float, util: float, cap: int):
+    """``clear_cost`` of a GPU from its ``clear_steps``."""
+    free, tenants, room, moves = steps
+    if room is None:   # idle
+        return (0.0, 0, ()) if free >= f - EPS else None
+    if free >= f - EPS and tenants < cap and util <= room + EPS:
+        return (0.0, 0, ())
+    for free, left, room, wait, n, hs in moves:
+        if free >= f - EPS and left < cap and util <= room + EPS:
+            return (wait, n, hs if n == len(hs) else hs[:n])
+    return None
+
+
+def frac_on(job: JobView, gid: str) -> float:
+    """The fraction of ``gid`` the job holds (0 if none)."""
+    for f in job.fragments:
+        if f.gpu == gid:
+            return f.fraction
+    return 0.0
