@@ -10,26 +10,6 @@ from tfgshare.policies.registry import get_policy
 from tfgshare.sim.cluster import load_cluster
 from tfgshare.sim.config import SimConfig
 from tfgshare.sim.engine import simulate
-from tfgshare.sim.profiles import load_profiles
-
-PROFILES = """
-models:
-  toy:
-    params: 5000000
-    startup_s: 5
-    batches:
-      1: {step_time_s: 1.0, memory_mb: 1000, gpu_util: 1.0}
-      2: {step_time_s: 2.0, memory_mb: 3000, gpu_util: 0.6}
-      3: {step_time_s: 0.5, memory_mb: 6000, gpu_util: 0.3}
-"""
-
-
-@pytest.fixture(scope="module")
-def profiles(tmp_path_factory):
-    path = tmp_path_factory.mktemp("prof") / "toy.yaml"
-    path.write_text(PROFILES)
-    return load_profiles(path)
-
 
 @pytest.fixture
 def checked(monkeypatch):
@@ -72,23 +52,23 @@ def runs(draw):
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
 @given(run=runs())
-def test_kept_clear_costs_pick_what_the_scan_of_every_gpu_picks(run, profiles, checked):
+def test_kept_clear_costs_pick_what_the_scan_of_every_gpu_picks(run, toy_profiles, checked):
     # short bounds: promoted jobs, tenants inside their minimum run and reservations come soon
     spec, jobs = run
     pol = get_policy("fgs", max_wait_s=600.0, promote_floor_s=30.0, min_run_s=120.0,
                      reserve_horizon_s=300.0)
-    res = simulate(load_cluster(spec), jobs, profiles, pol, SimConfig(tick_s=30.0, seed=2))
+    res = simulate(load_cluster(spec), jobs, toy_profiles, pol, SimConfig(tick_s=30.0, seed=2))
     assert len(res.records) == len(jobs)
 
 
-def test_the_kept_costs_are_read_and_cover_gangs_and_waits_that_fall(profiles, checked):
+def test_the_kept_costs_are_read_and_cover_gangs_and_waits_that_fall(toy_profiles, checked):
     # a queue that outgrows 2 nodes: promoted 1-, 2- and 4-GPU jobs retry round after round
     jobs = [TraceJob(f"j{i}", 7.0 * i, (1, 2, 1, 4)[i % 4], 0.0, model="toy",
                      batch_size=(1, 2, 3)[i % 3], total_steps=300 + 37 * (i % 11))
             for i in range(60)]
     pol = get_policy("fgs", max_wait_s=600.0, promote_floor_s=30.0, min_run_s=120.0,
                      reserve_horizon_s=300.0)
-    res = simulate(load_cluster("2x4:16384"), jobs, profiles, pol,
+    res = simulate(load_cluster("2x4:16384"), jobs, toy_profiles, pol,
                    SimConfig(tick_s=30.0, seed=2))
     assert len(res.records) == len(jobs)
     assert checked["picks"] > 20 and checked["gangs"] > 0 and checked["timed"] > 0

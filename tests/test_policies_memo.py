@@ -2,7 +2,6 @@
 
 import dataclasses
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -13,26 +12,6 @@ from tfgshare.policies.registry import POLICY_NAMES, get_policy
 from tfgshare.sim.cluster import load_cluster
 from tfgshare.sim.config import SimConfig
 from tfgshare.sim.engine import simulate
-from tfgshare.sim.profiles import load_profiles
-
-PROFILES = """
-models:
-  toy:
-    params: 5000000
-    startup_s: 5
-    batches:
-      1: {step_time_s: 1.0, memory_mb: 1000, gpu_util: 1.0}
-      2: {step_time_s: 2.0, memory_mb: 3000, gpu_util: 0.6}
-      3: {step_time_s: 0.5, memory_mb: 6000, gpu_util: 0.3}
-"""
-
-
-@pytest.fixture(scope="module")
-def profiles(tmp_path_factory):
-    path = tmp_path_factory.mktemp("prof") / "toy.yaml"
-    path.write_text(PROFILES)
-    return load_profiles(path)
-
 
 @st.composite
 def scenarios(draw):
@@ -103,11 +82,11 @@ VARIANTS = [(name, {}) for name in POLICY_NAMES if name not in HISTORY] + [
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
 @given(scenario=scenarios(), variant=st.sampled_from(VARIANTS))
-def test_a_fresh_memo_decides_as_a_reused_one(scenario, variant, profiles):
+def test_a_fresh_memo_decides_as_a_reused_one(scenario, variant, toy_profiles):
     spec, jobs = scenario
     name, params = variant
     pol = FreshToo(get_policy(name, **params))
-    res = simulate(load_cluster(spec), jobs, profiles, pol, SimConfig(tick_s=30.0, seed=2))
+    res = simulate(load_cluster(spec), jobs, toy_profiles, pol, SimConfig(tick_s=30.0, seed=2))
     assert pol.rounds > 0
     assert len(res.records) == len(jobs)
 
@@ -115,10 +94,10 @@ def test_a_fresh_memo_decides_as_a_reused_one(scenario, variant, profiles):
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
 @given(scenario=scenarios(), name=st.sampled_from(HISTORY))
-def test_a_history_memo_records_what_it_saw_not_what_it_planned(scenario, name, profiles):
+def test_a_history_memo_records_what_it_saw_not_what_it_planned(scenario, name, toy_profiles):
     spec, jobs = scenario
     pol = Twice(get_policy(name, thresholds=(300.0, 900.0)))
-    res = simulate(load_cluster(spec), jobs, profiles, pol, SimConfig(seed=2))
+    res = simulate(load_cluster(spec), jobs, toy_profiles, pol, SimConfig(seed=2))
     assert pol.rounds > 0
     assert len(res.records) == len(jobs)
 
@@ -150,12 +129,12 @@ class FullWalk:
                                                                   HealthCheck.function_scoped_fixture])
 @given(scenario=scenarios(), authors_wake=st.booleans())
 def test_tiresias_incremental_walk_decides_as_walking_every_job(scenario, authors_wake,
-                                                                profiles):
+                                                                toy_profiles):
     spec, jobs = scenario
     pol = FullWalk(get_policy("tiresias", thresholds=(60.0, 300.0, 900.0),
                               authors_wake=authors_wake))
     pol.full.authors_wake = authors_wake
-    res = simulate(load_cluster(spec), jobs, profiles, pol, SimConfig(seed=2))
+    res = simulate(load_cluster(spec), jobs, toy_profiles, pol, SimConfig(seed=2))
     assert pol.rounds > 0
     assert len(res.records) == len(jobs)
 
@@ -240,7 +219,7 @@ def test_fgs_promotion_is_a_timed_event_at_the_bound():
     assert not pol.starving(waiter, 1999.999) and pol.starving(waiter, 2000.001)
 
 
-def test_with_no_tick_the_simulator_decides_when_fgs_promotes(profiles):
+def test_with_no_tick_the_simulator_decides_when_fgs_promotes(toy_profiles):
     # two long jobs that cannot share the GPU: after sampling, one runs for about
     # 2,000 s; the other waits until its wait passes 900 s and is promoted
     jobs = [TraceJob("a", 0.0, 1, 0.0, model="toy", batch_size=3, total_steps=4000),
@@ -253,7 +232,7 @@ def test_with_no_tick_the_simulator_decides_when_fgs_promotes(profiles):
         times.append(now)
         return decide(now, cluster, views, memo)
     pol.decide = record
-    simulate(load_cluster("1x1:8192"), jobs, profiles, pol, SimConfig(tick_s=None, seed=1))
+    simulate(load_cluster("1x1:8192"), jobs, toy_profiles, pol, SimConfig(tick_s=None, seed=1))
     # no arrival and no run ends between the samplings and ~2,000 s: only the promotion
     woken = [t for t in times if 100 < t < 1900]
     assert woken and 900 < woken[0] < 1000, times
@@ -306,12 +285,12 @@ class FullSearch:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
 @given(scenario=scenarios(), reservations=st.sampled_from([1, 2]))
-def test_fgs_shortcuts_decide_as_the_full_search(scenario, reservations, profiles):
+def test_fgs_shortcuts_decide_as_the_full_search(scenario, reservations, toy_profiles):
     # short bounds, so promotions, reservations and consolidations happen in small runs
     spec, jobs = scenario
     pol = FullSearch(get_policy("fgs", max_wait_s=600.0, promote_floor_s=30.0, min_run_s=30.0,
                                 reserve_horizon_s=120.0, max_reservations=reservations))
-    res = simulate(load_cluster(spec), jobs, profiles, pol, SimConfig(tick_s=30.0, seed=2))
+    res = simulate(load_cluster(spec), jobs, toy_profiles, pol, SimConfig(tick_s=30.0, seed=2))
     assert pol.rounds > 0
     assert len(res.records) == len(jobs)
 
@@ -319,7 +298,7 @@ def test_fgs_shortcuts_decide_as_the_full_search(scenario, reservations, profile
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 10_000), nodes=st.sampled_from(["1x2:8192", "2x2:8192", "1x4:16384"]))
-def test_fgs_walk_by_size_bucket_decides_as_the_queue_walk(seed, nodes, profiles):
+def test_fgs_walk_by_size_bucket_decides_as_the_queue_walk(seed, nodes, toy_profiles):
     # long queues of mixed sizes on a small cluster, so whole buckets get passed over
     import random
     rng = random.Random(seed)
@@ -327,12 +306,12 @@ def test_fgs_walk_by_size_bucket_decides_as_the_queue_walk(seed, nodes, profiles
                      batch_size=rng.choice([1, 2, 3, 3]), total_steps=rng.randint(50, 900))
             for i in range(40)]
     pol = FullSearch(get_policy("fgs", max_wait_s=900.0, promote_floor_s=30.0, min_run_s=30.0))
-    res = simulate(load_cluster(nodes), jobs, profiles, pol, SimConfig(tick_s=30.0, seed=2))
+    res = simulate(load_cluster(nodes), jobs, toy_profiles, pol, SimConfig(tick_s=30.0, seed=2))
     assert len(res.records) == len(jobs)
     assert pol.rounds > 0
 
 
-def test_fgs_walk_by_size_bucket_passes_over_big_jobs(profiles, monkeypatch):
+def test_fgs_walk_by_size_bucket_passes_over_big_jobs(toy_profiles, monkeypatch):
     from tfgshare.policies import fgs_queues
     drops = []
     drop = fgs_queues.SizedWalk.drop
@@ -343,6 +322,6 @@ def test_fgs_walk_by_size_bucket_passes_over_big_jobs(profiles, monkeypatch):
     jobs += [TraceJob(f"b{i}", 40.0 + i, 1, 0.0, model="toy", batch_size=3, total_steps=300)
              for i in range(20)]
     pol = FullSearch(get_policy("fgs"))
-    res = simulate(load_cluster("1x1:8192"), jobs, profiles, pol, SimConfig(tick_s=30.0, seed=2))
+    res = simulate(load_cluster("1x1:8192"), jobs, toy_profiles, pol, SimConfig(tick_s=30.0, seed=2))
     assert len(res.records) == len(jobs)
     assert drops, "no size bucket was passed over: the test no longer exercises the walk"

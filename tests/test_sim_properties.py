@@ -17,28 +17,8 @@ from tfgshare.policies.registry import POLICY_NAMES, get_policy
 from tfgshare.sim.cluster import load_cluster
 from tfgshare.sim.config import SimConfig
 from tfgshare.sim.engine import simulate
-from tfgshare.sim.profiles import load_profiles
 
-# Three sizes of one model: small/busy, medium, large/light (6000 MB does not fit
-# half of an 8 GB GPU, so default-sized starts run out of memory and retry).
-PROFILES = """
-models:
-  toy:
-    params: 5000000
-    startup_s: 5
-    batches:
-      1: {step_time_s: 1.0, memory_mb: 1000, gpu_util: 1.0}
-      2: {step_time_s: 2.0, memory_mb: 3000, gpu_util: 0.6}
-      3: {step_time_s: 0.5, memory_mb: 6000, gpu_util: 0.3}
-"""
 TICK = 30.0
-
-
-@pytest.fixture(scope="module")
-def profiles(tmp_path_factory):
-    path = tmp_path_factory.mktemp("prof") / "toy.yaml"
-    path.write_text(PROFILES)
-    return load_profiles(path)
 
 
 @st.composite
@@ -87,10 +67,10 @@ def make_policy(name):
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
 @given(scenario=scenarios())
-def test_every_policy_keeps_the_rules_and_finishes_every_job(name, scenario, profiles):
+def test_every_policy_keeps_the_rules_and_finishes_every_job(name, scenario, toy_profiles):
     spec, jobs = scenario
     watch = Watch(make_policy(name))
-    res = simulate(load_cluster(spec), jobs, profiles, watch,
+    res = simulate(load_cluster(spec), jobs, toy_profiles, watch,
                    SimConfig(check=True, tick_s=TICK, seed=1))
     assert sorted(r.id for r in res.records) == sorted(j.id for j in jobs)
     for r in res.records:
@@ -127,10 +107,10 @@ def worst_slowdown(pol):
         1 + pol.interference_overhead * extra)
 
 
-def wait_bound(pol, jobs, profiles):
+def wait_bound(pol, jobs, toy_profiles):
     """fgs promotes a job after max_wait_s; it then waits at most for room to be made:
     the longest job's run (start-ups, steps at the worst slowdown), min_run_s and two ticks."""
-    longest = max(2 * 5 + j.total_steps * profiles.get("toy", j.batch_size).step_time_s
+    longest = max(2 * 5 + j.total_steps * toy_profiles.get("toy", j.batch_size).step_time_s
                   * worst_slowdown(pol) for j in jobs)
     return pol.max_wait_s + longest + pol.min_run_s + 2 * TICK
 
@@ -138,16 +118,16 @@ def wait_bound(pol, jobs, profiles):
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
 @given(scenario=starvation_scenarios())
-def test_fgs_bounds_every_wait(scenario, profiles):
+def test_fgs_bounds_every_wait(scenario, toy_profiles):
     spec, jobs = scenario
     pol = fgs_for_tests()
-    res = simulate(load_cluster(spec), jobs, profiles, pol, SimConfig(tick_s=TICK, seed=1))
-    bound = wait_bound(pol, jobs, profiles)
+    res = simulate(load_cluster(spec), jobs, toy_profiles, pol, SimConfig(tick_s=TICK, seed=1))
+    bound = wait_bound(pol, jobs, toy_profiles)
     worst = max(res.records, key=lambda r: r.waited_s)
     assert worst.waited_s <= bound, (worst, bound)
 
 
-def test_the_wait_bound_needs_aging(profiles):
+def test_the_wait_bound_needs_aging(toy_profiles):
     """The same kind of scenario without aging breaks the bound, so the check can fail."""
     nodes, per_node, gap = 1, 4, 400 / 4
     jobs = [TraceJob("wide", 10.0, 4, 0.0, model="toy", batch_size=1, total_steps=200)]
@@ -155,7 +135,7 @@ def test_the_wait_bound_needs_aging(profiles):
                       total_steps=100 + (37 * i) % 300) for i in range(60)]
     no_aging = get_policy("fgs", max_wait_s=1e9, max_wait_ratio=1e9, promote_floor_s=60.0,
                           min_run_s=60.0)
-    res = simulate(load_cluster(f"{nodes}x{per_node}:16384"), jobs, profiles, no_aging,
+    res = simulate(load_cluster(f"{nodes}x{per_node}:16384"), jobs, toy_profiles, no_aging,
                    SimConfig(tick_s=TICK, seed=1))
     waited = {r.id: r.waited_s for r in res.records}
-    assert waited["wide"] > wait_bound(fgs_for_tests(), jobs, profiles)
+    assert waited["wide"] > wait_bound(fgs_for_tests(), jobs, toy_profiles)
