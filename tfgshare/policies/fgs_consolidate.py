@@ -226,8 +226,7 @@ class ConsolidateMixin:
         return False
 
     def _may_consolidate(self, h: JobView) -> bool:
-        # RoomMixin.movable(h, 1), one call less
-        return h.num_gpus == 1 and h.id not in self.acted and self._may_move(h, 1)[0]
+        return h.num_gpus == 1 and self.movable(h, 1)
 
     def _restore(self, before: dict) -> None:
         """Put these GPUs' uses back as they were (exactly: no sums undone in floats)."""
