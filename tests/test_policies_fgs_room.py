@@ -14,8 +14,9 @@ from tfgshare.sim.engine import simulate
 @pytest.fixture
 def checked(monkeypatch):
     """Every kept pick is compared with the plain scan of the same round; counts what was kept."""
-    seen = {"picks": 0, "kept": 0, "gangs": 0, "timed": 0}
+    seen = {"picks": 0, "kept": 0, "gangs": 0, "timed": 0, "retimed": 0}
     kept, start = fgs_room.RoomMixin.cheapest_kept, fgs_room_kept.ClearIndex.start
+    retimed = fgs_room.retimed
 
     def both(self, k, need, util):
         got = kept(self, k, need, util)
@@ -28,10 +29,16 @@ def checked(monkeypatch):
 
     def counted(self, k, job):
         got = start(self, k, job)
-        seen["kept"] += len(self.up) - len(got[1])   # GPUs whose steps were read as kept
+        seen["kept"] += len(self.up) - len(got[1])   # GPUs whose steps were not worked out anew
+        return got
+
+    def counted_retimed(*args):
+        got = retimed(*args)
+        seen["retimed"] += got is not None   # steps brought to now, not worked out anew
         return got
 
     monkeypatch.setattr(fgs_room.RoomMixin, "cheapest_kept", both)
+    monkeypatch.setattr(fgs_room, "retimed", counted_retimed)
     monkeypatch.setattr(fgs_room_kept.ClearIndex, "start", counted)
     return seen
 
@@ -72,4 +79,5 @@ def test_the_kept_costs_are_read_and_cover_gangs_and_waits_that_fall(toy_profile
                    SimConfig(tick_s=30.0, seed=2))
     assert len(res.records) == len(jobs)
     assert checked["picks"] > 20 and checked["gangs"] > 0 and checked["timed"] > 0
+    assert checked["retimed"] > 0, "no timed GPU's steps were brought to a later time"
     assert checked["kept"] > checked["picks"], "costs were priced again, not kept"

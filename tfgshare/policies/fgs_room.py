@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 
 from .base import Action, ClusterSnapshot, JobState, JobView, Migrate, Start, Suspend
-from .fgs_room_kept import ClearIndex, RoomIndex, clear_cost_from, frac_on
+from .fgs_room_kept import ClearIndex, RoomIndex, clear_cost_from, frac_on, retimed
 from .fgs_round import BANDS, util_of
 from .interference import room_for
 from .placement import (EPS, MIN_FRACTION, exclusive_fraction, reserve_fraction,
@@ -197,7 +197,8 @@ class RoomMixin:
         kept per gang size and its cost per job size; both are worked out
         again only for the GPUs whose tenants changed since they were last
         read, or that have a tenant still inside its minimum run (whose wait
-        falls with time); the others hold as they were.
+        falls with time: their steps are brought to now from their clocks);
+        the others hold as they were.
         """
         cluster, pol, gpus = self.cluster, self.pol, self.free.gpus
         layout = (pol.room_key(), pol.max_cotenants, pol.slowdown_cap,
@@ -210,22 +211,30 @@ class RoomMixin:
                                                         self.free.order)
         index.now = self.now
         by_mem = {mem: need(g) for mem, g in index.reps.items()}
-        steps, redo_steps, redo, new = index.start(
+        kept, redo_steps, redo, new = index.start(
             k, (k, tuple(sorted(by_mem.items())), util))
-        timed = index.current_steps.timed
+        steps, clocks, now = kept.steps, kept.clocks, self.now
+        for gid in [g for g in clocks if g not in redo_steps]:
+            got = retimed(gid, steps[gid], clocks[gid], now)
+            if got is None:   # the tenants' order changed: worked out again
+                redo_steps.add(gid)
+            elif got[1] is None:
+                steps[gid] = got[0]
+                del clocks[gid]
+            else:
+                steps[gid], clocks[gid] = got
         if redo_steps:
-            ready, holders, may_move = self.readiness(k), self.holders, self._may_move
+            ready = self.readiness(k)
             for gid in redo_steps:
-                steps[gid] = self.clear_steps(gid, ready)
-                timed.discard(gid)
-                for h in holders.get(gid, ()):
-                    movable, ever = may_move(h, k)
-                    if ever and not movable:   # inside its minimum run: its wait falls with time
-                        timed.add(gid)
-                        break
-        if not new and timed:
-            redo = redo | timed
-        index.current.timed = set(timed)
+                got = steps[gid] = self.clear_steps(gid, ready)
+                clock = self.clock(got, k, ready)
+                if clock is None:
+                    clocks.pop(gid, None)
+                else:
+                    clocks[gid] = clock
+        if not new and clocks:
+            redo = redo | clocks.keys()
+        index.current.timed = set(clocks)
         cap = pol.max_cotenants
         if new:   # every up GPU, sorted at once
             index.fill((gid, clear_cost_from(steps[gid], by_mem[g.memory_mb], util, cap))
@@ -235,6 +244,23 @@ class RoomMixin:
             if g is not None:   # else on a down node (not in this layout's up GPUs)
                 index.put(gid, clear_cost_from(steps[gid], by_mem[g.memory_mb], util, cap))
         return index.pick(k, cluster)
+
+    def clock(self, steps: tuple, k: int, ready) -> tuple | None:
+        """What ``retimed`` needs to bring a GPU's ``clear_steps`` (gang size ``k``) to a
+        later time: (each tenant's wait, in the steps' order; (place, last start, minimum
+        run) of each tenant inside its minimum run), or None if there is none such."""
+        moves = steps[3]
+        if not moves:
+            return None
+        hs = moves[0][5]
+        timers = []
+        for i, h in enumerate(hs):
+            movable, ever = self._may_move(h, k)
+            if ever and not movable:   # inside its minimum run: its wait falls with time
+                timers.append((i, h.last_start, self.pol.min_run(h)))
+        if not timers:
+            return None
+        return tuple(ready(h) for h in hs), tuple(timers)
 
     def clear_steps(self, gid: str, ready) -> tuple:
         """What ``clear_cost`` reads of ``gid``, whatever the job's fraction and utilisation.

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_left, insort
 
 from sortedcontainers import SortedList
 
@@ -140,10 +141,12 @@ class ClearIndex:
     movable now stays movable while its view holds, and every other tenant's
     wait is fixed by its view. So a cost holds until its GPU's tenants change
     (the memo adds those GPUs to ``stale``), except on the GPUs with such a
-    tenant (``timed``), priced again each time they are read. Costs are kept
-    for the ``KEEP`` job sizes read last (the promoted job first in line can
-    change back and forth), each sorted as ``_pick_gpus`` sorts them, overall
-    and per node, so a pick reads the cheapest instead of sorting every GPU.
+    tenant (``timed``): their steps are brought to the read's time from their
+    clocks (``retimed``, the same sums on the same numbers) and their costs
+    priced again. Costs are kept for the ``KEEP`` job sizes read last (the
+    promoted job first in line can change back and forth), each sorted as
+    ``_pick_gpus`` sorts them, overall and per node (lists kept sorted by
+    bisection), so a pick reads the cheapest instead of sorting every GPU.
     """
 
     KEEP = 4
@@ -166,7 +169,7 @@ class ClearIndex:
     def start(self, k: int, job: tuple) -> tuple:
         """Begin a read for a job of this size: (the GPUs' steps for gang size ``k``,
         the GPUs whose steps to work out again, the GPUs whose costs to work out again
-        but for those with a tenant inside its minimum run, whether the costs are new)."""
+        but for those timed now, whether the costs are new)."""
         if self.stale:
             for got in (*self.kept.values(), *self.steps.values()):
                 got.stale |= self.stale
@@ -174,9 +177,9 @@ class ClearIndex:
         steps = self.steps.get(k)
         if steps is None:
             steps = self.steps[k] = KeptSteps()
-            redo_steps = self.up.keys()
+            redo_steps = set(self.up)
         else:
-            redo_steps = steps.stale | steps.timed
+            redo_steps = steps.stale
             steps.stale = set()
         kept = self.kept
         got = kept.pop(job, None)
@@ -191,7 +194,7 @@ class ClearIndex:
         if len(kept) > self.KEEP:
             del kept[next(iter(kept))]
         self.current, self.current_steps = got, steps
-        return steps.steps, redo_steps, redo, new
+        return steps, redo_steps, redo, new
 
     def fill(self, costs) -> None:
         """Keep ``clear_cost``'s answers (GPU, cost or None) for new costs of every up GPU."""
@@ -202,34 +205,39 @@ class ClearIndex:
                 new = k.costs[gid] = (c[0], c[1], order[gid], gid, c[2])
                 nodes.setdefault(up[gid].node, []).append(new[:4])
                 if c[0] == 0 and c[1] <= 1:
-                    k.one_now.add((new[2], gid))
-        k.all = SortedList(c for cs in nodes.values() for c in cs)
-        k.by_node = {node: SortedList(cs) for node, cs in nodes.items()}
+                    k.one_now.append((new[2], gid))
+        k.all = sorted(c for cs in nodes.values() for c in cs)
+        k.by_node = {node: sorted(cs) for node, cs in nodes.items()}
+        k.one_now.sort()
         k.dirty = set(nodes)
 
     def put(self, gid: str, c: tuple | None) -> None:
         """Keep ``clear_cost``'s answer for this GPU (None: it cannot be cleared)."""
         k = self.current
         old = k.costs.pop(gid, None)
+        if c is not None:
+            new = (c[0], c[1], self.order[gid], gid, c[2])
+            if old is not None and old[0] == c[0] and old[1] == c[1]:
+                k.costs[gid] = new   # sorted as before: only its tenants' views are new
+                return
         node = self.up[gid].node
         if old is not None:
-            k.all.remove(old[:4])
-            k.by_node[node].remove(old[:4])
+            _remove(k.all, old[:4])
+            _remove(k.by_node[node], old[:4])
             k.dirty.add(node)
             if old[0] == 0 and old[1] <= 1:
-                k.one_now.remove((old[2], gid))
+                _remove(k.one_now, (old[2], gid))
         if c is None:
             return
-        new = (c[0], c[1], self.order[gid], gid, c[2])
         k.costs[gid] = new
-        k.all.add(new[:4])
+        insort(k.all, new[:4])
         got = k.by_node.get(node)
         if got is None:
-            got = k.by_node[node] = SortedList()
-        got.add(new[:4])
+            got = k.by_node[node] = []
+        insort(got, new[:4])
         k.dirty.add(node)
         if c[0] == 0 and c[1] <= 1:
-            k.one_now.add((new[2], gid))
+            insort(k.one_now, (new[2], gid))
 
     def pick(self, n: int, cluster: ClusterSnapshot) -> list | None:
         """What ``_pick_gpus`` picks from the scan of every GPU (see ``cheapest``), ``n`` GPUs."""
@@ -245,13 +253,13 @@ class ClearIndex:
         for node in k.dirty:
             old = k.scores.pop(node, None)
             if old is not None:
-                k.best.remove((old, node))
+                _remove(k.best, (old, node))
             cs = k.by_node.get(node)
             if cs is not None and len(cs) >= n:
                 pick = cs[:n]
                 score = (max(c[0] for c in pick), sum(c[1] for c in pick), pick[0][2])
                 k.scores[node] = score
-                k.best.add((score, node))
+                insort(k.best, (score, node))
         k.dirty = set()
         if k.best:
             return [costs[c[3]] for c in k.by_node[k.best[0][1]][:n]]
@@ -269,23 +277,65 @@ class KeptSteps:
 
     def __init__(self) -> None:
         self.stale: set[str] = set()        # GPUs whose tenants changed since last read
-        self.timed: set[str] = set()        # GPUs with a tenant inside its minimum run
         self.steps: dict[str, tuple] = {}
+        # GPUs with a tenant inside its minimum run -> their clocks (``RoomMixin.clock``)
+        self.clocks: dict[str, tuple] = {}
 
 
 class KeptCosts:
-    """One job size's kept clear costs (see ``ClearIndex``)."""
+    """One job size's kept clear costs (see ``ClearIndex``); the lists are kept sorted."""
 
     def __init__(self) -> None:
         self.stale: set[str] = set()        # GPUs whose tenants changed since last read
         self.timed: set[str] = set()        # GPUs with a tenant inside its minimum run
         self.costs: dict[str, tuple] = {}   # GPU -> (wait, moves, order, GPU, tenants)
-        self.all = SortedList()             # every cost's (wait, moves, order, GPU)
-        self.by_node: dict[str, SortedList] = {}
-        self.one_now = SortedList()         # (place, GPU) of those one move clears now
+        self.all: list = []                 # every cost's (wait, moves, order, GPU)
+        self.by_node: dict[str, list] = {}
+        self.one_now: list = []             # (place, GPU) of those one move clears now
         self.dirty: set[str] = set()        # nodes whose costs changed since the last pick
         self.scores: dict[str, tuple] = {}  # node -> score of its cheapest (pick's gang size)
-        self.best = SortedList()            # (score, node)
+        self.best: list = []                # (score, node)
+
+
+def retimed(gid: str, steps: tuple, clock: tuple, now: float) -> tuple | None:
+    """A GPU's ``clear_steps`` at ``now`` from its ``clock`` (``RoomMixin.clock``), its
+    tenants unchanged since: (steps, clock or None if no wait falls any more), or None
+    if the tenants' order (soonest ready first) changed.
+
+    The waits are ``ready_in``'s sums on the same numbers and the running
+    maxima are taken in the same order, so the steps are those ``clear_steps``
+    would give to the bit.
+    """
+    free, tenants, room, moves = steps
+    waits, timers = clock
+    waits = list(waits)
+    ticking = []
+    for i, last, min_run in timers:
+        if now - last >= min_run:   # movable now (``RoomMixin._may_move``)
+            waits[i] = 0.0
+        else:
+            waits[i] = min_run - (now - last)
+            ticking.append((i, last, min_run))
+    hs = moves[0][5]   # the tenants in the order they are moved
+    for i in range(len(hs) - 1):
+        a, b = waits[i], waits[i + 1]
+        if a > b or (a == b and (-frac_on(hs[i], gid), hs[i].id)
+                     > (-frac_on(hs[i + 1], gid), hs[i + 1].id)):
+            return None
+    out, wait = [], 0.0
+    for (fr, left, util_room, _, n, _), w in zip(moves, waits):
+        wait = max(wait, w)   # a lone tenant's wait w is never -0.0: max(0.0, w) is w
+        out.append((fr, left, util_room, wait, n, hs))
+    return (free, tenants, room, tuple(out)), ((tuple(waits), tuple(ticking)) if ticking
+                                               else None)
+
+
+def _remove(items: list, x) -> None:
+    """Take ``x`` out of the sorted list ``items`` (it must be there)."""
+    i = bisect_left(items, x)
+    if i == len(items) or items[i] != x:
+        raise KeyError(x)
+    del items[i]
 
 
 def clear_cost_from(steps: tuple, f: float, util: float, cap: int):
