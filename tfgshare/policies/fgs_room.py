@@ -86,10 +86,12 @@ class RoomMixin:
 
     def ready_in(self, holder: JobView, size: int) -> float:
         """Seconds until this tenant's room could be had: 0 if it may move now."""
-        if self.movable(holder, size):
-            return 0.0
-        if self.evictable(holder, size):
-            return self.pol.min_run(holder) - (self.now - holder.last_start)
+        if holder.id not in self.acted:
+            movable, evictable = self._may_move(holder, size)   # (``movable``, ``evictable``)
+            if movable:
+                return 0.0
+            if evictable:
+                return self.pol.min_run(holder) - (self.now - holder.last_start)
         if holder.state is not JobState.RUNNING:
             return 1.0   # sampling or suspending: gone soon, but not movable
         left = remaining_s(holder)
@@ -237,12 +239,13 @@ class RoomMixin:
         index.current.timed = set(clocks)
         cap = pol.max_cotenants
         if new:   # every up GPU, sorted at once
-            index.fill((gid, clear_cost_from(steps[gid], by_mem[g.memory_mb], util, cap))
-                       for gid, g in gpus.items())
+            index.fill(((gid, clear_cost_from(steps[gid], by_mem[g.memory_mb], util, cap))
+                        for gid, g in gpus.items()), clocks)
         for gid in () if new else redo:
             g = gpus.get(gid)
             if g is not None:   # else on a down node (not in this layout's up GPUs)
-                index.put(gid, clear_cost_from(steps[gid], by_mem[g.memory_mb], util, cap))
+                index.put(gid, clear_cost_from(steps[gid], by_mem[g.memory_mb], util, cap),
+                          gid in clocks)
         return index.pick(k, cluster)
 
     def clock(self, steps: tuple, k: int, ready) -> tuple | None:
@@ -289,12 +292,14 @@ class RoomMixin:
             h = hs[0]
             return (free, tenants, room, ((free + frac_on(h, gid) + r, 0, math.inf,
                                            ready(h), 1, hs),))
-        hs = sorted(hs, key=lambda h: (ready(h), -frac_on(h, gid), h.id))
+        # clear_cost's order (the ids differ, so the views are never compared)
+        keyed = sorted([(ready(h), -frac_on(h, gid), h.id, h) for h in hs])
+        hs = [key[3] for key in keyed]
         out = []
         wait, left, total = 0.0, tenants, use.util
-        for i, h in enumerate(hs):
-            wait = max(wait, ready(h))
-            free += frac_on(h, gid) + r
+        for i, (t, neg_f, _, h) in enumerate(keyed):
+            wait = max(wait, t)
+            free += -neg_f + r   # -(-f) is f to the bit
             left -= 1
             total -= util_of(h)
             n = use.tenants - (i + 1)

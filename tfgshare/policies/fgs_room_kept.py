@@ -196,13 +196,17 @@ class ClearIndex:
         self.current, self.current_steps = got, steps
         return steps, redo_steps, redo, new
 
-    def fill(self, costs) -> None:
-        """Keep ``clear_cost``'s answers (GPU, cost or None) for new costs of every up GPU."""
+    def fill(self, costs, timed) -> None:
+        """Keep ``clear_cost``'s answers (GPU, cost or None) for new costs of every up GPU
+        (those of the ``timed`` GPUs are kept out of the sorted lists)."""
         k, up, order = self.current, self.up, self.order
         nodes: dict[str, list] = {}
         for gid, c in costs:
             if c is not None:
                 new = k.costs[gid] = (c[0], c[1], order[gid], gid, c[2])
+                if gid in timed:
+                    k.loose.add(gid)
+                    continue
                 nodes.setdefault(up[gid].node, []).append(new[:4])
                 if c[0] == 0 and c[1] <= 1:
                     k.one_now.append((new[2], gid))
@@ -211,25 +215,31 @@ class ClearIndex:
         k.one_now.sort()
         k.dirty = set(nodes)
 
-    def put(self, gid: str, c: tuple | None) -> None:
-        """Keep ``clear_cost``'s answer for this GPU (None: it cannot be cleared)."""
+    def put(self, gid: str, c: tuple | None, timed: bool) -> None:
+        """Keep ``clear_cost``'s answer for this GPU (None: it cannot be cleared); a
+        ``timed`` GPU's (priced again at every read) is kept out of the sorted lists."""
         k = self.current
         old = k.costs.pop(gid, None)
-        if c is not None:
-            new = (c[0], c[1], self.order[gid], gid, c[2])
-            if old is not None and old[0] == c[0] and old[1] == c[1]:
-                k.costs[gid] = new   # sorted as before: only its tenants' views are new
-                return
+        new = None if c is None else (c[0], c[1], self.order[gid], gid, c[2])
         node = self.up[gid].node
         if old is not None:
-            _remove(k.all, old[:4])
-            _remove(k.by_node[node], old[:4])
-            k.dirty.add(node)
-            if old[0] == 0 and old[1] <= 1:
-                _remove(k.one_now, (old[2], gid))
-        if c is None:
+            if gid in k.loose:
+                k.loose.remove(gid)
+            elif new is not None and not timed and old[0] == c[0] and old[1] == c[1]:
+                k.costs[gid] = new   # sorted as before: only its tenants' views are new
+                return
+            else:
+                _remove(k.all, old[:4])
+                _remove(k.by_node[node], old[:4])
+                k.dirty.add(node)
+                if old[0] == 0 and old[1] <= 1:
+                    _remove(k.one_now, (old[2], gid))
+        if new is None:
             return
         k.costs[gid] = new
+        if timed:
+            k.loose.add(gid)
+            return
         insort(k.all, new[:4])
         got = k.by_node.get(node)
         if got is None:
@@ -240,16 +250,25 @@ class ClearIndex:
             insort(k.one_now, (new[2], gid))
 
     def pick(self, n: int, cluster: ClusterSnapshot) -> list | None:
-        """What ``_pick_gpus`` picks from the scan of every GPU (see ``cheapest``), ``n`` GPUs."""
+        """What ``_pick_gpus`` picks from the scan of every GPU (see ``cheapest``), ``n`` GPUs.
+
+        The sorted lists' cheapest are merged with the timed GPUs' costs.
+        """
         k, up = self.current, self.up
         costs = k.costs
         if len(costs) < n:
             return None
+        loose = [costs[gid][:4] for gid in k.loose]
         if n == 1:   # the scan stops at the first GPU one move clears now
+            now = [(c[2], c[3]) for c in loose if c[0] == 0 and c[1] <= 1]
             if k.one_now:
-                return [costs[k.one_now[0][1]]]
-            return [costs[k.all[0][3]]]
-        # per node with n candidates: its n cheapest and their score, kept by score
+                now.append(k.one_now[0])
+            if now:
+                return [costs[min(now)[1]]]
+            if k.all:
+                loose.append(k.all[0])
+            return [costs[min(loose)[3]]]
+        # per node with n candidates in the lists: its n cheapest and their score, kept by score
         for node in k.dirty:
             old = k.scores.pop(node, None)
             if old is not None:
@@ -261,10 +280,24 @@ class ClearIndex:
                 k.scores[node] = score
                 insort(k.best, (score, node))
         k.dirty = set()
-        if k.best:
-            return [costs[c[3]] for c in k.by_node[k.best[0][1]][:n]]
+        mixed: dict[str, list] = {}   # node -> its timed GPUs' costs
+        for c in loose:
+            mixed.setdefault(up[c[3]].node, []).append(c)
+        best = None   # (score, the n cheapest of its node)
+        for score, node in k.best:
+            if node not in mixed:
+                best = (score, k.by_node[node][:n])
+                break
+        for node, cs in mixed.items():
+            pick = sorted(cs + k.by_node.get(node, [])[:n])[:n]
+            if len(pick) >= n:
+                score = (max(c[0] for c in pick), sum(c[1] for c in pick), pick[0][2])
+                if best is None or score < best[0]:
+                    best = (score, pick)
+        if best:
+            return [costs[c[3]] for c in best[1]]
         chosen = []
-        for c in k.all:
+        for c in heapq.merge(k.all, sorted(loose)):
             if cluster.spans_onto(up[c[3]].node):
                 chosen.append(costs[c[3]])
                 if len(chosen) == n:
@@ -289,7 +322,8 @@ class KeptCosts:
         self.stale: set[str] = set()        # GPUs whose tenants changed since last read
         self.timed: set[str] = set()        # GPUs with a tenant inside its minimum run
         self.costs: dict[str, tuple] = {}   # GPU -> (wait, moves, order, GPU, tenants)
-        self.all: list = []                 # every cost's (wait, moves, order, GPU)
+        self.loose: set[str] = set()        # GPUs whose costs are not in the lists (timed)
+        self.all: list = []                 # every other cost's (wait, moves, order, GPU)
         self.by_node: dict[str, list] = {}
         self.one_now: list = []             # (place, GPU) of those one move clears now
         self.dirty: set[str] = set()        # nodes whose costs changed since the last pick
