@@ -1,11 +1,14 @@
 """fgs's kept clear costs (``fgs_room_kept.ClearIndex``) pick exactly what pricing every GPU picks."""
 
+import math
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from philly.jobs import TraceJob
 from tfgshare.policies import fgs_room, fgs_room_kept
+from tfgshare.policies.base import GPU, ClusterSnapshot
 from tfgshare.policies.registry import get_policy
 from tfgshare.sim.cluster import load_cluster
 from tfgshare.sim.config import SimConfig
@@ -14,7 +17,7 @@ from tfgshare.sim.engine import simulate
 @pytest.fixture
 def checked(monkeypatch):
     """Every kept pick is compared with the plain scan of the same round; counts what was kept."""
-    seen = {"picks": 0, "kept": 0, "gangs": 0, "timed": 0, "retimed": 0}
+    seen = {"picks": 0, "kept": 0, "gangs": 0, "timed": 0, "retimed": 0, "merged": 0}
     kept, start = fgs_room.RoomMixin.cheapest_kept, fgs_room_kept.ClearIndex.start
     retimed = fgs_room.retimed
 
@@ -25,6 +28,8 @@ def checked(monkeypatch):
         seen["picks"] += 1
         seen["gangs"] += k > 1
         seen["timed"] += bool(self.memo.indexes["clear"].current.timed)
+        # a gang's pick that merged timed GPUs' costs (kept apart) with the sorted ones
+        seen["merged"] += k > 1 and bool(self.memo.indexes["clear"].current.loose)
         return got
 
     def counted(self, k, job):
@@ -80,4 +85,47 @@ def test_the_kept_costs_are_read_and_cover_gangs_and_waits_that_fall(toy_profile
     assert len(res.records) == len(jobs)
     assert checked["picks"] > 20 and checked["gangs"] > 0 and checked["timed"] > 0
     assert checked["retimed"] > 0, "no timed GPU's steps were brought to a later time"
+    assert checked["merged"] > 0, "no gang's pick merged timed GPUs' costs"
     assert checked["kept"] > checked["picks"], "costs were priced again, not kept"
+
+
+@st.composite
+def cost_updates(draw):
+    nodes, per = draw(st.integers(1, 4)), draw(st.sampled_from([1, 2, 4]))
+    gpus = tuple(GPU(f"n{i}:{j}", f"n{i}", j, 16384) for i in range(nodes) for j in range(per))
+    some = st.tuples(st.sampled_from([0.0, 0.0, 1.0, 5.0, math.inf]), st.integers(0, 2),
+                     st.just(()))
+    cost = st.one_of(st.none(), some, some)   # (wait, moves, tenants) or None: not clearable
+    rounds = draw(st.lists(st.dictionaries(st.sampled_from([g.id for g in gpus]),
+                                           st.tuples(cost, st.booleans())),
+                           min_size=1, max_size=6))
+    gang = draw(st.one_of(st.none(), st.frozensets(st.sampled_from([f"n{i}" for i in
+                                                                    range(nodes)]))))
+    return gpus, rounds, draw(st.integers(1, len(gpus))), gang
+
+
+@settings(max_examples=300, deadline=None)
+@given(case=cost_updates())
+def test_kept_costs_timed_apart_pick_what_sorting_every_cost_picks(case):
+    # each round changes some GPUs' costs, timed (kept out of the sorted lists) or not
+    gpus, rounds, n, gang = case
+    up = {g.id: g for g in gpus}
+    order = {g.id: i for i, g in enumerate(gpus)}
+    cluster = ClusterSnapshot(gpus, gang_nodes=gang)
+    index = fgs_room_kept.ClearIndex((), gpus, up, order)
+    now = {gid: None for gid in up}
+    for i, changes in enumerate(rounds):
+        index.start(n, ("job",))
+        now.update((gid, c) for gid, (c, _) in changes.items())
+        if i == 0:
+            index.fill(now.items(), {gid for gid, (_, timed) in changes.items() if timed})
+        else:
+            for gid, (c, timed) in changes.items():
+                index.put(gid, c, timed)
+        scan = []   # cheapest's scan of every GPU, in cluster order
+        for gid, c in now.items():
+            if c is not None:
+                scan.append((c[0], c[1], order[gid], gid, c[2]))
+                if n == 1 and c[0] == 0 and c[1] <= 1:
+                    break
+        assert index.pick(n, cluster) == fgs_room._pick_gpus(scan, n, up, cluster)

@@ -146,7 +146,9 @@ class ClearIndex:
     priced again. Costs are kept for the ``KEEP`` job sizes read last (the
     promoted job first in line can change back and forth), each sorted as
     ``_pick_gpus`` sorts them, overall and per node (lists kept sorted by
-    bisection), so a pick reads the cheapest instead of sorting every GPU.
+    bisection), so a pick reads the cheapest instead of sorting every GPU;
+    the timed GPUs' costs, new at every read, are kept apart and merged in
+    at the pick.
     """
 
     KEEP = 4
