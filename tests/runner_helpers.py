@@ -30,9 +30,10 @@ def checkpoint_values(path: str) -> dict[str, np.ndarray]:
             if not any(skip in key for skip in SKIP_KEYS)}
 
 
-def assert_same_state(path_a: str, path_b: str) -> None:
-    """Both checkpoints hold the same variables with allclose values."""
+def assert_same_state(path_a: str, path_b: str, exact: bool = False) -> None:
+    """Both checkpoints hold the same variables with allclose (or, ``exact``, equal) values."""
     a, b = checkpoint_values(path_a), checkpoint_values(path_b)
     assert sorted(a) == sorted(b)
-    differ = [k for k in a if not np.allclose(a[k], b[k], rtol=1e-5, atol=1e-6)]
+    same = np.array_equal if exact else lambda x, y: np.allclose(x, y, rtol=1e-5, atol=1e-6)
+    differ = [k for k in a if not same(a[k], b[k])]
     assert not differ, f"{len(differ)} variables differ, e.g. {differ[:3]}"

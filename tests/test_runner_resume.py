@@ -15,7 +15,6 @@ pytest.importorskip("tensorflow")
 
 from runner_helpers import assert_same_state, checkpoint_values, small_config  # noqa: E402
 
-from tfgshare.runner import main as runner  # noqa: E402
 from tfgshare.runner import protocol as rp  # noqa: E402
 from tfgshare.runner.graph_file import GRAPH_FILE  # noqa: E402
 
@@ -76,14 +75,11 @@ def test_suspend_by_max_steps_or_signal_then_resume_in_new_processes(tmp_path, g
         for config in (by_steps, by_signal):
             (Path(config.train_dir) / GRAPH_FILE).unlink()
     second_steps, second_signal = start(by_steps), start(by_signal)
-
-    # meanwhile, in this process, the same jobs without a stop
-    straight_steps = runner.train(small_config(tmp_path / "a", optimizer="momentum",
-                                               max_number_of_steps=9))
-    straight_signal = runner.train(small_config(tmp_path / "b", optimizer="adam",
-                                                max_number_of_steps=k + 5))
-
-    for proc in (second_steps, second_signal):
+    # meanwhile, in new processes too, the same jobs without a stop
+    straight_steps = small_config(tmp_path / "a", optimizer="momentum", max_number_of_steps=9)
+    straight_signal = small_config(tmp_path / "b", optimizer="adam", max_number_of_steps=k + 5)
+    runs = [second_steps, second_signal, start(straight_steps), start(straight_signal)]
+    for proc in runs:
         code, out = finish(proc)
         assert code == rp.EXIT_OK, out
     resumed = [e for e in rp.iter_events(by_signal.events_file) if e["event"] == "started"][-1]
@@ -96,8 +92,11 @@ def test_suspend_by_max_steps_or_signal_then_resume_in_new_processes(tmp_path, g
     resumed_signal = runner_checkpoint_latest(by_signal.train_dir)
     assert resumed_steps.endswith("model.ckpt-9")
     assert resumed_signal.endswith(f"model.ckpt-{k + 5}")
-    assert_same_state(straight_steps.checkpoint, resumed_steps)
-    assert_same_state(straight_signal.checkpoint, resumed_signal)
+    # bit for bit: the same flags and threads give the same arithmetic, built or imported
+    assert_same_state(runner_checkpoint_latest(straight_steps.train_dir), resumed_steps,
+                      exact=True)
+    assert_same_state(runner_checkpoint_latest(straight_signal.train_dir), resumed_signal,
+                      exact=True)
     values = checkpoint_values(resumed_signal)
     assert any(key.endswith("Adam_1/.ATTRIBUTES/VARIABLE_VALUE") for key in values)
     assert any("beta1_power" in key for key in values)
@@ -131,3 +130,18 @@ def runner_checkpoint_latest(train_dir: str) -> str:
     from tfgshare.runner.checkpoint import latest_checkpoint
 
     return latest_checkpoint(train_dir)
+
+
+def test_threads_not_in_effect_in_a_process_whose_devices_exist_are_warned_about(tmp_path):
+    # the runner makes the process's devices with the job's threads; an in-process caller
+    # whose TensorFlow made them already (here with its default threads) is told
+    config = small_config(tmp_path / "w", max_number_of_steps=2)
+    code = ("import sys, tensorflow as tf; tf.constant(1.0) + 1\n"
+            "from tfgshare.runner import main\nfrom tfgshare.runner.config import parse_args\n"
+            "main.train(parse_args(sys.argv[1:]))")
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": PYTHONPATH}
+    done = subprocess.run([sys.executable, "-c", code, *config.to_argv()], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr
+    assert "not in effect: intra_op_threads 1 (made with 0)" in done.stderr
+    assert "inter_op_threads 1 (made with 0)" in done.stderr

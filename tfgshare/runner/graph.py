@@ -324,6 +324,40 @@ def light_graph_passes(proto: "tf.compat.v1.ConfigProto") -> None:
     options.meta_optimizer_iterations = rewriter.ONE
 
 
+def make_devices(config: TrainConfig) -> str | None:
+    """Make this process's TensorFlow devices with ``session_config(config)``'s options;
+    None, or why the devices already made differ from them.
+
+    The first to make the devices fixes the process's CPU thread pools and GPU allocators,
+    and tracing a tf.data function makes them through the eager context with TensorFlow's
+    default options. Left to that, a graph built in the process and the same graph
+    imported from its file would run with different thread counts (and round
+    differently), and on a GPU the eager context would map the whole memory, not the
+    job's fraction. So the eager context is given the session's options and made first.
+    """
+    from tensorflow.python.eager import context
+
+    proto = session_config(config)
+    ctx = context.context()
+    if not ctx._initialized:   # noqa: SLF001 (no public setter for the whole ConfigProto)
+        ctx._config = proto    # noqa: SLF001
+        ctx.ensure_initialized()
+        return None
+    made = ctx.config
+    differs = [f"{name} {want} (made with {have})" for name, want, have in (
+        ("intra_op_threads", proto.intra_op_parallelism_threads,
+         made.intra_op_parallelism_threads),
+        ("inter_op_threads", proto.inter_op_parallelism_threads,
+         made.inter_op_parallelism_threads),
+        ("memory_fraction", proto.gpu_options.per_process_gpu_memory_fraction,
+         made.gpu_options.per_process_gpu_memory_fraction)) if want != have
+        and (name != "memory_fraction" or tf.config.list_physical_devices("GPU"))]
+    if differs:
+        return ("this process's TensorFlow devices were made earlier: not in effect: "
+                + ", ".join(differs))
+    return None
+
+
 def session_config(config: TrainConfig) -> "tf.compat.v1.ConfigProto":
     """The ConfigProto a job's session runs with: its GPU memory fraction, threads, and
     on a CPU-only process the grappler passes of ``CPU_GRAPH_PASSES``."""

@@ -143,6 +143,11 @@ def train(config: TrainConfig, on_event: Callable[[dict], None] | None = None,
     sink = EventSink(config.events_file, on_event, config.job_id)
     Path(config.train_dir).mkdir(parents=True, exist_ok=True)
     with _op_determinism(config.deterministic):
+        from tfgshare.runner import graph as runner_graph
+
+        not_applied = runner_graph.make_devices(config)
+        if not_applied:
+            _warn(sink, not_applied)
         if config.in_gang:
             from tfgshare.runner import replicas
             return replicas.train_member(config, sink, stop_event)
