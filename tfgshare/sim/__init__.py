@@ -5,6 +5,7 @@ Modules: ``profiles`` (model costs), ``cluster`` (cluster specs), ``colocation``
 ``workload`` (trace jobs with models), ``job`` (a job's state, a run's result,
 admission), ``engine`` (the event loop), ``costs`` (what an attempt costs),
 ``forecast`` (the coordinator's predictions from simulated measurements),
+``live_window`` (what those predictions read of the oldest live jobs, kept incrementally),
 ``invariants`` (the self-check), ``plots`` and ``cli`` (``tfgshare simulate``).
 Nothing here imports TensorFlow.
 """

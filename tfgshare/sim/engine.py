@@ -47,11 +47,13 @@ from .costs import AttemptCosts
 from .forecast import forecast_step_s, sharing_beside
 from .invariants import check_invariants
 from .job import SimJob, SimResult, SimulationError, admit
+from .live_window import LiveWindow
 from .profiles import Profiles
 
 END, READY = 0, 1          # event kinds: a run reaches its target; a start-up stall ends
 EPS = 1e-9
 UNSAMPLED = (JobState.QUEUED, JobState.SAMPLING)   # jobs still to sample
+WAITING = frozenset(s for s in JobState if s.waiting)
 OOM_OVERSHOOT = 0.02   # a job that runs out of memory is measured this far past its fragment
 
 
@@ -107,6 +109,7 @@ class Simulator:
         wall0 = time.perf_counter()
         jobs, n = self.jobs, len(self.jobs)
         self.live: dict[str, SimJob] = {}
+        self.window = LiveWindow(n)             # what the forecast reads of the oldest live jobs
         self.views = JobSet()                   # the policy's view of each live job
         new_memo = getattr(self.policy, "new_memo", None)
         self.memo = new_memo() if new_memo is not None else None   # the policy's, ours to keep
@@ -142,8 +145,8 @@ class Simulator:
                 self.wake = math.inf
                 changed = True
             while i < n and jobs[i].submit_time <= t:
-                self._arrive(jobs[i])
                 i += 1
+                self._arrive(jobs[i - 1], i)
                 changed = True
             while heap and heap[0][0] <= t:
                 _, _, kind, job, tag = heapq.heappop(heap)
@@ -181,10 +184,12 @@ class Simulator:
 
     # ---- events ------------------------------------------------------------
 
-    def _arrive(self, job: SimJob) -> None:
+    def _arrive(self, job: SimJob, position: int) -> None:
         job.begin_wait(job.submit_time)
         self.unsampled += 1   # it is QUEUED
         self.live[job.id] = job
+        job.position = position
+        self.window.join(position)
         self.dirty[job] = None
         self.n_waiting += 1
 
@@ -196,6 +201,7 @@ class Simulator:
             self._release(job)
             self._set_state(job, JobState.FINISHED)
             del self.live[job.id]
+            self.window.leave(job.position)
             job.end(now)
             self.records.append(JobRecord.of(job.id, job.num_gpus, job, now))
             self.views.drop(job.id)
@@ -230,6 +236,7 @@ class Simulator:
         # then its steps alone at the co-location it is expected to see
         restart = self.forecast.restart_s(job.model, job.restart_s or 0.0)   # a resume next
         job.measured_step_s = forecast_step_s(self, job, restart)
+        self._note_window(job)
         job.note_prediction(predict_remaining_s(job.total_steps - job.steps,
                                                 job.measured_step_s, 1, restart), now)
 
@@ -237,6 +244,15 @@ class Simulator:
         """Change its state, counting the jobs not yet sampled (queued or sampling)."""
         self.unsampled += (state in UNSAMPLED) - (job.state in UNSAMPLED)
         job.state = state
+        self._note_window(job)
+
+    def _note_window(self, job: SimJob) -> None:
+        """Tell the live window what ``job`` contributes now (as ``forecast`` reads it)."""
+        if job.position:
+            waiting = job.sample is not None and job.state in WAITING
+            step = job.measured_step_s
+            self.window.note(job.position, waiting, None if step is None else
+                             max(0.0, job.total_steps - job.steps) * step)
 
     def _to_waiting(self, job: SimJob, state: JobState) -> None:
         self._set_state(job, state)

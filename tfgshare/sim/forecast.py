@@ -62,17 +62,13 @@ def after_sampling(sim: "Simulator", job: SimJob, run_s: float) -> float:
     """How much slower than alone ``job`` is expected to run once newcomers stop
     sampling (as the live coordinator's ``_after_sampling``): the jobs waiting and
     their predicted run times, the policy's packing, the GPUs."""
-    waiting, runs = sim.unsampled, []
-    for other in islice(sim.live.values(), AHEAD_SCAN):
-        if other is not job and other.sample is not None and other.state.waiting:
-            waiting += 1
-            if other.measured_step_s is not None:
-                runs.append(max(0.0, other.total_steps - other.steps) * other.measured_step_s)
+    waiting, measured, runs_s = sim.window.read(AHEAD_SCAN, job.position)
+    waiting += sim.unsampled
     node_units = 1
     if sim.forecast.spill and job.fragments:   # never measured here: no spare runners
         node = next(g.node for g in sim.cluster.gpus if g.id == job.fragments[0].gpu)
         node_units = sum(1 for g in sim.cluster.gpus if g.node == node)
     return sim.forecast.after_sampling(job.sample.gpu_util if job.sample else 1.0, run_s,
                                        waiting, sim.cluster.num_gpus, node_units,
-                                       sum(runs) / len(runs) if runs else None, sim.policy,
+                                       runs_s / measured if measured else None, sim.policy,
                                        gpu_overhead(sim.policy))

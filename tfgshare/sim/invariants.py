@@ -33,3 +33,25 @@ def check_invariants(sim: "Simulator") -> None:
     if sim.n_holding != len({jid for jid in seen}):
         raise SimulationError(f"{sim.n_holding} jobs counted as holding GPUs, "
                               f"{len(seen)} found")
+    _check_window(sim)
+
+
+def _check_window(sim: "Simulator") -> None:
+    """The live window's counts and run sum are those of a scan of the oldest live jobs."""
+    from itertools import islice
+
+    from tfgshare.policies.prediction import AHEAD_SCAN
+
+    waiting = measured = 0
+    runs = 0.0
+    for j in islice(sim.live.values(), AHEAD_SCAN):
+        if j.sample is not None and j.state.waiting:
+            waiting += 1
+            if j.measured_step_s is not None:
+                measured += 1
+                runs += max(0.0, j.total_steps - j.steps) * j.measured_step_s
+    w, m, r = sim.window.read(AHEAD_SCAN, 0)
+    if (w, m) != (waiting, measured) or abs(r - runs) > 1e-6 * max(1.0, runs):
+        raise SimulationError(f"live window at t={sim.now}: {w} waiting, {m} measured, "
+                              f"{r:.3f} s of runs; a scan finds {waiting}, {measured}, "
+                              f"{runs:.3f} s")

@@ -64,6 +64,7 @@ class SimJob(JobAccount):
     min_memory_mb: float = 0.0    # measured when it ran out of memory (JobView.min_memory_mb)
     version: int = 0              # bumps whenever its scheduled END becomes stale
     view_version: int = 0         # bumps whenever a new view is built
+    position: int = 0             # arrival order, from 1 (0: not arrived)
 
 
 @dataclass
