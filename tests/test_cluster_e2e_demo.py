@@ -67,3 +67,15 @@ def test_demo_command_line(args, code, words):
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == code
     assert words in done.stdout + done.stderr
+
+
+@pytest.mark.timeout(600)
+def test_the_demo_runs_to_its_end_and_the_policy_moves_a_long_job():
+    # what `make demo` runs, as a user runs it: a coordinator, an agent and real TF-Slim
+    # training; it succeeds only if every job finished and fgs made a move by itself
+    done = subprocess.run([sys.executable, "-m", "tfgshare.cli", "demo", "--plain",
+                           "--timeout", "500"], capture_output=True, text=True, timeout=580)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-3000:]
+    assert "demo done" in out and "suspend (policy fgs)" in out, out[-3000:]
+    assert "policy actions refused: 0" in out

@@ -36,10 +36,14 @@ from tfgshare.schema import JobSpec
 NODE = "node1"
 # model, image size, batch, steps: small enough for a 2-core CPU. Two long jobs take
 # the two virtual GPUs (each one CPU core: a job that keeps its core busy leaves no
-# room beside it); a short job comes once both run and must wait behind them.
+# room beside it); a short job comes once both run and must wait behind them. The long
+# jobs must outlast the short one's promotion: it waits its promote floor (10 moves'
+# measured cost: about 30 s on a busy 2-core machine) after sampling, which comes about
+# 28 s into the demo; at 1,500 / 1,200 steps they finished first (about 45 s) and the demo
+# showed no move. These run about 95 s there, and the demo takes about 105 s.
 LONG = [
-    ("lenet", None, 8, 1500),
-    ("cifarnet", None, 8, 1200),
+    ("lenet", None, 8, 4500),
+    ("cifarnet", None, 8, 3600),
 ]
 SHORT = ("lenet", None, 8, 150)
 SHORT_AFTER_S = 15.0   # submitted this long after both long jobs run
