@@ -40,6 +40,7 @@ from tfgshare.policies.base import (ClusterSnapshot, Fragment, JobState, JobView
 from tfgshare.policies.jobset import JobSet
 from tfgshare.policies.movecost import move_cost_s
 from tfgshare.policies.prediction import ColocationForecast, predict_remaining_s, solo_step_s
+from tfgshare.policies.queueing import WAITING
 
 from .cluster import SimCluster
 from .config import SimConfig
@@ -53,7 +54,6 @@ from .profiles import Profiles
 END, READY = 0, 1          # event kinds: a run reaches its target; a start-up stall ends
 EPS = 1e-9
 UNSAMPLED = (JobState.QUEUED, JobState.SAMPLING)   # jobs still to sample
-WAITING = frozenset(s for s in JobState if s.waiting)
 OOM_OVERSHOOT = 0.02   # a job that runs out of memory is measured this far past its fragment
 
 
