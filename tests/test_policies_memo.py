@@ -315,7 +315,8 @@ def test_fgs_walk_by_size_bucket_passes_over_big_jobs(toy_profiles, monkeypatch)
     from tfgshare.policies import fgs_queues
     drops = []
     drop = fgs_queues.SizedWalk.drop
-    monkeypatch.setattr(fgs_queues.SizedWalk, "drop", lambda self: (drops.append(1), drop(self)))
+    monkeypatch.setattr(fgs_queues.SizedWalk, "drop",
+                        lambda self, *a: (drops.append(1), drop(self, *a)))
     # one 8 GB GPU: a few small jobs, then a queue of big ones that cannot share it
     jobs = [TraceJob(f"s{i}", 10.0 * i, 1, 0.0, model="toy", batch_size=1, total_steps=400)
             for i in range(3)]
@@ -325,3 +326,49 @@ def test_fgs_walk_by_size_bucket_passes_over_big_jobs(toy_profiles, monkeypatch)
     res = simulate(load_cluster("1x1:8192"), jobs, toy_profiles, pol, SimConfig(tick_s=30.0, seed=2))
     assert len(res.records) == len(jobs)
     assert drops, "no size bucket was passed over: the test no longer exercises the walk"
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10_000), nodes=st.sampled_from(["2x2:8192", "1x4:16384", "2x4:8192"]))
+def test_fgs_walk_passes_over_gangs_as_the_queue_walk(seed, nodes, toy_profiles):
+    # long queues of gangs and single-GPU jobs: gangs that too few GPUs have room
+    # for are passed over (and their buckets dropped) without a search
+    import random
+    rng = random.Random(seed)
+    jobs = [TraceJob(f"j{i}", rng.uniform(0, 3000), rng.choice([1, 2, 2, 4]), 0.0, model="toy",
+                     batch_size=rng.choice([1, 2, 3]), total_steps=rng.randint(50, 900))
+            for i in range(40)]
+    pol = FullSearch(get_policy("fgs", max_wait_s=900.0, promote_floor_s=30.0, min_run_s=30.0))
+    res = simulate(load_cluster(nodes), jobs, toy_profiles, pol, SimConfig(tick_s=30.0, seed=2))
+    assert len(res.records) == len(jobs)
+    assert pol.rounds > 0
+
+
+def test_fgs_walk_searches_no_gang_that_too_few_gpus_have_room_for(monkeypatch):
+    from tfgshare.policies.builders import make_cluster, make_job
+    from tfgshare.policies.fgs_round import RoundBase
+    failed = {True: [], False: []}   # shortcuts -> gangs whose search failed
+    place = RoundBase.place
+
+    def counted(self, job, sample_only=False, size=None):
+        ok = place(self, job, sample_only, size)
+        if not ok and job.num_gpus > 1:
+            failed[self.pol.shortcuts].append(job.id)
+        return ok
+    monkeypatch.setattr(RoundBase, "place", counted)
+    # three GPUs nearly full, one with room for one gang member: no 2-GPU gang fits
+    running = [make_job(f"x{i}", on={f"n0:{i}": 0.9 if i < 3 else 0.4}, memory_mb=1000,
+                        gpu_util=0.2, last_start=95.0) for i in range(4)]
+    waiting = [make_job("big", submit=90, state=JobState.SAMPLED, memory_mb=15000,
+                        total_steps=10)]
+    waiting += [make_job(f"g{i}", submit=90, gpus=2, state=JobState.SAMPLED, memory_mb=4000,
+                         gpu_util=0.2, total_steps=100 + i) for i in range(20)]
+    waiting += [make_job("small", submit=90, state=JobState.SAMPLED, memory_mb=2000,
+                         gpu_util=0.2, total_steps=500)]
+    pol = FullSearch(get_policy("fgs"))
+    views = JobSet(running + waiting).frozen()
+    got = pol.decide(100.0, make_cluster(1, 4), views, pol.new_memo())
+    assert [a.job for a in got] == ["small"]
+    assert len(failed[False]) == 20, "the full search no longer tries every gang"
+    assert failed[True] == []

@@ -166,3 +166,29 @@ def test_total_free_is_the_exact_sum_whatever_the_order_of_changes(steps):
     want = math.fsum([sum(empty)] + gains)
     assert fm.total_free() == want
     assert FreeMap(c, [], max_tenants=4, use=fm.use).total_free() == want   # built afresh
+
+
+@given(st.lists(st.tuples(st.integers(0, 5), st.sampled_from([0.1, 0.2, 0.3, 0.05, 0.45]),
+                          st.sampled_from([0.2, 0.5, 1.0])), max_size=30),
+       st.integers(1, 7), st.sampled_from([None, 0, 5, 12, 20]),
+       st.floats(0.0, 1.0, allow_nan=False))
+def test_kth_free_says_whether_k_gpus_fit_as_count_fitting_does(takes, k, band, f):
+    # the walk passes over a k-GPU gang by kth_free; gang_place's first check is count_fitting
+    from tfgshare.policies.fgs_queues import BANDS
+    from tfgshare.policies.interference import room_for
+    from tfgshare.policies.placement import EPS
+
+    def bands(u):
+        room = room_for(u.tenants, u.util, 1.5, 0.05)
+        return -1 if room < 0 else (BANDS if room >= 1.0 else int(room * BANDS))
+    c = make_cluster(2, 3)
+    fm = FreeMap(c, [], max_tenants=4, band=bands, empty_band=BANDS)
+    for i, frac, util in takes:
+        gid = c.gpus[i].id
+        if fm.free(gid) >= frac:
+            fm.take([(gid, frac)], util)
+        assert (fm.count_fitting(f, band) >= k) == (fm.kth_free(k, band) >= f - EPS)
+    copy = fm.copy()   # a copy's answers are its own once either changes
+    copy.take([(c.gpus[0].id, 0.01)], 0.1)
+    assert (copy.count_fitting(f, band) >= k) == (copy.kth_free(k, band) >= f - EPS)
+    assert (fm.count_fitting(f, band) >= k) == (fm.kth_free(k, band) >= f - EPS)

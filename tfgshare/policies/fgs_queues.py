@@ -27,13 +27,14 @@ BANDS = 20       # steps of utilisation room by which GPUs are indexed for searc
 SIZE_STEPS = 32  # a size bucket holds the jobs whose fraction is in [i, i + 1) / SIZE_STEPS
 
 
-def size_bucket(f: float, u: float) -> tuple[int, int]:
-    """The bucket of a job of fraction ``f`` and utilisation ``u``: (fraction step, band).
+def size_bucket(f: float, u: float, k: int) -> tuple[int, int, int]:
+    """The bucket of a ``k``-GPU job of fraction ``f`` and utilisation ``u``:
+    (fraction step, band, gang size).
 
     The band is the one a round searches for the job (``fgs_round``).
     """
     step = 1 << 30 if f == math.inf else int(f * SIZE_STEPS)
-    return step, (BANDS if u >= 1.0 else int(max(0.0, u) * BANDS))
+    return step, (BANDS if u >= 1.0 else int(max(0.0, u) * BANDS)), k
 
 
 class FgsMemo(Memo):
@@ -63,7 +64,7 @@ class FgsMemo(Memo):
         self.ordinary = SortedList()        # (remaining or inf, submit, id): all others
         self.fs = SortedList()              # (fraction, id) of those
         self.us = SortedList()              # (utilisation, id) of those
-        self.sized: dict[tuple[int, int], SortedList] = {}   # size_bucket -> their keys
+        self.sized: dict[tuple[int, int, int], SortedList] = {}   # size_bucket -> their keys
         self.promoted = SortedList()        # (submit, id): waited past their bound
         self.pending: list = []             # heap (about when promoted, id, view)
         self.near: dict[str, JobView] = {}  # due, but not past the bound yet to the bit
@@ -106,7 +107,7 @@ class FgsMemo(Memo):
                 self.ordinary.remove(key)
                 self.fs.remove((size[0], jid))
                 self.us.remove((size[1], jid))
-                name = size_bucket(*size)
+                name = size_bucket(*size, had[0].num_gpus)
                 bucket = self.sized[name]
                 bucket.remove(key)
                 if not bucket:
@@ -134,7 +135,7 @@ class FgsMemo(Memo):
         self.ordinary.add(key)
         self.fs.add((size[0], jid))
         self.us.add((u, jid))
-        name = size_bucket(*size)
+        name = size_bucket(*size, new.num_gpus)
         bucket = self.sized.get(name)
         if bucket is None:
             bucket = self.sized[name] = SortedList()
@@ -224,8 +225,8 @@ class SizedWalk:
 
     Yields (view, size) as iterating ``ordinary`` does (jobs in ``skip`` left
     out). While a job is the current one, ``floor`` is a lower bound on the
-    fraction of every job in its bucket (a little low, never high), and
-    ``drop()`` passes over the rest of that bucket. Until the first drop it
+    fraction of every job in its bucket (a little low, never high; all of them
+    have its band and gang size), and ``drop()`` passes over the rest of that bucket. Until the first drop it
     walks ``ordinary`` itself, so a round that stops early (a full cluster)
     costs O(1), not one step per bucket.
     """
@@ -234,10 +235,18 @@ class SizedWalk:
         self.memo, self.skip = memo, skip
         self.floor = -math.inf
         self._dropped = False
+        self._hopeless = None
 
-    def drop(self) -> None:
-        """Pass over the rest of the current job's bucket."""
+    def drop(self, hopeless=None) -> None:
+        """Pass over the rest of the current job's bucket.
+
+        ``hopeless(name)``: whether every job of that bucket would be passed
+        over as this one was, from now to the end of the walk (the free room
+        only shrinks in it); such buckets are left out of the merge at once.
+        """
         self._dropped = True
+        if hopeless is not None:
+            self._hopeless = hopeless
 
     def __iter__(self):
         info, skip = self.memo.info, self.skip
@@ -246,7 +255,7 @@ class SizedWalk:
             if jid in skip:
                 continue
             had = info[jid]
-            name = size_bucket(*had[3])
+            name = size_bucket(*had[3], had[0].num_gpus)
             self._dropped = False
             self.floor = name[0] / SIZE_STEPS - 1e-9
             yield had[0], had[3]
@@ -257,9 +266,10 @@ class SizedWalk:
     def _merged(self, after: tuple, dropped: tuple):
         """The rest of the walk past ``after``, bucket by bucket, ``dropped`` left out."""
         info, skip = self.memo.info, self.skip
+        hopeless = self._hopeless
         heap = []
         for name, bucket in self.memo.sized.items():
-            if name != dropped:
+            if name != dropped and (hopeless is None or not hopeless(name)):
                 it = bucket.irange(minimum=after, inclusive=(False, True))
                 first = next(it, None)
                 if first is not None:

@@ -13,7 +13,7 @@ import math
 from typing import TYPE_CHECKING, Callable, Collection, Iterable, Sequence
 
 from .base import Action, ClusterSnapshot, JobView, Start
-from .fgs_queues import BANDS, FgsMemo, Rest, SizedWalk
+from .fgs_queues import BANDS, SIZE_STEPS, FgsMemo, Rest, SizedWalk
 from .interference import room_for
 from .placement import EPS, FreeMap, GpuUse, exclusive_fraction, fraction_for, to_fragments
 
@@ -171,9 +171,13 @@ class RoundBase:
         ``rest`` knows the smallest size among the jobs not yet passed.
         ``on_fail(job)`` runs for a job that did not fit and says whether it
         may still change the cluster for later jobs (then the scan goes on).
-        ``jobs`` may be a ``SizedWalk``: once ``on_fail`` is done, a bucket
-        whose every job is bigger than any room its band could search is
-        passed over whole (each would be skipped; the stop checks this leaves
+        Once ``on_fail`` is done, a job bigger than any room its band could
+        search is passed over, and so (``shortcuts``) is a ``k``-GPU gang for
+        which fewer than ``k`` GPUs have the room (``FreeMap.kth_free``: the
+        first check of its search). ``jobs`` may be a ``SizedWalk``: then a
+        bucket whose every job would be passed over so is passed over whole,
+        and from the first such bucket on, every bucket already so is left
+        out (the room only shrinks in the walk; the stop checks this leaves
         out only stop a walk that could place nothing more).
         """
         if self.rep is None:   # GPU sizes differ: no cheap checks
@@ -187,10 +191,19 @@ class RoundBase:
         last = None   # (version, f, u) of the last break check that found room
         passed = rest.passed
         walk = jobs if isinstance(jobs, SizedWalk) else None
+        # a gang that fewer than its size of GPUs have room for is passed over too
+        gangs = self.pol.shortcuts and not sample_only
+
+        def hopeless(name: tuple[int, int, int]) -> bool:
+            """Whether every job of this size bucket is passed over below (``SizedWalk``)."""
+            step, band, k = name
+            floor = step / SIZE_STEPS - 1e-9   # as SizedWalk.floor
+            return floor > free.max_free(band) + EPS or (
+                gangs and k > 1 and free.kth_free(k, band) < floor - EPS)
         for job, size in jobs:
             passed(job.id)
             f, u = size
-            if quiet:   # the cheap first check of place(), inline
+            if quiet:   # the cheap first checks of place(), inline
                 if free.version != version:
                     version, tops = free.version, {}
                 band = None if sample_only else (BANDS if u >= 1.0 else int(max(0.0, u)
@@ -198,14 +211,22 @@ class RoundBase:
                 top = tops.get(band)
                 if top is None:
                     top = tops[band] = free.max_free(band)
+                k = job.num_gpus
                 if f > top + EPS:
+                    drop = walk is not None and walk.floor > top + EPS
+                elif gangs and k > 1 and free.kth_free(k, band) < f - EPS:
+                    # gang_place's first check fails: not k GPUs with room f in its bands
+                    drop = walk is not None and free.kth_free(k, band) < walk.floor - EPS
+                else:
+                    drop = None
+                if drop is not None:
                     q = (version, *rest.smallest())
                     if q != last:
                         if not self.fits_somewhere(q[1], q[2]):
                             break
                         last = q
-                    if walk is not None and walk.floor > top + EPS:
-                        walk.drop()   # every job of its bucket is as big: each skipped here
+                    if drop:   # every job of its bucket is as big: each skipped here
+                        walk.drop(hopeless)
                     continue
             if self.place(job, sample_only, size):
                 continue

@@ -8,6 +8,9 @@ list of actions with :func:`tfgshare.policies.validate.validate`.
 
 from __future__ import annotations
 
+import heapq
+import itertools
+import math
 from bisect import bisect_left, insort
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
@@ -213,6 +216,7 @@ class FreeMap:
         self.closed: set[str] = set()   # GPUs reserved for the rest of this plan
         self.version = 0                # bumped on every change, for callers' caches
         self._max_free: tuple[int, dict] = (-1, {})   # (version, min_band -> max free)
+        self._kth: tuple[int, dict] = (-1, {})   # (version, (k, min_band) -> k-th most free)
         self._total: tuple[int, float] = (-1, 0.0)    # (version, total_free())
         self._exact: int | None = None   # total_free() times _ONE, exact (kept once asked)
         self._touched: dict[str, int] = {}   # GPUs changed since: their part of _exact
@@ -256,6 +260,7 @@ class FreeMap:
         c.use = dict(self.use)
         c.closed = set(self.closed)
         c._max_free = (-1, {})
+        c._kth = (-1, {})
         c._band = dict(self._band)
         c._free = dict(self._free)
         c._touched = dict(self._touched)
@@ -350,6 +355,22 @@ class FreeMap:
         for mem, _, keys in self._searched(min_band):
             n += len(keys) - bisect_left(keys, (need(self._rep[mem]) - EPS,))
         return n
+
+    def kth_free(self, k: int, min_band: int | None = None) -> float:
+        """The ``k``-th largest free room among the open GPUs searched (-inf: fewer than ``k``).
+
+        For one GPU size: ``count_fitting(f, min_band) >= k`` exactly when this
+        is at least ``f - EPS``.
+        """
+        if self._kth[0] != self.version:
+            self._kth = (self.version, {})
+        memo = self._kth[1]
+        got = memo.get((k, min_band))
+        if got is None:
+            tops = heapq.nlargest(k, itertools.chain.from_iterable(
+                keys[-k:] for _, _, keys in self._searched(min_band)))
+            got = memo[(k, min_band)] = tops[-1][0] if len(tops) == k else -math.inf
+        return got
 
     def best_fit(self, need: float | Need, exclude: Iterable[str] = (),
                  ok: Callable[[str], bool] | None = None,
