@@ -55,6 +55,7 @@ class FgsMemo(Memo):
         # per-GPU indexes of the tenants (fgs_room, fgs_consolidate), by name; each
         # has a ``stale`` set of the GPUs whose tenants' views changed since it was read
         self.indexes: dict[str, object] = {}
+        self.far: str | None = None         # the promoted job whose room was last out of reach
         self._clear()
 
     def _clear(self) -> None:

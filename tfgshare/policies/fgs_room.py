@@ -144,7 +144,13 @@ class RoomMixin:
         need, util = self.need(job, sample_only), util_of(job)
         if (self.pol.shortcuts and not self.actions and not self.acted
                 and not self.free.closed):
+            # out of reach last time: the bound (O(changed GPUs)) first, then the pick
+            memo = self.memo
+            if memo.far == job.id and self.out_of_reach(job, need):
+                return
             chosen = self.cheapest_kept(job.num_gpus, need, util)
+            memo.far = job.id if (chosen is None or max(c[0] for c in chosen)
+                                  > self.pol.reserve_horizon_s) else None
         else:
             if self.out_of_reach(job, need):
                 return
