@@ -78,13 +78,14 @@ class RoomIndex:
                 stale.add(gid)
         pol = self.pol
         for gid in stale:
-            old = rooms.pop(gid, None)
-            if old is not None:
-                by_mem.remove((old[0], gid))
-                by_calm.remove((old[1], gid))
+            old = rooms.get(gid)
             g = self.gpus.get(gid)
             hs = holders.get(gid)
             if g is None or not hs:
+                if old is not None:
+                    del rooms[gid]
+                    by_mem.remove((old[0], gid))
+                    by_calm.remove((old[1], gid))
                 continue
             r = reserve_fraction(g, self.reserve)
             u = use.get(gid)
@@ -105,9 +106,13 @@ class RoomIndex:
                 calm = -math.inf
             else:
                 calm = room_for(left, left_util, pol.slowdown_cap, pol.interference_overhead)
-            rooms[gid] = (mem, calm)
-            by_mem.add((mem, gid))
-            by_calm.add((calm, gid))
+            if old != (mem, calm):   # else sorted as before (a tenant's view changed, not its room)
+                if old is not None:
+                    by_mem.remove((old[0], gid))
+                    by_calm.remove((old[1], gid))
+                rooms[gid] = (mem, calm)
+                by_mem.add((mem, gid))
+                by_calm.add((calm, gid))
             for t in later:
                 heapq.heappush(moments, (t, gid, (mem, calm)))
         stale.clear()
