@@ -372,3 +372,26 @@ def test_fgs_walk_searches_no_gang_that_too_few_gpus_have_room_for(monkeypatch):
     assert [a.job for a in got] == ["small"]
     assert len(failed[False]) == 20, "the full search no longer tries every gang"
     assert failed[True] == []
+
+
+def test_fgs_consolidation_stops_once_too_few_tries_are_left_for_a_gang(monkeypatch):
+    from tfgshare.policies.builders import make_cluster, make_job
+    from tfgshare.policies.fgs_consolidate import CONSOLIDATE_TRIES, ConsolidateMixin
+    tries = {True: 0, False: 0}   # shortcuts -> GPUs a consolidation tried to clear
+    clear = ConsolidateMixin._clear_by_migration
+
+    def counted(self, *a, **kw):
+        tries[self.pol.shortcuts] += 1
+        return clear(self, *a, **kw)
+    monkeypatch.setattr(ConsolidateMixin, "_clear_by_migration", counted)
+    # 16 GPUs, each with one busy tenant that no other GPU is calm enough to take:
+    # there is room in all (total free room), but every try fails
+    running = [make_job(f"x{i}", on={f"n{i // 8}:{i % 8}": 0.3}, memory_mb=4000,
+                        gpu_util=0.9, last_start=0.0) for i in range(16)]
+    gang = make_job("gang", submit=9000, gpus=8, state=JobState.SAMPLED, memory_mb=14000,
+                    gpu_util=0.2)
+    pol = FullSearch(get_policy("fgs"))
+    views = JobSet(running + [gang]).frozen()
+    assert pol.decide(9100.0, make_cluster(2, 8), views, pol.new_memo()) == []
+    assert tries[False] == CONSOLIDATE_TRIES + 8, "the full search no longer tries them all"
+    assert tries[True] == CONSOLIDATE_TRIES + 1   # then 7 tries are left for 8 GPUs

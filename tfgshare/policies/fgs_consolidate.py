@@ -5,11 +5,12 @@ tenants of the GPUs nearest to fitting it (at most ``CONSOLIDATE_TRIES`` more
 than the gang needs) are tentatively migrated into other GPUs' free room,
 smallest first; the moves are kept only if the whole gang then fits.
 
-Two shortcuts skip work whose answer is known (``Fgs.shortcuts``; the
+Shortcuts skip work whose answer is known (``Fgs.shortcuts``; the
 full search decides the same, ``tests/test_policies_memo.py``): the memo's
 ``MovableIndex`` keeps, per GPU, from when one of its single-GPU tenants may
-move, so GPUs none of whose tenants may move yet are not scanned; and a try
-that would not make room even with every movable tenant gone is not made.
+move, so GPUs none of whose tenants may move yet are not scanned; a try
+that would not make room even with every movable tenant gone is not made;
+and no try is made once too few are left to clear the GPUs a gang still misses.
 """
 
 from __future__ import annotations
@@ -88,9 +89,13 @@ class ConsolidateMixin:
         plan: list[tuple[JobView, list[tuple[str, float]]]] = []
         saved: dict[str, GpuUse | None] = {}   # each GPU's use before this call changed it
         self._nowhere = {}
-        for gid, hs in itertools.islice(cands(), CONSOLIDATE_TRIES + k):
+        tries = CONSOLIDATE_TRIES + k
+        for gid, hs in itertools.islice(cands(), tries):
             if len(chosen) == k:
                 break
+            if self.pol.shortcuts and len(chosen) + tries < k:
+                break   # too few tries left to clear the GPUs still missing: it fails
+            tries -= 1
             got = self._clear_by_migration(gid, need(self.free.gpus[gid]) if one is None else one,
                                            util, chosen, hs)
             if got is None:
