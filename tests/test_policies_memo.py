@@ -219,6 +219,30 @@ def test_fgs_promotion_is_a_timed_event_at_the_bound():
     assert not pol.starving(waiter, 1999.999) and pol.starving(waiter, 2000.001)
 
 
+def test_fgs_wakes_at_the_moment_a_job_due_but_not_past_its_bound_passes_it():
+    # a million seconds in, the promotion's early margin is about a second: woken
+    # then, the job is due but not past its bound, and the next wake is the moment
+    # it passes it (not the next microsecond, which a caller would step through)
+    from tfgshare.policies.builders import make_cluster, make_job
+
+    t0 = 1e6
+    cluster = make_cluster(1, 1, 16000)
+    runner = make_job("run", t0, on={"n0:0": 0.98}, memory_mb=15000, total_steps=10 ** 6,
+                      last_start=t0)
+    waiter = make_job("w", t0, state=JobState.SAMPLED, memory_mb=15000, step_time_s=1.0,
+                      total_steps=1000)
+    pol = get_policy("fgs")
+    memo = pol.new_memo()
+    jobs = JobSet([runner, waiter])
+    pol.decide(t0 + 100.0, cluster, jobs, memo)
+    due = pol.wake_at(t0 + 100.0, memo)
+    assert t0 + 2000.0 - 2.0 < due < t0 + 2000.0 - 0.5
+    pol.decide(due, cluster, jobs, memo)
+    assert not pol.starving(waiter, due)
+    again = pol.wake_at(due, memo)
+    assert t0 + 2000.0 - 1e-6 <= again <= t0 + 2000.0 + 1e-6
+
+
 def test_with_no_tick_the_simulator_decides_when_fgs_promotes(toy_profiles):
     # two long jobs that cannot share the GPU: after sampling, one runs for about
     # 2,000 s; the other waits until its wait passes 900 s and is promoted

@@ -158,17 +158,25 @@ class FgsMemo(Memo):
         heapq.heappush(self.pending, (due, jid, new))
 
     def next_promotion(self, now: float) -> float | None:
-        """About when the next waiting job is promoted (never late), or None."""
-        if self.near:
-            return now
+        """About when the next waiting job is promoted (never late), or None.
+
+        A job already due but not past its bound to the bit (``near``) passes
+        it at ``b + (bound - a)``: that moment, not ``now`` (a caller that
+        wakes a step after ``now`` would otherwise wake at every step until then).
+        """
+        best = None
+        for jid in self.near:
+            a, b, bound = self.info[jid][4]
+            t = b + (bound - a)
+            best = t if best is None else min(best, t)
         pending, info = self.pending, self.info
         while pending:
             due, jid, view = pending[0]
             had = info.get(jid)
             if had is not None and had[0] is view:
-                return due
+                return due if best is None else min(best, due)
             heapq.heappop(pending)   # that view is gone
-        return None
+        return best
 
     def promote_until(self, now: float) -> None:
         """Move the jobs whose wait has passed their bound by ``now`` to ``promoted``."""
