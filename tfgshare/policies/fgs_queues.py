@@ -235,9 +235,9 @@ class SizedWalk:
     Yields (view, size) as iterating ``ordinary`` does (jobs in ``skip`` left
     out). While a job is the current one, ``floor`` is a lower bound on the
     fraction of every job in its bucket (a little low, never high; all of them
-    have its band and gang size), and ``drop()`` passes over the rest of that bucket. Until the first drop it
-    walks ``ordinary`` itself, so a round that stops early (a full cluster)
-    costs O(1), not one step per bucket.
+    have its band and gang size), and ``drop()`` passes over the rest of that
+    bucket. Until the first drop it walks ``ordinary`` itself, so a round that
+    stops early (a full cluster) costs O(1), not one step per bucket.
     """
 
     def __init__(self, memo: FgsMemo, skip: set[str]):
