@@ -187,46 +187,35 @@ class RoundBase:
             return
         free = self.free
         quiet = on_fail is None   # on_fail said False once: it does nothing more
-        version, tops = -1, {}
         last = None   # (version, f, u) of the last break check that found room
         passed = rest.passed
         walk = jobs if isinstance(jobs, SizedWalk) else None
-        # a gang that fewer than its size of GPUs have room for is passed over too
         gangs = self.pol.shortcuts and not sample_only
 
+        def passed_over(f: float, band: int | None, k: int) -> bool:
+            """Whether a ``k``-GPU job of fraction ``f`` fails ``place()``'s first checks now."""
+            return f > free.max_free(band) + EPS or (
+                gangs and k > 1 and free.kth_free(k, band) < f - EPS)
+
         def hopeless(name: tuple[int, int, int]) -> bool:
-            """Whether every job of this size bucket is passed over below (``SizedWalk``)."""
+            """Whether every job of this size bucket is passed over (``SizedWalk``)."""
             step, band, k = name
-            floor = step / SIZE_STEPS - 1e-9   # as SizedWalk.floor
-            return floor > free.max_free(band) + EPS or (
-                gangs and k > 1 and free.kth_free(k, band) < floor - EPS)
+            return passed_over(step / SIZE_STEPS - 1e-9, band, k)   # its floor, as SizedWalk's
         for job, size in jobs:
             passed(job.id)
             f, u = size
             if quiet:   # the cheap first checks of place(), inline
-                if free.version != version:
-                    version, tops = free.version, {}
                 band = None if sample_only else (BANDS if u >= 1.0 else int(max(0.0, u)
                                                                             * BANDS))
-                top = tops.get(band)
-                if top is None:
-                    top = tops[band] = free.max_free(band)
                 k = job.num_gpus
-                if f > top + EPS:
-                    drop = walk is not None and walk.floor > top + EPS
-                elif gangs and k > 1 and free.kth_free(k, band) < f - EPS:
-                    # gang_place's first check fails: not k GPUs with room f in its bands
-                    drop = walk is not None and free.kth_free(k, band) < walk.floor - EPS
-                else:
-                    drop = None
-                if drop is not None:
-                    q = (version, *rest.smallest())
+                if passed_over(f, band, k):
+                    q = (free.version, *rest.smallest())
                     if q != last:
                         if not self.fits_somewhere(q[1], q[2]):
                             break
                         last = q
-                    if drop:   # every job of its bucket is as big: each skipped here
-                        walk.drop(hopeless)
+                    if walk is not None and passed_over(walk.floor, band, k):
+                        walk.drop(hopeless)   # every job of its bucket is passed over too
                     continue
             if self.place(job, sample_only, size):
                 continue
