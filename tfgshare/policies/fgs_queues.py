@@ -37,6 +37,11 @@ def size_bucket(f: float, u: float, k: int) -> tuple[int, int, int]:
     return step, (BANDS if u >= 1.0 else int(max(0.0, u) * BANDS)), k
 
 
+def bucket_floor(name: tuple[int, int, int]) -> float:
+    """A lower bound on the fraction of every job in this size bucket (a little low, never high)."""
+    return name[0] / SIZE_STEPS - 1e-9
+
+
 class FgsMemo(Memo):
     """fgs's state between rounds: the tenants, a plan-ready FreeMap and the waiting queues.
 
@@ -266,7 +271,7 @@ class SizedWalk:
             had = info[jid]
             name = size_bucket(*had[3], had[0].num_gpus)
             self._dropped = False
-            self.floor = name[0] / SIZE_STEPS - 1e-9
+            self.floor = bucket_floor(name)
             yield had[0], had[3]
             if self._dropped:
                 yield from self._merged(key, name)
@@ -289,7 +294,7 @@ class SizedWalk:
             jid = key[2]
             if jid not in skip:
                 self._dropped = False
-                self.floor = name[0] / SIZE_STEPS - 1e-9
+                self.floor = bucket_floor(name)
                 had = info[jid]
                 yield had[0], had[3]
                 if self._dropped:

@@ -13,7 +13,7 @@ import math
 from typing import TYPE_CHECKING, Callable, Collection, Iterable, Sequence
 
 from .base import Action, ClusterSnapshot, JobView, Start
-from .fgs_queues import BANDS, SIZE_STEPS, FgsMemo, Rest, SizedWalk
+from .fgs_queues import BANDS, FgsMemo, Rest, SizedWalk, bucket_floor
 from .interference import room_for
 from .placement import EPS, FreeMap, GpuUse, exclusive_fraction, fraction_for, to_fragments
 
@@ -199,8 +199,8 @@ class RoundBase:
 
         def hopeless(name: tuple[int, int, int]) -> bool:
             """Whether every job of this size bucket is passed over (``SizedWalk``)."""
-            step, band, k = name
-            return passed_over(step / SIZE_STEPS - 1e-9, band, k)   # its floor, as SizedWalk's
+            _, band, k = name
+            return passed_over(bucket_floor(name), band, k)
         for job, size in jobs:
             passed(job.id)
             f, u = size
