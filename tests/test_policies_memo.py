@@ -2,7 +2,7 @@
 
 import dataclasses
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from philly.jobs import TraceJob
@@ -355,6 +355,7 @@ def test_fgs_walk_by_size_bucket_passes_over_big_jobs(toy_profiles, monkeypatch)
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 10_000), nodes=st.sampled_from(["2x2:8192", "1x4:16384", "2x4:8192"]))
+@example(seed=0, nodes="2x4:8192")   # a quiet walk kept past a tenant's minimum run differs here
 def test_fgs_walk_passes_over_gangs_as_the_queue_walk(seed, nodes, toy_profiles):
     # long queues of gangs and single-GPU jobs: gangs that too few GPUs have room
     # for are passed over (and their buckets dropped) without a search
@@ -419,3 +420,52 @@ def test_fgs_consolidation_stops_once_too_few_tries_are_left_for_a_gang(monkeypa
     assert pol.decide(9100.0, make_cluster(2, 8), views, pol.new_memo()) == []
     assert tries[False] == CONSOLIDATE_TRIES + 8, "the full search no longer tries them all"
     assert tries[True] == CONSOLIDATE_TRIES + 1   # then 7 tries are left for 8 GPUs
+
+
+def test_fgs_walks_a_quiet_queue_again_only_once_a_tenant_passes_its_minimum_run(monkeypatch):
+    from tfgshare.policies.base import Migrate
+    from tfgshare.policies.builders import make_cluster, make_job
+    from tfgshare.policies.fgs_consolidate import ConsolidateMixin
+    calls = {True: [], False: []}   # shortcuts -> times a consolidation was tried
+    consolidate = ConsolidateMixin.consolidate
+
+    def counted(self, job):
+        calls[self.pol.shortcuts].append(self.now)
+        return consolidate(self, job)
+    monkeypatch.setattr(ConsolidateMixin, "consolidate", counted)
+    # two GPUs, a small tenant on each started at t=0: the waiting job fits on
+    # neither, but on one once the other takes its tenant, which may move only
+    # after its minimum run (min_run_s, 300 s: no move cost measured)
+    running = [make_job(f"x{i}", on={f"n0:{i}": 0.3}, memory_mb=4000, gpu_util=0.2,
+                        last_start=0.0) for i in range(2)]
+    big = make_job("big", submit=50, state=JobState.SAMPLED, memory_mb=12000, gpu_util=0.2)
+    pol = FullSearch(get_policy("fgs"))
+    views = JobSet(running + [big]).frozen()
+    memo = pol.new_memo()
+    c = make_cluster(1, 2)
+    for now in (100.0, 160.0, 220.0, 280.0):   # ticks: nothing changes, nothing moves
+        assert pol.decide(now, c, views, memo) == []
+    got = pol.decide(300.5, c, views, memo)
+    assert [type(a) for a in got] == [Migrate, Start] and got[1].job == "big"
+    assert calls[False] == [100.0, 160.0, 220.0, 280.0, 300.5]
+    assert calls[True] == [100.0, 300.5]   # the ticks between left the quiet walk alone
+
+
+def test_fgs_walks_a_quiet_queue_again_once_a_tenants_move_cost_is_measured():
+    from tfgshare.policies.base import Migrate
+    from tfgshare.policies.builders import make_cluster, make_job
+    # as above, but the tenants' move costs (6 s: a minimum run of 60 s) are
+    # measured at t=150, after the walk found nothing to do at t=100
+    running = [make_job(f"x{i}", on={f"n0:{i}": 0.3}, memory_mb=4000, gpu_util=0.2,
+                        last_start=0.0) for i in range(2)]
+    big = make_job("big", submit=50, state=JobState.SAMPLED, memory_mb=12000, gpu_util=0.2)
+    pol = FullSearch(get_policy("fgs"))
+    jobs = JobSet(running + [big])
+    memo = pol.new_memo()
+    c = make_cluster(1, 2)
+    assert pol.decide(100.0, c, jobs.frozen(), memo) == []
+    jobs.trim()
+    for x in running:
+        jobs.put(dataclasses.replace(x, move_cost_s=6.0))
+    got = pol.decide(150.0, c, jobs.frozen(), memo)
+    assert [type(a) for a in got] == [Migrate, Start] and got[1].job == "big"

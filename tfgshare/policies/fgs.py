@@ -45,7 +45,7 @@ from sortedcontainers import SortedList
 from tfgshare import sampling
 
 from . import movecost
-from .base import Action, ClusterSnapshot, JobView
+from .base import Action, ClusterSnapshot, JobState, JobView
 from .fgs_consolidate import ConsolidateMixin
 from .fgs_queues import FgsMemo, Rest, SizedWalk
 from .fgs_room import RoomMixin
@@ -210,7 +210,10 @@ class Fgs:
         cache = memo.free
         dirty = memo.unplanned
         memo.unplanned = set()   # taken now: updated below, or the map is rebuilt from ``use``
-        if cache is not None and cache[1] is cluster.gpus and cache[0] == key:
+        hit = cache is not None and cache[1] is cluster.gpus and cache[0] == key
+        if dirty or not hit:
+            memo.stamp += 1   # the map may differ: a quiet walk kept is void
+        if hit:
             base = cache[2]
             for gid in dirty:
                 if gid in base.gpus:
@@ -245,6 +248,7 @@ class Fgs:
                memo: "FgsMemo | None" = None) -> list[Action]:
         """Promoted jobs, then sampling, then shortest remaining first; make room as needed."""
         memo = self.new_memo() if memo is None else memo
+        memo.tenant_key = self._tenant_key
         # kept until the FreeMap takes them: a round that plans nothing must not lose them
         memo.unplanned |= memo.sync(jobs)
         rep = one_size(cluster)
@@ -298,8 +302,30 @@ class Fgs:
                                          None, set()),
                    sample_only=True, on_fail=lambda job: make_room(job, True))
         r.fill(to_sample, Rest(memo.sample_fs, None, set(skip)), sample_only=True)
+        # A walk of the shortest-first queue that placed nothing and whose
+        # consolidation failed does so again while nothing it reads has changed:
+        # the round's map (no action yet, the same reservations), the queue, the
+        # promoted jobs it leaves out, what consolidation reads of each tenant
+        # (``memo.stamp``) and which tenants are past their minimum run (none
+        # passes it before ``memo.next_expiry``). The walk reads no clock but that.
+        quiet = None
+        if self.shortcuts and not r.actions:
+            quiet = (memo.stamp, frozenset(r.free.closed), tuple(first), self)
+            kept = memo.quiet
+            if kept is not None and kept[0] == quiet and now < kept[1]:
+                return r.actions
         r.fill(ordinary, Rest(memo.fs, memo.us, set(skip)), on_fail=consolidate)
+        memo.quiet = (quiet, memo.next_expiry(now)) if quiet and not r.actions else None
         return r.actions
+
+    def _tenant_key(self, job: JobView) -> tuple | None:
+        """What consolidation reads of a tenant (None: one it never moves): its
+        fragments, last start, utilisation, and its minimum run if it may move."""
+        if job.num_gpus != 1 or job.state is not JobState.RUNNING:
+            return None
+        may = not self._overdue(job.waited_s, remaining_s(job), self.promote_floor(job))
+        return (job.fragments, job.last_start, util_of(job), may,
+                self.min_run(job) if may else None)
 
 
 class _Round(RoomMixin, ConsolidateMixin, RoundBase):

@@ -52,6 +52,8 @@ class FgsMemo(Memo):
     O(log n) that none of the jobs left could fit anywhere.
     """
 
+    tenant_key = None   # the policy's, set before each sync (kept through a reset)
+
     def reset(self) -> None:
         self.free: tuple | None = None      # (key, GPU tuple, FreeMap as the holders hold it)
         self.unplanned: set[str] = set()    # GPUs changed since ``free`` was last brought up to date
@@ -61,6 +63,13 @@ class FgsMemo(Memo):
         # has a ``stale`` set of the GPUs whose tenants' views changed since it was read
         self.indexes: dict[str, object] = {}
         self.far: str | None = None         # the promoted job whose room was last out of reach
+        # what a quiet walk reads (``Fgs.decide``): ``stamp`` is bumped whenever the free
+        # map, the shortest-first queue or a movable tenant changes; ``tenant_key(view)``
+        # (set by the policy) is what consolidation reads of a tenant, None if it moves none;
+        # ``expiries`` a heap of (about when, seq, id, view, last start, minimum run) of the
+        # tenants inside their minimum run; ``quiet`` the last walk that did nothing
+        self.stamp = 0
+        self.quiet: tuple | None = None
         self._clear()
 
     def _clear(self) -> None:
@@ -79,6 +88,9 @@ class FgsMemo(Memo):
         # job id -> (its view, running and not promoted, its minimum run): fgs_room's
         # movability, as far as the view decides it (not time)
         self.moving: dict[str, tuple[JobView, bool, float]] = {}
+        self.expiries: list[tuple] = []
+        self.pushed = 0
+        self.stamp += 1
 
     def rebuild(self, config: tuple) -> None:
         """Refill the queues from every waiting view, for these settings."""
@@ -89,6 +101,8 @@ class FgsMemo(Memo):
 
     def changed(self, jid: str, old: JobView | None, new: JobView | None) -> None:
         self.moving.pop(jid, None)
+        if (old is not None and old.fragments) or (new is not None and new.fragments):
+            self._tenant_changed(jid, old, new)
         singles = self.singles
         for v, d in ((old, -1), (new, 1)):
             if v is not None and v.num_gpus == 1 and v.state is JobState.RUNNING:
@@ -110,6 +124,7 @@ class FgsMemo(Memo):
                 self.to_sample.remove(key)
                 self.sample_fs.remove((size[0], jid))
             else:
+                self.stamp += 1
                 self.ordinary.remove(key)
                 self.fs.remove((size[0], jid))
                 self.us.remove((size[1], jid))
@@ -138,6 +153,7 @@ class FgsMemo(Memo):
         u = new.sample.gpu_util if new.sample is not None else 1.0
         size = (math.inf if rep is None else fraction_for(new, rep, headroom, reserve), u)
         key = (math.inf if left is None else left, new.submit_time, jid)
+        self.stamp += 1
         self.ordinary.add(key)
         self.fs.add((size[0], jid))
         self.us.add((u, jid))
@@ -148,6 +164,37 @@ class FgsMemo(Memo):
         bucket.add(key)
         bound = max(floor(new), cap_s if left is None else min(cap_s, ratio * left))
         self._promote_at(jid, new, (new, 1, key, size), bound)
+
+    def _tenant_changed(self, jid: str, old: JobView | None, new: JobView | None) -> None:
+        """Bump ``stamp`` if what consolidation reads of this tenant changed; keep its
+        minimum run's end."""
+        keyed = self.tenant_key
+        if keyed is None:
+            self.stamp += 1
+            return
+        was, now = (None if old is None else keyed(old)), (None if new is None else keyed(new))
+        if was != now:
+            self.stamp += 1
+        if now is not None and now[-1] is not None and new.last_start is not None:
+            last, run = new.last_start, now[-1]
+            at = last + run - 1e-9 * (1.0 + abs(last) + abs(run))   # early, never late
+            self.pushed += 1
+            heapq.heappush(self.expiries, (at, self.pushed, jid, new, last, run))
+            if len(self.expiries) > 2 * len(self.tracker.views) + 64:   # drop the gone ones
+                views = self.tracker.views
+                self.expiries = [e for e in self.expiries if views.get(e[2]) is e[3]]
+                heapq.heapify(self.expiries)
+
+    def next_expiry(self, now: float) -> float:
+        """About when (never late) the next tenant consolidation might move passes its
+        minimum run, of those inside it at ``now`` (inf: none)."""
+        heap, views = self.expiries, self.tracker.views
+        while heap:
+            at, _, jid, view, last, run = heap[0]
+            if views.get(jid) is view and not now - last >= run:
+                return at
+            heapq.heappop(heap)   # gone, or past it: movable until its view changes
+        return math.inf
 
     def _promote_at(self, jid: str, new: JobView, entry: tuple, bound: float) -> None:
         """Keep a waiting job's entry with its wait, and its promotion as a timed event."""
