@@ -469,3 +469,40 @@ def test_fgs_walks_a_quiet_queue_again_once_a_tenants_move_cost_is_measured():
         jobs.put(dataclasses.replace(x, move_cost_s=6.0))
     got = pol.decide(150.0, c, jobs.frozen(), memo)
     assert [type(a) for a in got] == [Migrate, Start] and got[1].job == "big"
+
+
+def test_fgs_memo_keeps_a_gpu_fresh_in_an_index_that_does_not_read_what_its_tenant_reported():
+    from tfgshare.policies.builders import make_cluster, make_job
+    from tfgshare.policies.fgs_consolidate import MovableIndex
+    from tfgshare.policies.fgs_room_kept import ClearIndex, RoomIndex
+    from tfgshare.policies.placement import FreeMap
+    pol = get_policy("fgs")
+    c = make_cluster(1, 2)
+    x = make_job("x", on={"n0:0": 0.3}, memory_mb=4000, gpu_util=0.2, last_start=0.0,
+                 predicted_s=50_000.0)
+    jobs = JobSet([x])
+    memo = pol.new_memo()
+    assert pol.decide(100.0, c, jobs.frozen(), memo) == []   # nothing waits
+    fm = FreeMap(c)
+    memo.indexes = {"movable": MovableIndex(pol.room_key()),
+                    "room": RoomIndex(pol, (), c),
+                    "clear": ClearIndex((), c.gpus, fm.gpus, fm.order)}
+
+    def report(now, **progress):
+        jobs.trim()
+        jobs.put(dataclasses.replace(jobs.get("x"), **progress))
+        pol.decide(now, c, jobs.frozen(), memo)
+        stale = {name: index.stale for name, index in memo.indexes.items()}
+        for index in memo.indexes.values():
+            index.stale = set()
+        return stale
+
+    # progress only: the clear costs read its remaining time to the second, the others not
+    assert report(200.0, steps_done=100, predicted_remaining_s=49_000.0) == {
+        "movable": set(), "room": set(), "clear": {"n0:0"}}
+    # now within the reservation horizon (30 min) of its end: RoomIndex reads that
+    assert report(300.0, steps_done=900, predicted_remaining_s=1_000.0) == {
+        "movable": set(), "room": {"n0:0"}, "clear": {"n0:0"}}
+    # its move cost measured: its minimum run changes, which every index reads
+    assert report(400.0, move_cost_s=6.0) == {
+        "movable": {"n0:0"}, "room": {"n0:0"}, "clear": {"n0:0"}}

@@ -51,7 +51,7 @@ from .fgs_queues import FgsMemo, Rest, SizedWalk
 from .fgs_room import RoomMixin
 from .fgs_round import BANDS, RoundBase, sampling_fraction, util_of
 from .interference import room_for
-from .placement import FreeMap, GpuUse, one_size
+from .placement import EPS, FreeMap, GpuUse, one_size
 from .prediction import remaining_s, total_wait_s
 
 __all__ = ["Fgs", "FgsMemo", "util_of"]
@@ -248,7 +248,7 @@ class Fgs:
                memo: "FgsMemo | None" = None) -> list[Action]:
         """Promoted jobs, then sampling, then shortest remaining first; make room as needed."""
         memo = self.new_memo() if memo is None else memo
-        memo.tenant_key = self._tenant_key
+        memo.tenant_key, memo.reach_key = self._tenant_key, self._reach_key
         # kept until the FreeMap takes them: a round that plans nothing must not lose them
         memo.unplanned |= memo.sync(jobs)
         rep = one_size(cluster)
@@ -317,6 +317,16 @@ class Fgs:
         r.fill(ordinary, Rest(memo.fs, memo.us, set(skip)), on_fail=consolidate)
         memo.quiet = (quiet, memo.next_expiry(now)) if quiet and not r.actions else None
         return r.actions
+
+    def _reach_key(self, job: JobView) -> tuple:
+        """What ``RoomIndex`` reads of a tenant: its fragments, gang size, utilisation and
+        from when it is ready within ``reserve_horizon_s`` (``RoomIndex.ready_from``)."""
+        running = job.state is JobState.RUNNING
+        left = remaining_s(job) if running else None
+        may = running and not self._overdue(job.waited_s, left, self.promote_floor(job))
+        return (job.fragments, job.num_gpus, util_of(job), running, may, job.last_start,
+                self.min_run(job) if may else None,
+                left is not None and max(left, EPS) <= self.reserve_horizon_s)
 
     def _tenant_key(self, job: JobView) -> tuple | None:
         """What consolidation reads of a tenant (None: one it never moves): its

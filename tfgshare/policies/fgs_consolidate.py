@@ -253,6 +253,8 @@ class MovableIndex:
     not yet due has no tenant consolidation may move this round.
     """
 
+    reads = "tenant"   # a GPU's moment depends only on its tenants' ``FgsMemo.tenant_key``
+
     def __init__(self, key: tuple) -> None:
         self.key = key
         self.now = -math.inf

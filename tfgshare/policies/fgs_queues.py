@@ -52,7 +52,10 @@ class FgsMemo(Memo):
     O(log n) that none of the jobs left could fit anywhere.
     """
 
-    tenant_key = None   # the policy's, set before each sync (kept through a reset)
+    # the policy's, set before each sync (kept through a reset): what consolidation
+    # (``tenant_key``) and ``RoomIndex`` (``reach_key``) read of a tenant's view
+    tenant_key = None
+    reach_key = None
 
     def reset(self) -> None:
         self.free: tuple | None = None      # (key, GPU tuple, FreeMap as the holders hold it)
@@ -60,7 +63,9 @@ class FgsMemo(Memo):
         self.config: tuple | None = None    # the settings and GPU size the queues are for
         self.now = -math.inf                # the latest decision time seen
         # per-GPU indexes of the tenants (fgs_room, fgs_consolidate), by name; each
-        # has a ``stale`` set of the GPUs whose tenants' views changed since it was read
+        # has a ``stale`` set of the GPUs whose tenants' views changed since it was read,
+        # and ``reads``: "tenant" (only changes of ``tenant_key`` make a GPU stale),
+        # "reach" (of ``reach_key``) or "view" (every change)
         self.indexes: dict[str, object] = {}
         self.far: str | None = None         # the promoted job whose room was last out of reach
         # what a quiet walk reads (``Fgs.decide``): ``stamp`` is bumped whenever the free
@@ -101,8 +106,8 @@ class FgsMemo(Memo):
 
     def changed(self, jid: str, old: JobView | None, new: JobView | None) -> None:
         self.moving.pop(jid, None)
-        if (old is not None and old.fragments) or (new is not None and new.fragments):
-            self._tenant_changed(jid, old, new)
+        holds = (old is not None and old.fragments) or (new is not None and new.fragments)
+        moved = holds and self._tenant_changed(jid, old, new)
         singles = self.singles
         for v, d in ((old, -1), (new, 1)):
             if v is not None and v.num_gpus == 1 and v.state is JobState.RUNNING:
@@ -112,10 +117,20 @@ class FgsMemo(Memo):
                         singles[f.gpu] = n
                     else:
                         del singles[f.gpu]
-        if self.indexes:
-            for v in (old, new):
-                if v is not None and v.fragments:
-                    for index in self.indexes.values():
+        if holds and self.indexes:
+            reach = None   # whether what RoomIndex reads of the tenant changed (asked once)
+            for index in self.indexes.values():
+                if index.reads == "tenant" and not moved:
+                    continue
+                if index.reads == "reach":
+                    if reach is None:
+                        keyed = self.reach_key
+                        reach = keyed is None or (None if old is None else keyed(old)) != (
+                            None if new is None else keyed(new))
+                    if not reach:
+                        continue
+                for v in (old, new):
+                    if v is not None and v.fragments:
                         index.stale.update(f.gpu for f in v.fragments)
         had = self.info.pop(jid, None)
         if had is not None:
@@ -165,13 +180,13 @@ class FgsMemo(Memo):
         bound = max(floor(new), cap_s if left is None else min(cap_s, ratio * left))
         self._promote_at(jid, new, (new, 1, key, size), bound)
 
-    def _tenant_changed(self, jid: str, old: JobView | None, new: JobView | None) -> None:
-        """Bump ``stamp`` if what consolidation reads of this tenant changed; keep its
-        minimum run's end."""
+    def _tenant_changed(self, jid: str, old: JobView | None, new: JobView | None) -> bool:
+        """Bump ``stamp`` if what consolidation reads of this tenant changed (and say
+        whether it did); keep its minimum run's end."""
         keyed = self.tenant_key
         if keyed is None:
             self.stamp += 1
-            return
+            return True
         was, now = (None if old is None else keyed(old)), (None if new is None else keyed(new))
         if was != now:
             self.stamp += 1
@@ -184,6 +199,7 @@ class FgsMemo(Memo):
                 views = self.tracker.views
                 self.expiries = [e for e in self.expiries if views.get(e[2]) is e[3]]
                 heapq.heapify(self.expiries)
+        return was != now
 
     def next_expiry(self, now: float) -> float:
         """About when (never late) the next tenant consolidation might move passes its

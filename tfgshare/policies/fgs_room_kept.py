@@ -34,6 +34,8 @@ class RoomIndex:
     tenants change.
     """
 
+    reads = "reach"   # a GPU's room depends only on its tenants' ``FgsMemo.reach_key``
+
     def __init__(self, pol, key: tuple, cluster) -> None:
         self.pol, self.key = pol, key
         self.gpus = {g.id: g for g in cluster.gpus}
@@ -157,6 +159,7 @@ class ClearIndex:
     """
 
     KEEP = 4
+    reads = "view"   # waits are read to the second: every change of a tenant's view
 
     def __init__(self, layout: tuple, gpus: tuple, up: dict, order: dict) -> None:
         self.layout, self.gpus = layout, gpus   # what the costs are for
