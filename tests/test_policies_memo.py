@@ -478,9 +478,12 @@ def test_fgs_memo_keeps_a_gpu_fresh_in_an_index_that_does_not_read_what_its_tena
     from tfgshare.policies.placement import FreeMap
     pol = get_policy("fgs")
     c = make_cluster(1, 2)
+    # x may be moved; y waited past its bound before it ran (promoted), so it never is
     x = make_job("x", on={"n0:0": 0.3}, memory_mb=4000, gpu_util=0.2, last_start=0.0,
                  predicted_s=50_000.0)
-    jobs = JobSet([x])
+    y = make_job("y", on={"n0:1": 0.3}, memory_mb=4000, gpu_util=0.2, last_start=0.0,
+                 predicted_s=50_000.0, waited_s=200_000.0)
+    jobs = JobSet([x, y])
     memo = pol.new_memo()
     assert pol.decide(100.0, c, jobs.frozen(), memo) == []   # nothing waits
     fm = FreeMap(c)
@@ -488,21 +491,23 @@ def test_fgs_memo_keeps_a_gpu_fresh_in_an_index_that_does_not_read_what_its_tena
                     "room": RoomIndex(pol, (), c),
                     "clear": ClearIndex((), c.gpus, fm.gpus, fm.order)}
 
-    def report(now, **progress):
+    def report(now, jid, **progress):
         jobs.trim()
-        jobs.put(dataclasses.replace(jobs.get("x"), **progress))
+        jobs.put(dataclasses.replace(jobs.get(jid), **progress))
         pol.decide(now, c, jobs.frozen(), memo)
         stale = {name: index.stale for name, index in memo.indexes.items()}
         for index in memo.indexes.values():
             index.stale = set()
         return stale
 
-    # progress only: the clear costs read its remaining time to the second, the others not
-    assert report(200.0, steps_done=100, predicted_remaining_s=49_000.0) == {
+    # progress only: the clear costs read every report to the second, the others not
+    assert report(200.0, "x", steps_done=100, predicted_remaining_s=49_000.0) == {
         "movable": set(), "room": set(), "clear": {"n0:0"}}
-    # now within the reservation horizon (30 min) of its end: RoomIndex reads that
-    assert report(300.0, steps_done=900, predicted_remaining_s=1_000.0) == {
-        "movable": set(), "room": {"n0:0"}, "clear": {"n0:0"}}
-    # its move cost measured: its minimum run changes, which every index reads
-    assert report(400.0, move_cost_s=6.0) == {
+    assert report(210.0, "y", steps_done=100, predicted_remaining_s=49_000.0) == {
+        "movable": set(), "room": set(), "clear": {"n0:1"}}
+    # y now within the reservation horizon (30 min) of its end: RoomIndex reads that
+    assert report(300.0, "y", steps_done=900, predicted_remaining_s=1_000.0) == {
+        "movable": set(), "room": {"n0:1"}, "clear": {"n0:1"}}
+    # x's move cost measured: its minimum run changes, which every index reads
+    assert report(400.0, "x", move_cost_s=6.0) == {
         "movable": {"n0:0"}, "room": {"n0:0"}, "clear": {"n0:0"}}

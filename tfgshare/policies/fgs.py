@@ -248,7 +248,7 @@ class Fgs:
                memo: "FgsMemo | None" = None) -> list[Action]:
         """Promoted jobs, then sampling, then shortest remaining first; make room as needed."""
         memo = self.new_memo() if memo is None else memo
-        memo.tenant_key, memo.reach_key = self._tenant_key, self._reach_key
+        memo.keys = {"tenant": self._tenant_key, "reach": self._reach_key}
         # kept until the FreeMap takes them: a round that plans nothing must not lose them
         memo.unplanned |= memo.sync(jobs)
         rep = one_size(cluster)

@@ -253,7 +253,7 @@ class MovableIndex:
     not yet due has no tenant consolidation may move this round.
     """
 
-    reads = "tenant"   # a GPU's moment depends only on its tenants' ``FgsMemo.tenant_key``
+    reads = "tenant"   # a GPU's moment depends only on this key of its tenants (``FgsMemo.keys``)
 
     def __init__(self, key: tuple) -> None:
         self.key = key

@@ -52,10 +52,10 @@ class FgsMemo(Memo):
     O(log n) that none of the jobs left could fit anywhere.
     """
 
-    # the policy's, set before each sync (kept through a reset): what consolidation
-    # (``tenant_key``) and ``RoomIndex`` (``reach_key``) read of a tenant's view
-    tenant_key = None
-    reach_key = None
+    # the policy's, set before each sync (kept through a reset): what each reader reads
+    # of a tenant's view, by name: "tenant" (consolidation and ``MovableIndex``; None
+    # for a tenant it never moves), "reach" (``RoomIndex``)
+    keys: dict = {}
 
     def reset(self) -> None:
         self.free: tuple | None = None      # (key, GPU tuple, FreeMap as the holders hold it)
@@ -64,13 +64,12 @@ class FgsMemo(Memo):
         self.now = -math.inf                # the latest decision time seen
         # per-GPU indexes of the tenants (fgs_room, fgs_consolidate), by name; each
         # has a ``stale`` set of the GPUs whose tenants' views changed since it was read,
-        # and ``reads``: "tenant" (only changes of ``tenant_key`` make a GPU stale),
-        # "reach" (of ``reach_key``) or "view" (every change)
+        # and ``reads``: the name of its key in ``keys`` (only a change of that key
+        # makes a GPU stale), or "view" (every change)
         self.indexes: dict[str, object] = {}
         self.far: str | None = None         # the promoted job whose room was last out of reach
         # what a quiet walk reads (``Fgs.decide``): ``stamp`` is bumped whenever the free
-        # map, the shortest-first queue or a movable tenant changes; ``tenant_key(view)``
-        # (set by the policy) is what consolidation reads of a tenant, None if it moves none;
+        # map, the shortest-first queue or a movable tenant (its "tenant" key) changes;
         # ``expiries`` a heap of (about when, seq, id, view, last start, minimum run) of the
         # tenants inside their minimum run; ``quiet`` the last walk that did nothing
         self.stamp = 0
@@ -107,7 +106,7 @@ class FgsMemo(Memo):
     def changed(self, jid: str, old: JobView | None, new: JobView | None) -> None:
         self.moving.pop(jid, None)
         holds = (old is not None and old.fragments) or (new is not None and new.fragments)
-        moved = holds and self._tenant_changed(jid, old, new)
+        moved = self._tenant_changed(jid, old, new) if holds else False
         singles = self.singles
         for v, d in ((old, -1), (new, 1)):
             if v is not None and v.num_gpus == 1 and v.state is JobState.RUNNING:
@@ -118,20 +117,16 @@ class FgsMemo(Memo):
                     else:
                         del singles[f.gpu]
         if holds and self.indexes:
-            reach = None   # whether what RoomIndex reads of the tenant changed (asked once)
+            differs = {"tenant": moved}   # key name -> whether it changed (asked once)
             for index in self.indexes.values():
-                if index.reads == "tenant" and not moved:
-                    continue
-                if index.reads == "reach":
-                    if reach is None:
-                        keyed = self.reach_key
-                        reach = keyed is None or (None if old is None else keyed(old)) != (
-                            None if new is None else keyed(new))
-                    if not reach:
-                        continue
-                for v in (old, new):
-                    if v is not None and v.fragments:
-                        index.stale.update(f.gpu for f in v.fragments)
+                name = index.reads
+                d = differs.get(name)
+                if d is None:
+                    d = differs[name] = self._differs(name, old, new)
+                if d:
+                    for v in (old, new):
+                        if v is not None and v.fragments:
+                            index.stale.update(f.gpu for f in v.fragments)
         had = self.info.pop(jid, None)
         if had is not None:
             kind, key, size = had[1], had[2], had[3]
@@ -180,10 +175,17 @@ class FgsMemo(Memo):
         bound = max(floor(new), cap_s if left is None else min(cap_s, ratio * left))
         self._promote_at(jid, new, (new, 1, key, size), bound)
 
+    def _differs(self, name: str, old: JobView | None, new: JobView | None) -> bool:
+        """Whether the tenant's key ``name`` (``keys``; "view" or an unknown name: any
+        change) differs between the two views."""
+        keyed = self.keys.get(name)
+        return keyed is None or ((None if old is None else keyed(old))
+                                 != (None if new is None else keyed(new)))
+
     def _tenant_changed(self, jid: str, old: JobView | None, new: JobView | None) -> bool:
         """Bump ``stamp`` if what consolidation reads of this tenant changed (and say
         whether it did); keep its minimum run's end."""
-        keyed = self.tenant_key
+        keyed = self.keys.get("tenant")
         if keyed is None:
             self.stamp += 1
             return True

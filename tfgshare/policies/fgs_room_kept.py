@@ -34,7 +34,7 @@ class RoomIndex:
     tenants change.
     """
 
-    reads = "reach"   # a GPU's room depends only on its tenants' ``FgsMemo.reach_key``
+    reads = "reach"   # a GPU's room depends only on this key of its tenants (``FgsMemo.keys``)
 
     def __init__(self, pol, key: tuple, cluster) -> None:
         self.pol, self.key = pol, key
