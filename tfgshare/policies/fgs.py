@@ -67,7 +67,9 @@ class Fgs:
     # once the round has acted, not at all when it would do nothing
     # (fgs_room_kept.RoomIndex), consolidation tries on GPUs
     # with no movable tenant (fgs_consolidate), size buckets of waiting jobs
-    # bigger than any free room (fgs_queues.SizedWalk); off only to test that
+    # bigger than any free room (fgs_queues.SizedWalk), and a shortest-first walk
+    # that did nothing while nothing it reads has changed (``decide``'s quiet walk);
+    # off only to test that
     shortcuts: ClassVar[bool] = True
     # steps measured by the sampling phase after its warm-up; read by the
     # simulator. The live runner's (tfgshare.sampling), so both sides measure alike.
