@@ -310,6 +310,8 @@ class Fgs:
         # promoted jobs it leaves out, what consolidation reads of each tenant
         # (``memo.stamp``) and which tenants are past their minimum run (none
         # passes it before ``memo.next_expiry``). The walk reads no clock but that.
+        # The policy is in the key for the settings the memo's config leaves out
+        # (``defrag``, ``max_moves``, ...).
         quiet = None
         if self.shortcuts and not r.actions:
             quiet = (memo.stamp, frozenset(r.free.closed), tuple(first), self)
