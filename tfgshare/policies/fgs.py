@@ -189,6 +189,12 @@ class Fgs:
         remaining time ``left_s`` (what ``promoted`` checks)."""
         return max(self.promote_floor(job), min(self.max_wait_s, self.max_wait_ratio * left_s))
 
+    def may_be_moved(self, job: JobView) -> bool:
+        """Whether a job holding GPUs may ever be moved for another: it is running and
+        did not wait past its own bound (a promoted job is never moved for others)."""
+        return job.state is JobState.RUNNING and not self._overdue(
+            job.waited_s, remaining_s(job), self.promote_floor(job))
+
     def _overdue(self, waited: float, left: float | None, floor: float) -> bool:
         if waited <= floor:
             return False
@@ -327,7 +333,7 @@ class Fgs:
         from when it is ready within ``reserve_horizon_s`` (``RoomIndex.ready_from``)."""
         running = job.state is JobState.RUNNING
         left = remaining_s(job) if running else None
-        may = running and not self._overdue(job.waited_s, left, self.promote_floor(job))
+        may = self.may_be_moved(job)
         return (job.fragments, job.num_gpus, util_of(job), running, may, job.last_start,
                 self.min_run(job) if may else None,
                 left is not None and max(left, EPS) <= self.reserve_horizon_s)
@@ -337,7 +343,7 @@ class Fgs:
         fragments, last start, utilisation, and its minimum run if it may move."""
         if job.num_gpus != 1 or job.state is not JobState.RUNNING:
             return None
-        may = not self._overdue(job.waited_s, remaining_s(job), self.promote_floor(job))
+        may = self.may_be_moved(job)
         return (job.fragments, job.last_start, util_of(job), may,
                 self.min_run(job) if may else None)
 

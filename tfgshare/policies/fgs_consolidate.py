@@ -19,11 +19,10 @@ import heapq
 import itertools
 import math
 
-from .base import JobState, JobView, Migrate, Start
+from .base import JobView, Migrate, Start
 from .fgs_round import BANDS, util_of
 from .interference import room_for
 from .placement import EPS, GpuUse, free_fraction, to_fragments
-from .prediction import remaining_s
 
 CONSOLIDATE_TRIES = 8   # nearly fitting GPUs a consolidation tries to clear
 SLACK = 1e-9            # margin over float rounding in the bounds the shortcuts check
@@ -283,8 +282,7 @@ class MovableIndex:
             self.ready.discard(gid)
             t = math.inf
             for h in holders.get(gid, ()):
-                if (h.num_gpus == 1 and h.state is JobState.RUNNING
-                        and not pol._overdue(h.waited_s, remaining_s(h), pol.promote_floor(h))):
+                if h.num_gpus == 1 and pol.may_be_moved(h):
                     if h.last_start is None:
                         t = -math.inf
                         break

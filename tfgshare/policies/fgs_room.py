@@ -49,9 +49,7 @@ class RoomMixin:
             seen = moving.get(holder.id)
             if seen is None or seen[0] is not holder:
                 pol = self.pol
-                may = (holder.state is JobState.RUNNING
-                       and not pol._overdue(holder.waited_s, remaining_s(holder),
-                                            pol.promote_floor(holder)))
+                may = pol.may_be_moved(holder)
                 seen = moving[holder.id] = (holder, may, pol.min_run(holder) if may else 0.0)
             ever = seen[1] and holder.num_gpus <= size
             last = holder.last_start

@@ -127,8 +127,7 @@ class RoomIndex:
     def ready_from(self, h: JobView, k: int) -> float:
         """From when ``ready_in(h, k)`` is within the horizon (early, never late); inf: never."""
         pol, horizon = self.pol, self.pol.reserve_horizon_s
-        if (h.state is JobState.RUNNING and h.num_gpus <= k
-                and not pol._overdue(h.waited_s, remaining_s(h), pol.promote_floor(h))):
+        if h.num_gpus <= k and pol.may_be_moved(h):
             if h.last_start is None:
                 return -math.inf
             t = h.last_start + pol.min_run(h) - horizon
