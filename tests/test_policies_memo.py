@@ -422,9 +422,20 @@ def test_fgs_consolidation_stops_once_too_few_tries_are_left_for_a_gang(monkeypa
     assert tries[True] == CONSOLIDATE_TRIES + 1   # then 7 tries are left for 8 GPUs
 
 
+def _two_small_tenants_and_a_big_job():
+    """Two GPUs, a small tenant on each started at t=0: the waiting job fits on
+    neither, but on one once the other takes its tenant, which may move only after
+    its minimum run (min_run_s, 300 s, while no move cost is measured)."""
+    from tfgshare.policies.builders import make_job
+    running = [make_job(f"x{i}", on={f"n0:{i}": 0.3}, memory_mb=4000, gpu_util=0.2,
+                        last_start=0.0) for i in range(2)]
+    big = make_job("big", submit=50, state=JobState.SAMPLED, memory_mb=12000, gpu_util=0.2)
+    return running, big
+
+
 def test_fgs_walks_a_quiet_queue_again_only_once_a_tenant_passes_its_minimum_run(monkeypatch):
     from tfgshare.policies.base import Migrate
-    from tfgshare.policies.builders import make_cluster, make_job
+    from tfgshare.policies.builders import make_cluster
     from tfgshare.policies.fgs_consolidate import ConsolidateMixin
     calls = {True: [], False: []}   # shortcuts -> times a consolidation was tried
     consolidate = ConsolidateMixin.consolidate
@@ -433,12 +444,7 @@ def test_fgs_walks_a_quiet_queue_again_only_once_a_tenant_passes_its_minimum_run
         calls[self.pol.shortcuts].append(self.now)
         return consolidate(self, job)
     monkeypatch.setattr(ConsolidateMixin, "consolidate", counted)
-    # two GPUs, a small tenant on each started at t=0: the waiting job fits on
-    # neither, but on one once the other takes its tenant, which may move only
-    # after its minimum run (min_run_s, 300 s: no move cost measured)
-    running = [make_job(f"x{i}", on={f"n0:{i}": 0.3}, memory_mb=4000, gpu_util=0.2,
-                        last_start=0.0) for i in range(2)]
-    big = make_job("big", submit=50, state=JobState.SAMPLED, memory_mb=12000, gpu_util=0.2)
+    running, big = _two_small_tenants_and_a_big_job()
     pol = FullSearch(get_policy("fgs"))
     views = JobSet(running + [big]).frozen()
     memo = pol.new_memo()
@@ -453,12 +459,10 @@ def test_fgs_walks_a_quiet_queue_again_only_once_a_tenant_passes_its_minimum_run
 
 def test_fgs_walks_a_quiet_queue_again_once_a_tenants_move_cost_is_measured():
     from tfgshare.policies.base import Migrate
-    from tfgshare.policies.builders import make_cluster, make_job
+    from tfgshare.policies.builders import make_cluster
     # as above, but the tenants' move costs (6 s: a minimum run of 60 s) are
     # measured at t=150, after the walk found nothing to do at t=100
-    running = [make_job(f"x{i}", on={f"n0:{i}": 0.3}, memory_mb=4000, gpu_util=0.2,
-                        last_start=0.0) for i in range(2)]
-    big = make_job("big", submit=50, state=JobState.SAMPLED, memory_mb=12000, gpu_util=0.2)
+    running, big = _two_small_tenants_and_a_big_job()
     pol = FullSearch(get_policy("fgs"))
     jobs = JobSet(running + [big])
     memo = pol.new_memo()
