@@ -67,6 +67,13 @@ def pump(agent: Agent, coord: FakeCoordinator, until, timeout: float = 20.0):
     raise AssertionError("timed out waiting for the agent")
 
 
+def step_of(agent: Agent, job: str) -> int:
+    """The step the agent's runner for ``job`` reached (-1: no runner yet, the start
+    not received: a loaded machine can deliver it after the first pumps)."""
+    runner = agent.sup.runners.get(job)
+    return -1 if runner is None else runner.step
+
+
 @pytest.fixture
 def ctx():
     c = zmq.Context()
@@ -146,7 +153,7 @@ def test_suspend_checkpoints_and_wrong_attempt_is_refused(setup, tmp_path):
     agent, coord = setup
     pump(agent, coord, lambda: agent.registered)
     coord.send(start_msg(tmp_path, steps=100000))
-    pump(agent, coord, lambda: agent.sup.runners["j1"].step >= 2)
+    pump(agent, coord, lambda: step_of(agent, "j1") >= 2)
     stale = schema.SuspendJob(job="j1", attempt=7)
     coord.send(stale)
     pump(agent, coord, lambda: coord.reply_to(stale))
@@ -177,7 +184,7 @@ def test_forgotten_agent_reregisters_with_live_runners_and_is_adopted(setup, tmp
     agent, coord = setup
     pump(agent, coord, lambda: agent.registered)
     coord.send(start_msg(tmp_path, steps=100000))
-    pump(agent, coord, lambda: agent.sup.runners["j1"].step >= 1)
+    pump(agent, coord, lambda: step_of(agent, "j1") >= 1)
     coord.refuse["heartbeat"] = "node is not registered"
     pump(agent, coord, lambda: len(coord.of_type("register")) >= 2)
     del coord.refuse["heartbeat"]
@@ -210,7 +217,7 @@ def test_kill_is_quiet(setup, tmp_path):
     agent, coord = setup
     pump(agent, coord, lambda: agent.registered)
     coord.send(start_msg(tmp_path, steps=100000))
-    pump(agent, coord, lambda: agent.sup.runners["j1"].step >= 1)
+    pump(agent, coord, lambda: step_of(agent, "j1") >= 1)
     coord.send(schema.KillJob(job="j1"))
     pump(agent, coord, lambda: not agent.sup.runners)
     pump(agent, coord, lambda: len(coord.of_type("heartbeat")) >= 3)
@@ -233,7 +240,7 @@ def test_silent_coordinator_makes_the_agent_kill_its_runners_and_reconnect(ctx, 
     try:
         pump(agent, coord, lambda: agent.registered)
         coord.send(start_msg(tmp_path, steps=100000, gpu=0))
-        pump(agent, coord, lambda: "j1" in agent.sup.runners and agent.sup.runners["j1"].step)
+        pump(agent, coord, lambda: step_of(agent, "j1") > 0)
         coord.sock.close(linger=0)              # the coordinator vanishes (or the network)
         end = time.monotonic() + 10
         while agent.registered and time.monotonic() < end:
