@@ -504,14 +504,18 @@ def test_fgs_memo_keeps_a_gpu_fresh_in_an_index_that_does_not_read_what_its_tena
             index.stale = set()
         return stale
 
-    # progress only: the clear costs read every report to the second, the others not
+    # progress only: no index reads the remaining time of a job it may move, nor
+    # that of one it may not beyond the reservation horizon (30 min)
     assert report(200.0, "x", steps_done=100, predicted_remaining_s=49_000.0) == {
-        "movable": set(), "room": set(), "clear": {"n0:0"}}
+        "movable": set(), "room": set(), "clear": set()}
     assert report(210.0, "y", steps_done=100, predicted_remaining_s=49_000.0) == {
-        "movable": set(), "room": set(), "clear": {"n0:1"}}
-    # y now within the reservation horizon (30 min) of its end: RoomIndex reads that
+        "movable": set(), "room": set(), "clear": set()}
+    # y now within the horizon of its end: RoomIndex reads that, the clear costs its
+    # end to the second from then on
     assert report(300.0, "y", steps_done=900, predicted_remaining_s=1_000.0) == {
         "movable": set(), "room": {"n0:1"}, "clear": {"n0:1"}}
+    assert report(310.0, "y", steps_done=910, predicted_remaining_s=990.0) == {
+        "movable": set(), "room": set(), "clear": {"n0:1"}}
     # x's move cost measured: its minimum run changes, which every index reads
     assert report(400.0, "x", move_cost_s=6.0) == {
         "movable": {"n0:0"}, "room": {"n0:0"}, "clear": {"n0:0"}}

@@ -49,6 +49,7 @@ from .base import Action, ClusterSnapshot, JobState, JobView
 from .fgs_consolidate import ConsolidateMixin
 from .fgs_queues import FgsMemo, Rest, SizedWalk
 from .fgs_room import RoomMixin
+from .fgs_room_kept import finish_in
 from .fgs_round import BANDS, RoundBase, sampling_fraction, util_of
 from .interference import room_for
 from .placement import EPS, FreeMap, GpuUse, one_size
@@ -256,7 +257,8 @@ class Fgs:
                memo: "FgsMemo | None" = None) -> list[Action]:
         """Promoted jobs, then sampling, then shortest remaining first; make room as needed."""
         memo = self.new_memo() if memo is None else memo
-        memo.keys = {"tenant": self._tenant_key, "reach": self._reach_key}
+        memo.use_keys({"tenant": self._tenant_key, "reach": self._reach_key,
+                       "clear": self._clear_key}, self.room_key())
         # kept until the FreeMap takes them: a round that plans nothing must not lose them
         memo.unplanned |= memo.sync(jobs)
         rep = one_size(cluster)
@@ -337,6 +339,18 @@ class Fgs:
         return (job.fragments, job.num_gpus, util_of(job), running, may, job.last_start,
                 self.min_run(job) if may else None,
                 left is not None and max(left, EPS) <= self.reserve_horizon_s)
+
+    def _clear_key(self, job: JobView) -> tuple:
+        """What ``ClearIndex`` reads of a tenant: its fragments, gang size, state,
+        utilisation, whether and from when it may move, and when it finishes if that is
+        read (``ready_in``: a running job not moved for some gang size) and within
+        ``reserve_horizon_s``."""
+        running = job.state is JobState.RUNNING
+        may = self.may_be_moved(job)
+        left = (finish_in(job, self.reserve_horizon_s)
+                if running and (not may or job.num_gpus > 1) else None)
+        return (job.fragments, job.num_gpus, running, util_of(job), may, job.last_start,
+                self.min_run(job) if may else None, left)
 
     def _tenant_key(self, job: JobView) -> tuple | None:
         """What consolidation reads of a tenant (None: one it never moves): its

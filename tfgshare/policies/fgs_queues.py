@@ -54,8 +54,34 @@ class FgsMemo(Memo):
 
     # the policy's, set before each sync (kept through a reset): what each reader reads
     # of a tenant's view, by name: "tenant" (consolidation and ``MovableIndex``; None
-    # for a tenant it never moves), "reach" (``RoomIndex``)
+    # for a tenant it never moves), "reach" (``RoomIndex``), "clear" (``ClearIndex``)
     keys: dict = {}
+    keys_for: object = None   # the settings ``keys`` read (``Fgs.room_key``)
+
+    def use_keys(self, keys: dict, settings: object) -> None:
+        """Read tenants with these keys, made under these settings (kept while they hold)."""
+        if settings != self.keys_for:
+            self.keys, self.keys_for = keys, settings
+            self._keyed = {}
+
+    def _keyed_pair(self, jid: str, old: JobView | None, new: JobView | None) -> tuple:
+        """(old view, its keys so far, new view, its keys so far): a view's keys are
+        worked out once, kept with the job's latest view for its next change."""
+        was = self._keyed.pop(jid, None)
+        old_keys = was[1] if was is not None and was[0] is old else {}
+        new_keys: dict = {}
+        if new is not None:
+            self._keyed[jid] = (new, new_keys)
+        return old, old_keys, new, new_keys
+
+    def _key(self, name: str, view: JobView | None, keys: dict):
+        """The key ``name`` of this view (None: no view), from ``keys`` if worked out."""
+        if view is None:
+            return None
+        if name in keys:
+            return keys[name]
+        k = keys[name] = self.keys[name](view)
+        return k
 
     def reset(self) -> None:
         self.free: tuple | None = None      # (key, GPU tuple, FreeMap as the holders hold it)
@@ -74,6 +100,7 @@ class FgsMemo(Memo):
         # tenants inside their minimum run; ``quiet`` the last walk that did nothing
         self.stamp = 0
         self.quiet: tuple | None = None
+        self._keyed: dict[str, tuple[JobView, dict]] = {}   # id -> (view, its keys by name)
         self._clear()
 
     def _clear(self) -> None:
@@ -106,7 +133,12 @@ class FgsMemo(Memo):
     def changed(self, jid: str, old: JobView | None, new: JobView | None) -> None:
         self.moving.pop(jid, None)
         holds = (old is not None and old.fragments) or (new is not None and new.fragments)
-        moved = self._tenant_changed(jid, old, new) if holds else False
+        if holds:
+            pair = self._keyed_pair(jid, old, new)
+            moved = self._tenant_changed(jid, pair)
+        else:
+            self._keyed.pop(jid, None)
+            moved = False
         singles = self.singles
         for v, d in ((old, -1), (new, 1)):
             if v is not None and v.num_gpus == 1 and v.state is JobState.RUNNING:
@@ -122,7 +154,7 @@ class FgsMemo(Memo):
                 name = index.reads
                 d = differs.get(name)
                 if d is None:
-                    d = differs[name] = self._differs(name, old, new)
+                    d = differs[name] = self._differs(name, pair)
                 if d:
                     for v in (old, new):
                         if v is not None and v.fragments:
@@ -175,21 +207,21 @@ class FgsMemo(Memo):
         bound = max(floor(new), cap_s if left is None else min(cap_s, ratio * left))
         self._promote_at(jid, new, (new, 1, key, size), bound)
 
-    def _differs(self, name: str, old: JobView | None, new: JobView | None) -> bool:
+    def _differs(self, name: str, pair: tuple) -> bool:
         """Whether the tenant's key ``name`` (``keys``; "view" or an unknown name: any
-        change) differs between the two views."""
-        keyed = self.keys.get(name)
-        return keyed is None or ((None if old is None else keyed(old))
-                                 != (None if new is None else keyed(new)))
+        change) differs between the two views (``_keyed_pair``)."""
+        old, old_keys, new, new_keys = pair
+        return name not in self.keys or (self._key(name, old, old_keys)
+                                         != self._key(name, new, new_keys))
 
-    def _tenant_changed(self, jid: str, old: JobView | None, new: JobView | None) -> bool:
+    def _tenant_changed(self, jid: str, pair: tuple) -> bool:
         """Bump ``stamp`` if what consolidation reads of this tenant changed (and say
-        whether it did); keep its minimum run's end."""
-        keyed = self.keys.get("tenant")
-        if keyed is None:
+        whether it did); keep its minimum run's end (``pair``: ``_keyed_pair``)."""
+        if "tenant" not in self.keys:
             self.stamp += 1
             return True
-        was, now = (None if old is None else keyed(old)), (None if new is None else keyed(new))
+        old, old_keys, new, new_keys = pair
+        was, now = self._key("tenant", old, old_keys), self._key("tenant", new, new_keys)
         if was != now:
             self.stamp += 1
         if now is not None and now[-1] is not None and new.last_start is not None:

@@ -13,12 +13,12 @@ from __future__ import annotations
 import math
 
 from .base import Action, ClusterSnapshot, JobState, JobView, Migrate, Start, Suspend
-from .fgs_room_kept import ClearIndex, RoomIndex, clear_cost_from, frac_on, retimed
+from .fgs_room_kept import (ClearIndex, RoomIndex, clear_cost_from, finish_in, frac_on,
+                             retimed)
 from .fgs_round import BANDS, util_of
 from .interference import room_for
 from .placement import (EPS, MIN_FRACTION, exclusive_fraction, reserve_fraction,
                         to_fragments)
-from .prediction import remaining_s
 from .queueing import arrival_key
 
 SLACK = 1e-9   # rounding in a GPU's sums that a bound must allow for
@@ -83,7 +83,8 @@ class RoomMixin:
         return ready
 
     def ready_in(self, holder: JobView, size: int) -> float:
-        """Seconds until this tenant's room could be had: 0 if it may move now."""
+        """Seconds until this tenant's room could be had: 0 if it may move now, inf if
+        it may not be moved and is not predicted to finish within ``reserve_horizon_s``."""
         if holder.id not in self.acted:
             movable, evictable = self._may_move(holder, size)   # (``movable``, ``evictable``)
             if movable:
@@ -92,8 +93,7 @@ class RoomMixin:
                 return self.pol.min_run(holder) - (self.now - holder.last_start)
         if holder.state is not JobState.RUNNING:
             return 1.0   # sampling or suspending: gone soon, but not movable
-        left = remaining_s(holder)
-        return math.inf if left is None else max(left, EPS)
+        return finish_in(holder, self.pol.reserve_horizon_s)
 
     def clear_cost(self, gid: str, f: float, util: float, ready):
         """(seconds until free, tenants to move, those tenants) to fit one more job on ``gid``.

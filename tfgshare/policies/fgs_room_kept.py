@@ -134,8 +134,7 @@ class RoomIndex:
             return t - 1e-6 * (1.0 + abs(t)) - 1e-6 * (1.0 + horizon)
         if h.state is not JobState.RUNNING:
             return -math.inf if 1.0 <= horizon else math.inf
-        left = remaining_s(h)
-        return -math.inf if left is not None and max(left, EPS) <= horizon else math.inf
+        return -math.inf if finish_in(h, horizon) != math.inf else math.inf
 
 
 class ClearIndex:
@@ -145,8 +144,10 @@ class ClearIndex:
     fractions and utilisation, and on time only through tenants inside their
     minimum run (their wait is ``min_run - (now - last_start)``); a tenant
     movable now stays movable while its view holds, and every other tenant's
-    wait is fixed by its view. So a cost holds until its GPU's tenants change
-    (the memo adds those GPUs to ``stale``), except on the GPUs with such a
+    wait is fixed by its view. So a cost holds until what it reads of its GPU's
+    tenants changes (their ``clear`` key, ``Fgs._clear_key``: a running job's
+    end only while it is within the reservation horizon, since a wait beyond it
+    is inf; the memo adds those GPUs to ``stale``), except on the GPUs with such a
     tenant (``timed``): their steps are brought to the read's time from their
     clocks (``retimed``, the same sums on the same numbers) and their costs
     priced again. Costs are kept for the ``KEEP`` job sizes read last (the
@@ -158,7 +159,7 @@ class ClearIndex:
     """
 
     KEEP = 4
-    reads = "view"   # waits are read to the second: every change of a tenant's view
+    reads = "clear"   # a GPU's costs depend only on this key of its tenants (``FgsMemo.keys``)
 
     def __init__(self, layout: tuple, gpus: tuple, up: dict, order: dict) -> None:
         self.layout, self.gpus = layout, gpus   # what the costs are for
@@ -392,6 +393,16 @@ def clear_cost_from(steps: tuple, f: float, util: float, cap: int):
         if free >= f - EPS and left < cap and util <= room + EPS:
             return (wait, n, hs if n == len(hs) else hs[:n])
     return None
+
+
+def finish_in(job: JobView, horizon: float) -> float:
+    """Seconds until a running job is predicted to finish, or inf if not within ``horizon``
+    (or not predicted): past the horizon, how far past is never read."""
+    left = remaining_s(job)
+    if left is None:
+        return math.inf
+    left = max(left, EPS)
+    return left if left <= horizon else math.inf
 
 
 def frac_on(job: JobView, gid: str) -> float:
