@@ -37,6 +37,7 @@ jobs in ``fgs_room`` and consolidation in ``fgs_consolidate``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar, Sequence
 
@@ -257,8 +258,7 @@ class Fgs:
                memo: "FgsMemo | None" = None) -> list[Action]:
         """Promoted jobs, then sampling, then shortest remaining first; make room as needed."""
         memo = self.new_memo() if memo is None else memo
-        memo.use_keys({"tenant": self._tenant_key, "reach": self._reach_key,
-                       "clear": self._clear_key}, self.room_key())
+        memo.use_keys(self.tenant_keys, self.room_key())
         # kept until the FreeMap takes them: a round that plans nothing must not lose them
         memo.unplanned |= memo.sync(jobs)
         rep = one_size(cluster)
@@ -330,36 +330,29 @@ class Fgs:
         memo.quiet = (quiet, memo.next_expiry(now)) if quiet and not r.actions else None
         return r.actions
 
-    def _reach_key(self, job: JobView) -> tuple:
-        """What ``RoomIndex`` reads of a tenant: its fragments, gang size, utilisation and
-        from when it is ready within ``reserve_horizon_s`` (``RoomIndex.ready_from``)."""
-        running = job.state is JobState.RUNNING
-        left = remaining_s(job) if running else None
-        may = self.may_be_moved(job)
-        return (job.fragments, job.num_gpus, util_of(job), running, may, job.last_start,
-                self.min_run(job) if may else None,
-                left is not None and max(left, EPS) <= self.reserve_horizon_s)
+    def tenant_keys(self, job: JobView) -> dict[str, tuple | None]:
+        """What each reader kept in the memo reads of a job holding GPUs, by name
+        (``FgsMemo.keys``): a change of a name's key makes its GPUs stale there.
 
-    def _clear_key(self, job: JobView) -> tuple:
-        """What ``ClearIndex`` reads of a tenant: its fragments, gang size, state,
-        utilisation, whether and from when it may move, and when it finishes if that is
-        read (``ready_in``: a running job not moved for some gang size) and within
-        ``reserve_horizon_s``."""
+        "tenant" (consolidation, ``MovableIndex``; None for a job it never moves):
+        fragments, last start, utilisation, whether it may move and its minimum run.
+        "reach" (``RoomIndex``) and "clear" (``ClearIndex``): fragments, gang size,
+        state, utilisation, whether it may move, last start, minimum run, and for a
+        running job whose end ``ready_in`` reads (one that may not move, or a gang
+        that may be moved only for a wider one), whether it ends within
+        ``reserve_horizon_s`` ("reach") or when ("clear": ``finish_in``).
+        """
         running = job.state is JobState.RUNNING
         may = self.may_be_moved(job)
-        left = (finish_in(job, self.reserve_horizon_s)
-                if running and (not may or job.num_gpus > 1) else None)
-        return (job.fragments, job.num_gpus, running, util_of(job), may, job.last_start,
-                self.min_run(job) if may else None, left)
-
-    def _tenant_key(self, job: JobView) -> tuple | None:
-        """What consolidation reads of a tenant (None: one it never moves): its
-        fragments, last start, utilisation, and its minimum run if it may move."""
-        if job.num_gpus != 1 or job.state is not JobState.RUNNING:
-            return None
-        may = self.may_be_moved(job)
-        return (job.fragments, job.last_start, util_of(job), may,
-                self.min_run(job) if may else None)
+        run = self.min_run(job) if may else None
+        util = util_of(job)
+        fin = (finish_in(job, self.reserve_horizon_s)
+               if running and (not may or job.num_gpus > 1) else None)
+        common = (job.fragments, job.num_gpus, running, util, may, job.last_start, run)
+        return {"tenant": ((job.fragments, job.last_start, util, may, run)
+                           if running and job.num_gpus == 1 else None),
+                "reach": (*common, fin is not None and fin != math.inf),
+                "clear": (*common, fin)}
 
 
 class _Round(RoomMixin, ConsolidateMixin, RoundBase):

@@ -52,36 +52,31 @@ class FgsMemo(Memo):
     O(log n) that none of the jobs left could fit anywhere.
     """
 
-    # the policy's, set before each sync (kept through a reset): what each reader reads
-    # of a tenant's view, by name: "tenant" (consolidation and ``MovableIndex``; None
-    # for a tenant it never moves), "reach" (``RoomIndex``), "clear" (``ClearIndex``)
-    keys: dict = {}
-    keys_for: object = None   # the settings ``keys`` read (``Fgs.room_key``)
+    # the policy's, set before each sync (kept through a reset): a job holding GPUs ->
+    # what each reader reads of its view, by name (``Fgs.tenant_keys``): "tenant"
+    # (consolidation and ``MovableIndex``; None for a tenant it never moves), "reach"
+    # (``RoomIndex``), "clear" (``ClearIndex``); None: readers read every change
+    keys = None
+    keys_for: object = None   # the settings ``keys`` reads under (``Fgs.room_key``)
 
-    def use_keys(self, keys: dict, settings: object) -> None:
-        """Read tenants with these keys, made under these settings (kept while they hold)."""
+    def use_keys(self, keys, settings: object) -> None:
+        """Read tenants with this keyer, which reads these settings (kept while they hold)."""
         if settings != self.keys_for:
             self.keys, self.keys_for = keys, settings
             self._keyed = {}
 
     def _keyed_pair(self, jid: str, old: JobView | None, new: JobView | None) -> tuple:
-        """(old view, its keys so far, new view, its keys so far): a view's keys are
-        worked out once, kept with the job's latest view for its next change."""
+        """(the old view's keys, the new one's), each None for no view: a view's keys are
+        worked out once and kept with the job's latest view for its next change."""
         was = self._keyed.pop(jid, None)
-        old_keys = was[1] if was is not None and was[0] is old else {}
-        new_keys: dict = {}
+        keyer = self.keys
+        old_keys = (None if old is None else was[1] if was is not None and was[0] is old
+                    else keyer(old))
+        new_keys = None
         if new is not None:
+            new_keys = keyer(new)
             self._keyed[jid] = (new, new_keys)
-        return old, old_keys, new, new_keys
-
-    def _key(self, name: str, view: JobView | None, keys: dict):
-        """The key ``name`` of this view (None: no view), from ``keys`` if worked out."""
-        if view is None:
-            return None
-        if name in keys:
-            return keys[name]
-        k = keys[name] = self.keys[name](view)
-        return k
+        return old_keys, new_keys
 
     def reset(self) -> None:
         self.free: tuple | None = None      # (key, GPU tuple, FreeMap as the holders hold it)
@@ -133,12 +128,12 @@ class FgsMemo(Memo):
     def changed(self, jid: str, old: JobView | None, new: JobView | None) -> None:
         self.moving.pop(jid, None)
         holds = (old is not None and old.fragments) or (new is not None and new.fragments)
-        if holds:
+        pair = None
+        if holds and self.keys is not None:
             pair = self._keyed_pair(jid, old, new)
-            moved = self._tenant_changed(jid, pair)
         else:
             self._keyed.pop(jid, None)
-            moved = False
+        moved = self._tenant_changed(jid, new, pair) if holds else False
         singles = self.singles
         for v, d in ((old, -1), (new, 1)):
             if v is not None and v.num_gpus == 1 and v.state is JobState.RUNNING:
@@ -207,21 +202,24 @@ class FgsMemo(Memo):
         bound = max(floor(new), cap_s if left is None else min(cap_s, ratio * left))
         self._promote_at(jid, new, (new, 1, key, size), bound)
 
-    def _differs(self, name: str, pair: tuple) -> bool:
-        """Whether the tenant's key ``name`` (``keys``; "view" or an unknown name: any
-        change) differs between the two views (``_keyed_pair``)."""
-        old, old_keys, new, new_keys = pair
-        return name not in self.keys or (self._key(name, old, old_keys)
-                                         != self._key(name, new, new_keys))
+    @staticmethod
+    def _differs(name: str, pair: tuple | None) -> bool:
+        """Whether the tenant's key ``name`` differs between its two views
+        (``_keyed_pair``; None: no keys, every change counts; so does an unknown name)."""
+        if pair is None:
+            return True
+        old, new = pair
+        if name not in (new if new is not None else old):
+            return True
+        return (None if old is None else old[name]) != (None if new is None else new[name])
 
-    def _tenant_changed(self, jid: str, pair: tuple) -> bool:
+    def _tenant_changed(self, jid: str, new: JobView | None, pair: tuple | None) -> bool:
         """Bump ``stamp`` if what consolidation reads of this tenant changed (and say
         whether it did); keep its minimum run's end (``pair``: ``_keyed_pair``)."""
-        if "tenant" not in self.keys:
+        if pair is None:
             self.stamp += 1
             return True
-        old, old_keys, new, new_keys = pair
-        was, now = self._key("tenant", old, old_keys), self._key("tenant", new, new_keys)
+        was, now = (None if k is None else k["tenant"] for k in pair)
         if was != now:
             self.stamp += 1
         if now is not None and now[-1] is not None and new.last_start is not None:
