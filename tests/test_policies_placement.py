@@ -192,3 +192,35 @@ def test_kth_free_says_whether_k_gpus_fit_as_count_fitting_does(takes, k, band, 
     copy.take([(c.gpus[0].id, 0.01)], 0.1)
     assert (copy.count_fitting(f, band) >= k) == (copy.kth_free(k, band) >= f - EPS)
     assert (fm.count_fitting(f, band) >= k) == (fm.kth_free(k, band) >= f - EPS)
+
+
+@given(st.lists(st.tuples(st.integers(0, 5), st.sampled_from([0.1, 0.3, 0.45]),
+                          st.sampled_from([0.2, 1.0])), max_size=12),
+       st.lists(st.tuples(st.integers(0, 5), st.sampled_from([0.05, 0.2, 0.5]),
+                          st.sampled_from([0.2, 0.5, 1.0]), st.booleans()), max_size=12))
+def test_planning_on_a_copy_leaves_the_map_copied_as_it_was(before, plan):
+    # fgs plans each round on a copy of the map it keeps between rounds
+    def bands(u):
+        return 0 if u.util >= 1.0 else 1
+    c = make_cluster(2, 3)
+    fm = FreeMap(c, [], max_tenants=4, band=bands, empty_band=2)
+    for i, frac, util in before:
+        if fm.free(c.gpus[i].id) >= frac:
+            fm.take([(c.gpus[i].id, frac)], util)
+
+    def answers(m):
+        return ([(g.id, m.free(g.id), m.tenants(g.id)) for g in c.gpus], m.total_free(),
+                m.best_fit(0.1), m.gang_place(2, 0.2), m.max_free(), set(m.closed))
+    was = answers(fm)
+    plan_on = fm.copy()
+    for i, frac, util, close in plan:
+        gid = c.gpus[i].id
+        if close:
+            plan_on.close([gid])
+        elif plan_on.free(gid) >= frac:
+            plan_on.take([(gid, frac)], util)
+    assert answers(fm) == was
+    # and the copy answers as a map built afresh with its tenants would
+    fresh = FreeMap(c, [], max_tenants=4, use=plan_on.use, band=bands, empty_band=2)
+    fresh.close(plan_on.closed)
+    assert answers(plan_on)[:5] == answers(fresh)[:5]

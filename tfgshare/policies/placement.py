@@ -214,6 +214,8 @@ class FreeMap:
         self._rep = lay.rep
         self._whole = lay.whole
         self.closed: set[str] = set()   # GPUs reserved for the rest of this plan
+        self._shared = False            # tables shared with the map this one was copied from
+        self._owned: set[tuple[int, int]] | None = None   # groups copied since (None: all own)
         self.version = 0                # bumped on every change, for callers' caches
         self._max_free: tuple[int, dict] = (-1, {})   # (version, min_band -> max free)
         self._kth: tuple[int, dict] = (-1, {})   # (version, (k, min_band) -> k-th most free)
@@ -254,20 +256,36 @@ class FreeMap:
         self._mems = sorted(self._bands)
 
     def copy(self) -> "FreeMap":
-        """An independent copy to plan on (cheap: GPU uses are shared, never changed in place)."""
+        """An independent copy to plan on; neither may be changed while the other is
+        read (the copy shares this map's tables until its first change, and each of
+        its search groups until that group changes)."""
         c = object.__new__(FreeMap)
         c.__dict__.update(self.__dict__)
-        c.use = dict(self.use)
-        c.closed = set(self.closed)
-        c._max_free = (-1, {})
-        c._kth = (-1, {})
-        c._band = dict(self._band)
-        c._free = dict(self._free)
-        c._touched = dict(self._touched)
-        c._groups = {k: list(v) for k, v in self._groups.items()}
-        c._bands = {k: list(v) for k, v in self._bands.items()}
-        c._mems = list(self._mems)
+        c._shared = True
         return c
+
+    def _own(self) -> None:
+        """Make the tables shared with the map copied from this map's own (before a change)."""
+        if not self._shared:
+            return
+        self._shared = False
+        self.use = dict(self.use)
+        self.closed = set(self.closed)
+        self._band = dict(self._band)
+        self._free = dict(self._free)
+        self._touched = dict(self._touched)
+        self._groups = dict(self._groups)   # each group's list copied when it changes
+        self._owned: set[tuple[int, int]] = set()
+        self._bands = {k: list(v) for k, v in self._bands.items()}
+        self._mems = list(self._mems)
+
+    def _group_keys(self, group: tuple[int, int]) -> list | None:
+        """The sorted keys of this group, this map's own to change (None: no such group)."""
+        keys = self._groups.get(group)
+        if keys is not None and self._owned is not None and group not in self._owned:
+            keys = self._groups[group] = list(keys)
+            self._owned.add(group)
+        return keys
 
     def _open(self, u: GpuUse | None, free: float) -> bool:
         if free < MIN_FRACTION - EPS:
@@ -483,7 +501,7 @@ class FreeMap:
         return (self.gpus[gid].memory_mb, band)
 
     def _drop(self, gid: str) -> None:
-        keys = self._groups.get(self._group(gid))
+        keys = self._group_keys(self._group(gid))
         if not keys:
             return
         key = (self.free(gid), self.order[gid], gid)
@@ -495,6 +513,7 @@ class FreeMap:
         """Take these GPUs out of the search for the rest of this plan (a reservation)."""
         for gid in gpu_ids:
             if gid in self.gpus and gid not in self.closed:
+                self._own()
                 self._drop(gid)
                 self.closed.add(gid)
                 self.version += 1
@@ -511,6 +530,7 @@ class FreeMap:
     def set_use(self, gid: str, u: GpuUse | None) -> None:
         """Replace what the tenants of ``gid`` hold (None or no tenants: idle)."""
         g = self.gpus[gid]
+        self._own()
         self.version += 1
         self._drop(gid)
         if self._exact is not None and gid not in self._touched:
@@ -525,12 +545,15 @@ class FreeMap:
         free = self._free[gid] = free_fraction(g, u, self.reserve_mb)
         if gid not in self.closed and self._open(u, free):
             group = self._group(gid)
-            if group not in self._groups:
-                self._groups[group] = []
+            keys = self._group_keys(group)
+            if keys is None:
+                keys = self._groups[group] = []
+                if self._owned is not None:
+                    self._owned.add(group)
                 if group[0] not in self._bands:
                     insort(self._mems, group[0])
                 insort(self._bands.setdefault(group[0], []), group[1])
-            insort(self._groups[group], (free, self.order[gid], gid))
+            insort(keys, (free, self.order[gid], gid))
 
     def refresh(self, gpu_id: str) -> None:
         """Re-read the band of a GPU whose tenants changed outside take/release."""
