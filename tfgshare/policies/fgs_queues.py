@@ -135,7 +135,8 @@ class FgsMemo(Memo):
             self._keyed.pop(jid, None)
         moved = self._tenant_changed(jid, new, pair) if holds else False
         singles = self.singles
-        for v, d in ((old, -1), (new, 1)):
+        for v, d in () if (old is not None and new is not None and old.state is new.state
+                           and old.fragments == new.fragments) else ((old, -1), (new, 1)):
             if v is not None and v.num_gpus == 1 and v.state is JobState.RUNNING:
                 for f in v.fragments:
                     n = singles.get(f.gpu, 0) + d

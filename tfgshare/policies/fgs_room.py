@@ -11,6 +11,7 @@ to other jobs this round).
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 from .base import Action, ClusterSnapshot, JobState, JobView, Migrate, Start, Suspend
 from .fgs_room_kept import (ClearIndex, RoomIndex, clear_cost_from, finish_in, frac_on,
@@ -353,12 +354,10 @@ class RoomMixin:
                 or exclusive_fraction(self.rep, self.reserve) < f - EPS + SLACK
                 or index.biggest_node(up, cluster.down_nodes) < k):
             return False
-        per_node: dict[str, int] = {}
-        for gid in near:
-            g = up.get(gid)
-            if g is not None:
-                per_node[g.node] = per_node.get(g.node, 0) + 1
-        return fitting + max(per_node.values(), default=0) < k
+        per_node = Counter(map(index.node_of.__getitem__, near))
+        down = cluster.down_nodes
+        return fitting + max((n for node, n in per_node.items() if node not in down),
+                             default=0) < k
 
     def relocate(self, job: JobView) -> Action:
         """Migrate a released job to room elsewhere, or suspend it if there is none."""

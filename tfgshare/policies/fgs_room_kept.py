@@ -39,6 +39,7 @@ class RoomIndex:
     def __init__(self, pol, key: tuple, cluster) -> None:
         self.pol, self.key = pol, key
         self.gpus = {g.id: g for g in cluster.gpus}
+        self.node_of = {g.id: g.node for g in cluster.gpus}
         self.reserve = cluster.reserve_mb
         self.now = -math.inf
         # k -> (gid -> (room, util room), the two sorted, heap (moment, gid, then), stale GPUs)
