@@ -146,7 +146,7 @@ class ClearIndex:
     minimum run (their wait is ``min_run - (now - last_start)``); a tenant
     movable now stays movable while its view holds, and every other tenant's
     wait is fixed by its view. So a cost holds until what it reads of its GPU's
-    tenants changes (their ``clear`` key, ``Fgs._clear_key``: a running job's
+    tenants changes (their ``clear`` key, ``Fgs.tenant_keys``: a running job's
     end only while it is within the reservation horizon, since a wait beyond it
     is inf; the memo adds those GPUs to ``stale``), except on the GPUs with such a
     tenant (``timed``): their steps are brought to the read's time from their

@@ -256,9 +256,9 @@ class FreeMap:
         self._mems = sorted(self._bands)
 
     def copy(self) -> "FreeMap":
-        """An independent copy to plan on; neither may be changed while the other is
-        read (the copy shares this map's tables until its first change, and each of
-        its search groups until that group changes)."""
+        """A copy to plan on; this map must not change while the copy is in use (the
+        copy shares its tables until the copy's first change, and each search group
+        until that group changes)."""
         c = object.__new__(FreeMap)
         c.__dict__.update(self.__dict__)
         c._shared = True
