@@ -479,7 +479,7 @@ def test_fgs_memo_keeps_a_gpu_fresh_in_an_index_that_does_not_read_what_its_tena
     from tfgshare.policies.builders import make_cluster, make_job
     from tfgshare.policies.fgs_consolidate import MovableIndex
     from tfgshare.policies.fgs_room_kept import ClearIndex, RoomIndex
-    from tfgshare.policies.placement import FreeMap
+    from tfgshare.policies.freemap import FreeMap
     pol = get_policy("fgs")
     c = make_cluster(1, 2)
     # x may be moved; y waited past its bound before it ran (promoted), so it never is

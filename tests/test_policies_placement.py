@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from tfgshare.policies.base import Fragment, JobState, Migrate, Start, Suspend
 from tfgshare.policies.builders import make_cluster, make_job
 from tfgshare.policies.registry import POLICY_NAMES, get_policy
-from tfgshare.policies.placement import (FreeMap, best_fit, exclusive_fraction, fraction_for,
-                                         free_fraction, gang_place, usage)
+from tfgshare.policies.freemap import FreeMap, best_fit, gang_place
+from tfgshare.policies.placement import exclusive_fraction, fraction_for, free_fraction, usage
 from tfgshare.policies.validate import validate
 
 R = 300.0 / 16000  # one context reserve as a fraction of a 16 GB GPU

@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 
 from tfgshare.policies.base import (ClusterSnapshot, Fragment, GPU, JobState, JobView,
                                     SampleRecord, Start)
-from tfgshare.policies.placement import FreeMap
+from tfgshare.policies.freemap import FreeMap
 from tfgshare.policies.validate import validate
 from tfgshare.policies.registry import POLICY_NAMES, get_policy
 

@@ -24,7 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tfgshare.policies.base import JobState, JobView, SampleRecord, Suspend  # noqa: E402
 from tfgshare.policies.builders import make_cluster  # noqa: E402
 from tfgshare.policies.jobset import JobSet  # noqa: E402
-from tfgshare.policies.placement import FreeMap, to_fragments  # noqa: E402
+from tfgshare.policies.freemap import FreeMap  # noqa: E402
+from tfgshare.policies.placement import to_fragments  # noqa: E402
 from tfgshare.policies.validate import validate  # noqa: E402
 from tfgshare.policies.registry import POLICY_NAMES, get_policy  # noqa: E402
 

@@ -421,7 +421,7 @@ class AgentProtocol:
             late = self._late(msg)
             if late is not None and msg.exit_code == rp.EXIT_OK:
                 self._finish(late, JobState.FINISHED, self.clock(),
-                             f"exit 0, reported after it was re-queued")
+                             "exit 0, reported after it was re-queued")
                 return {}
             return {"stale": True}
         now = self.clock()
@@ -440,7 +440,7 @@ class AgentProtocol:
                 self._sampling_ended(job, now)
                 self._save(job)
             else:
-                self._to_waiting(job, JobState.SUSPENDED, now, f"suspended to its checkpoint")
+                self._to_waiting(job, JobState.SUSPENDED, now, "suspended to its checkpoint")
         elif code == rp.EXIT_OUT_OF_MEMORY:
             self._out_of_memory(job, now, why)
         elif code in (rp.EXIT_BAD_INPUT, rp.EXIT_CHECKPOINT_ERROR):

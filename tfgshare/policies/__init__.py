@@ -7,8 +7,10 @@
   ``policy.new_memo()``, then ``policy.decide(now, cluster, jobs, memo)``), and
   ``WaitQueue``, waiting jobs ordered by a policy's key.
 - ``registry``: ``POLICY_NAMES`` and ``get_policy(name, **params)``.
-- ``placement``: fragment accounting (``usage``, ``free_fraction``, ``fraction_for``),
-  placement (``FreeMap``, ``best_fit``, ``gang_place``).
+- ``placement``: fragment accounting (``usage``, ``free_fraction``, ``fraction_for``)
+  and the cluster's layout.
+- ``freemap``: ``FreeMap``, the free room of every GPU sorted for placement
+  (``best_fit``, ``gang_place``).
 - ``validate``: ``validate``, a round's actions checked against the placement rule.
 - ``exclusive``: whole-GPU placement for fifo, sjf and tiresias.
 - ``interference``: the predicted co-location slowdown model.

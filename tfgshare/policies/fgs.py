@@ -53,7 +53,8 @@ from .fgs_room import RoomMixin
 from .fgs_room_kept import finish_in
 from .fgs_round import BANDS, RoundBase, sampling_fraction, util_of
 from .interference import room_for
-from .placement import EPS, FreeMap, GpuUse, one_size
+from .freemap import FreeMap
+from .placement import GpuUse, one_size
 from .prediction import remaining_s, total_wait_s
 
 __all__ = ["Fgs", "FgsMemo", "util_of"]

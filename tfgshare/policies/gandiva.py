@@ -26,7 +26,8 @@ from typing import ClassVar, Sequence
 
 from .base import Action, ClusterSnapshot, JobView, Start
 from .memo import Memo, WaitQueue
-from .placement import EPS, FreeMap, fraction_for, to_fragments
+from .freemap import FreeMap
+from .placement import EPS, fraction_for, to_fragments
 from .queueing import WAITING
 
 

@@ -1,17 +1,14 @@
-"""Fragment accounting and placement on GPUs, shared by every policy.
+"""Fragment accounting on GPUs, shared by every policy: the rule, fractions, layout.
 
 The one rule: on each GPU, ``sum(fraction) + tenants * reserve_mb / memory_mb``
 must not pass 1 (each process also pays a CUDA context reserve). Policies plan
-placements on a :class:`FreeMap`; the coordinator and the simulator check a
-list of actions with :func:`tfgshare.policies.validate.validate`.
+placements on a :class:`tfgshare.policies.freemap.FreeMap`; the coordinator and
+the simulator check a list of actions with :func:`tfgshare.policies.validate.validate`.
+Imports only ``base`` and ``queueing``.
 """
 
 from __future__ import annotations
 
-import heapq
-import itertools
-import math
-from bisect import bisect_left, insort
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
@@ -19,7 +16,6 @@ from .base import ClusterSnapshot, Fragment, GPU, JobView
 from .queueing import HOLDING
 
 EPS = 1e-9                 # tolerance on the per-GPU sum
-_ONE = 1 << 1100           # floats times this are integers (exact sums, see FreeMap.total_free)
 MIN_FRACTION = 0.01        # smallest fragment we hand out (TF needs some room)
 GANG_LOOKAHEAD = 64        # GPUs a gang search looks at past its first fit
 
@@ -115,7 +111,7 @@ def as_need(need: float | Need) -> Need:
 
 
 @dataclass
-class _Layout:
+class Layout:
     """What a FreeMap needs from a cluster that does not change between calls."""
 
     gpus: dict[str, GPU]              # up GPUs by id, in cluster order
@@ -128,7 +124,7 @@ class _Layout:
     whole: float                      # sum of their whole-GPU fractions
 
 
-def _layout(cluster: ClusterSnapshot) -> _Layout:
+def layout(cluster: ClusterSnapshot) -> Layout:
     """The cluster's layout, worked out once per snapshot object.
 
     Kept on the (immutable) snapshot itself, like a cached property: a value
@@ -139,7 +135,7 @@ def _layout(cluster: ClusterSnapshot) -> _Layout:
     if lay is not None:
         return lay
     down = cluster.down_nodes
-    lay = _Layout({}, set(), {}, {}, {}, [], {}, 0.0)
+    lay = Layout({}, set(), {}, {}, {}, [], {}, 0.0)
     for i, g in enumerate(cluster.gpus):
         if down and g.node in down:
             continue
@@ -163,441 +159,25 @@ def _layout(cluster: ClusterSnapshot) -> _Layout:
 
 def by_room(cluster: ClusterSnapshot) -> list[GPU]:
     """Up GPUs in best-fit order for whole-GPU jobs: smallest room first, then cluster order."""
-    return _layout(cluster).by_room
+    return layout(cluster).by_room
 
 
 def room_rank(cluster: ClusterSnapshot) -> dict[str, int]:
     """Each up GPU's place in ``by_room`` order (cached; do not modify)."""
-    return _layout(cluster).room_rank
+    return layout(cluster).room_rank
 
 
 def one_size(cluster: ClusterSnapshot) -> GPU | None:
     """One up GPU if every up GPU has the same memory size, else None."""
-    lay = _layout(cluster)
+    lay = layout(cluster)
     return next(iter(lay.rep.values())) if len(lay.sizes) == 1 else None
 
 
 def up_gpus(cluster: ClusterSnapshot) -> dict[str, GPU]:
     """The GPUs not on down nodes, by id in cluster order (cached; do not modify)."""
-    return _layout(cluster).gpus
-
-
-class FreeMap:
-    """Free capacity of every up GPU, kept sorted so placement is a bisection.
-
-    Built once per ``decide`` call; ``take`` and ``release`` update it as a
-    policy plans. GPUs at ``max_tenants``, with no room, or reserved with
-    ``close`` are left out of the search. GPUs are grouped by memory size and
-    by ``band(use)``, an optional second capacity (fgs: how much utilisation
-    one more tenant may add, in steps) with ``empty_band`` for an idle GPU; within
-    a group they are ordered by (free fraction, cluster order). Searches with
-    ``min_band`` skip lower bands, consult ``ok`` only in band ``min_band``
-    and take higher bands as they are.
-    """
-
-    def __init__(self, cluster: ClusterSnapshot, jobs: Iterable[JobView] = (),
-                 max_tenants: int | None = None,
-                 use: dict[str, GpuUse] | None = None,
-                 band: Callable[[GpuUse], int] | None = None, empty_band: int = 0):
-        self.cluster = cluster
-        self.reserve_mb = cluster.reserve_mb
-        self.max_tenants = max_tenants
-        if use is None:
-            use = usage(cluster, jobs)
-        else:
-            use = {k: GpuUse(v.used, v.tenants, v.util) for k, v in use.items()}
-        self.use = use
-        lay = _layout(cluster)
-        self.gpus = lay.gpus
-        self.sizes = lay.sizes          # memory sizes of the up GPUs (read only)
-        self.order = lay.order
-        self._rep = lay.rep
-        self._whole = lay.whole
-        self.closed: set[str] = set()   # GPUs reserved for the rest of this plan
-        self._shared = False            # tables shared with the map this one was copied from
-        self._owned: set[tuple[int, int]] | None = None   # groups copied since (None: all own)
-        self.version = 0                # bumped on every change, for callers' caches
-        self._max_free: tuple[int, dict] = (-1, {})   # (version, min_band -> max free)
-        self._kth: tuple[int, dict] = (-1, {})   # (version, (k, min_band) -> k-th most free)
-        self._total: tuple[int, float] = (-1, 0.0)    # (version, total_free())
-        self._exact: int | None = None   # total_free() times _ONE, exact (kept once asked)
-        self._touched: dict[str, int] = {}   # GPUs changed since: their part of _exact
-        self._bandf = band
-        self._empty_band = empty_band
-        self._band: dict[str, int] = {}  # band of each GPU that has tenants
-        self._free: dict[str, float] = {}
-        reserve = self.reserve_mb
-        gpus = self.gpus
-        self._groups: dict[tuple[int, int], list[tuple[float, int, str]]] = {}
-        for mem, empty in lay.empty.items():
-            keys = [k for k in empty if k[2] not in use] if use else list(empty)
-            self._groups[(mem, empty_band if band is not None else 0)] = keys
-        full = max_tenants if max_tenants is not None else 1 << 30
-        groups, bands, frees, order = self._groups, self._band, self._free, lay.order
-        lowest = MIN_FRACTION - EPS
-        for gid, u in use.items():
-            g = gpus.get(gid)
-            if g is None or u.tenants >= full:
-                continue   # not searchable; its free room is worked out when asked
-            mem = g.memory_mb
-            free = frees[gid] = 1.0 - u.used - (u.tenants + 1) * reserve / mem  # free_fraction
-            if free >= lowest:
-                b = bands[gid] = band(u) if band is not None else 0
-                keys = groups.get((mem, b))
-                if keys is None:
-                    keys = groups[(mem, b)] = []
-                keys.append((free, order[gid], gid))
-        if use:
-            for keys in self._groups.values():
-                keys.sort()
-        self._bands: dict[int, list[int]] = {}   # memory size -> its bands, sorted
-        for mem, b in sorted(self._groups):
-            self._bands.setdefault(mem, []).append(b)
-        self._mems = sorted(self._bands)
-
-    def copy(self) -> "FreeMap":
-        """A copy to plan on; this map must not change while the copy is in use (the
-        copy shares its tables until the copy's first change, and each search group
-        until that group changes)."""
-        c = object.__new__(FreeMap)
-        c.__dict__.update(self.__dict__)
-        c._shared = True
-        return c
-
-    def _own(self) -> None:
-        """Make the tables shared with the map copied from this map's own (before a change)."""
-        if not self._shared:
-            return
-        self._shared = False
-        self.use = dict(self.use)
-        self.closed = set(self.closed)
-        self._band = dict(self._band)
-        self._free = dict(self._free)
-        self._touched = dict(self._touched)
-        self._groups = dict(self._groups)   # each group's list copied when it changes
-        self._owned: set[tuple[int, int]] = set()
-        self._bands = {k: list(v) for k, v in self._bands.items()}
-        self._mems = list(self._mems)
-
-    def _group_keys(self, group: tuple[int, int]) -> list | None:
-        """The sorted keys of this group, this map's own to change (None: no such group)."""
-        keys = self._groups.get(group)
-        if keys is not None and self._owned is not None and group not in self._owned:
-            keys = self._groups[group] = list(keys)
-            self._owned.add(group)
-        return keys
-
-    def _open(self, u: GpuUse | None, free: float) -> bool:
-        if free < MIN_FRACTION - EPS:
-            return False
-        return not (self.max_tenants is not None and u is not None
-                    and u.tenants >= self.max_tenants)
-
-    def free(self, gpu_id: str) -> float:
-        """The fraction one more tenant could get on this GPU now."""
-        free = self._free.get(gpu_id)
-        if free is None:
-            free = self._free[gpu_id] = free_fraction(self.gpus[gpu_id], self.use.get(gpu_id),
-                                                      self.reserve_mb)
-        return free
-
-    def tenants(self, gpu_id: str) -> int:
-        """How many jobs hold a fragment of this GPU now."""
-        u = self.use.get(gpu_id)
-        return u.tenants if u else 0
-
-    def total_free(self) -> float:
-        """Free room summed over all up GPUs (each as it could take one more tenant).
-
-        The exact sum, rounded once (as ``math.fsum``), so it does not depend on
-        the order GPUs were used in; after the first call it is brought up to
-        date from the GPUs changed since, O(changed GPUs).
-        """
-        if self._total[0] == self.version:
-            return self._total[1]
-        if self._exact is None:
-            total = _exact(self._whole)
-            for gid in self.use:
-                total += self._gain(gid)
-        else:
-            total = self._exact
-            for gid, old in self._touched.items():
-                total += self._gain(gid) - old
-        self._exact, self._touched = total, {}
-        value = total / _ONE
-        self._total = (self.version, value)
-        return value
-
-    def _gain(self, gid: str) -> int:
-        """What ``gid`` adds to the exact total now, over its whole-GPU room (x ``_ONE``)."""
-        g = self.gpus.get(gid)
-        if g is None or gid not in self.use:
-            return 0
-        empty = _EMPTY.get((g.memory_mb, self.reserve_mb))
-        if empty is None:
-            empty = _EMPTY[(g.memory_mb, self.reserve_mb)] = _exact(
-                free_fraction(g, None, self.reserve_mb))
-        return _exact(max(0.0, self.free(gid))) - empty
-
-    def _searched(self, min_band: int | None) -> list[tuple[int, int, list]]:
-        """(memory size, band, sorted keys) of the non-empty groups searched, in fixed order."""
-        groups = self._groups
-        out = []
-        for mem in self._mems:
-            bands = self._bands[mem]
-            start = 0 if min_band is None else bisect_left(bands, min_band)
-            for b in bands[start:]:
-                keys = groups[(mem, b)]
-                if keys:
-                    out.append((mem, b, keys))
-        return out
-
-    def max_free(self, min_band: int | None = None) -> float:
-        """The largest fraction any open GPU could give one more tenant (0 if none)."""
-        if self._max_free[0] != self.version:
-            self._max_free = (self.version, {})
-        memo = self._max_free[1]
-        best = memo.get(min_band)
-        if best is None:
-            best = 0.0
-            for _, _, keys in self._searched(min_band):
-                if keys[-1][0] > best:
-                    best = keys[-1][0]
-            memo[min_band] = best
-        return best
-
-    def count_fitting(self, need: float | Need, min_band: int | None = None) -> int:
-        """How many open GPUs could take one more tenant of this size (``ok`` aside)."""
-        need = as_need(need)
-        n = 0
-        for mem, _, keys in self._searched(min_band):
-            n += len(keys) - bisect_left(keys, (need(self._rep[mem]) - EPS,))
-        return n
-
-    def kth_free(self, k: int, min_band: int | None = None) -> float:
-        """The ``k``-th largest free room among the open GPUs searched (-inf: fewer than ``k``).
-
-        For one GPU size: ``count_fitting(f, min_band) >= k`` exactly when this
-        is at least ``f - EPS``.
-        """
-        if self._kth[0] != self.version:
-            self._kth = (self.version, {})
-        memo = self._kth[1]
-        got = memo.get((k, min_band))
-        if got is None:
-            tops = heapq.nlargest(k, itertools.chain.from_iterable(
-                keys[-k:] for _, _, keys in self._searched(min_band)))
-            got = memo[(k, min_band)] = tops[-1][0] if len(tops) == k else -math.inf
-        return got
-
-    def best_fit(self, need: float | Need, exclude: Iterable[str] = (),
-                 ok: Callable[[str], bool] | None = None,
-                 min_band: int | None = None) -> tuple[str, float] | None:
-        """The GPU with the smallest free room that still fits, and the fraction.
-
-        Skips GPUs in ``exclude`` and those for which ``ok(gpu_id)`` is false.
-        Between GPU sizes the smaller free room in MB wins. None if nothing fits.
-        """
-        need = as_need(need)
-        exclude = exclude if isinstance(exclude, (set, frozenset, dict)) else set(exclude)
-        best = None
-        for mem, band, keys in self._searched(min_band):
-            f = need(self._rep[mem])
-            check = ok if (min_band is None or band == min_band) else None
-            i = bisect_left(keys, (f - EPS,))
-            while i < len(keys) and (keys[i][2] in exclude
-                                     or (check is not None and not check(keys[i][2]))):
-                i += 1
-            if i == len(keys):
-                continue
-            free, order, gid = keys[i]
-            cand = (free * mem, order, gid, f)
-            if best is None or cand < best:
-                best = cand
-        return None if best is None else (best[2], best[3])
-
-    def worst_fit(self, need: float | Need) -> tuple[str, float] | None:
-        """The GPU with the most free room (MB) if it fits ``need``, and the fraction.
-
-        None if nothing fits.
-        """
-        need = as_need(need)
-        best = None
-        for mem, _, keys in self._searched(None):
-            f = need(self._rep[mem])
-            top = keys[-1][0]
-            if top < f - EPS:
-                continue
-            free, order, gid = keys[bisect_left(keys, (top - EPS,))]
-            cand = (-free * mem, order, gid, f)
-            if best is None or cand < best:
-                best = cand
-        return None if best is None else (best[2], best[3])
-
-    def gang_place(self, k: int, need: float | Need,
-                   ok: Callable[[str], bool] | None = None,
-                   min_band: int | None = None) -> list[tuple[str, float]] | None:
-        """``k`` distinct GPUs that each fit ``need``: one node if possible, else fewest nodes.
-
-        Scans fitting GPUs tightest first. Once a node has collected ``k``, the
-        scan finishes GPUs with the same free room (looking at most
-        ``GANG_LOOKAHEAD`` further), and the node with the fewest candidates wins
-        (best fit at node level: whole nodes stay whole for bigger gangs). If
-        no node can hold the gang it spans the fewest nodes. Returns (gpu id,
-        fraction) pairs, or None.
-        """
-        if k <= 1:
-            one = self.best_fit(need, ok=ok, min_band=min_band)
-            return None if one is None else [one]
-        need = as_need(need)
-        if self.count_fitting(need, min_band) < k:
-            return None
-        by_node: dict[str, list[tuple[str, float]]] = {}
-        gpus = self.gpus
-        groups = self._searched(min_band)
-        for mem, band, keys in groups:
-            f = need(self._rep[mem])
-            check = ok if (min_band is None or band == min_band) else None
-            block = None   # free room at which some node first held the gang
-            extra = 0
-            for free, _, gid in keys[bisect_left(keys, (f - EPS,)):]:
-                if block is not None:
-                    extra += 1
-                    if free > block + EPS or extra > GANG_LOOKAHEAD:
-                        break
-                if check is not None and not check(gid):
-                    continue
-                cands = by_node.setdefault(gpus[gid].node, [])
-                cands.append((gid, f))
-                if block is None and len(cands) == k and len(groups) == 1:
-                    block = free
-        whole = [c for c in by_node.values() if len(c) >= k]
-        if whole:
-            return min(whole, key=lambda c: (len(c), self.order[c[0][0]]))[:k]
-        if self.cluster.gang_nodes is not None:
-            by_node = {n: c for n, c in by_node.items() if self.cluster.spans_onto(n)}
-        if sum(map(len, by_node.values())) < k:
-            return None
-        chosen: list[tuple[str, float]] = []
-        first = {n: self.order[c[0][0]] for n, c in by_node.items()}
-        nodes = sorted(by_node, key=lambda n: (-len(by_node[n]), first[n]))
-        left = k
-        while left > 0:
-            # the smallest node that finishes the gang, else the biggest one left
-            done = [n for n in nodes if len(by_node[n]) >= left]
-            node = min(done, key=lambda n: (len(by_node[n]), first[n])) if done else nodes[0]
-            nodes.remove(node)
-            take = by_node[node][:left]
-            chosen += take
-            left -= len(take)
-        return chosen
-
-    # ---- updates ---------------------------------------------------------
-
-    def _group(self, gid: str) -> tuple[int, int]:
-        band = self._band.get(gid)
-        if band is None:
-            band = self._empty_band if self._bandf is not None else 0
-        return (self.gpus[gid].memory_mb, band)
-
-    def _drop(self, gid: str) -> None:
-        keys = self._group_keys(self._group(gid))
-        if not keys:
-            return
-        key = (self.free(gid), self.order[gid], gid)
-        i = bisect_left(keys, key)
-        if i < len(keys) and keys[i] == key:
-            del keys[i]
-
-    def close(self, gpu_ids: Iterable[str]) -> None:
-        """Take these GPUs out of the search for the rest of this plan (a reservation)."""
-        for gid in gpu_ids:
-            if gid in self.gpus and gid not in self.closed:
-                self._own()
-                self._drop(gid)
-                self.closed.add(gid)
-                self.version += 1
-
-    def _move(self, gid: str, d_used: float, d_tenants: int, d_util: float = 0.0) -> None:
-        u = self.use.get(gid)
-        # a new GpuUse, never changed in place: copies of this map share them
-        if u is None:
-            u = GpuUse(0.0 + d_used, d_tenants, 0.0 + d_util)
-        else:
-            u = GpuUse(u.used + d_used, u.tenants + d_tenants, u.util + d_util)
-        self.set_use(gid, u)
-
-    def set_use(self, gid: str, u: GpuUse | None) -> None:
-        """Replace what the tenants of ``gid`` hold (None or no tenants: idle)."""
-        g = self.gpus[gid]
-        self._own()
-        self.version += 1
-        self._drop(gid)
-        if self._exact is not None and gid not in self._touched:
-            self._touched[gid] = self._gain(gid)   # its part of the total as last summed
-        if u is None or u.tenants <= 0:
-            self.use.pop(gid, None)
-            u = None
-            self._band.pop(gid, None)
-        else:
-            self.use[gid] = u
-            self._band[gid] = self._bandf(u) if self._bandf is not None else 0
-        free = self._free[gid] = free_fraction(g, u, self.reserve_mb)
-        if gid not in self.closed and self._open(u, free):
-            group = self._group(gid)
-            keys = self._group_keys(group)
-            if keys is None:
-                keys = self._groups[group] = []
-                if self._owned is not None:
-                    self._owned.add(group)
-                if group[0] not in self._bands:
-                    insort(self._mems, group[0])
-                insort(self._bands.setdefault(group[0], []), group[1])
-            insort(keys, (free, self.order[gid], gid))
-
-    def refresh(self, gpu_id: str) -> None:
-        """Re-read the band of a GPU whose tenants changed outside take/release."""
-        self._move(gpu_id, 0.0, 0)
-
-    def take(self, fragments: Iterable[Fragment | tuple[str, float]],
-             util: float = 1.0) -> None:
-        """Record a new tenant of this utilisation holding these fragments."""
-        for frag in fragments:
-            gid, f = (frag.gpu, frag.fraction) if isinstance(frag, Fragment) else frag
-            self._move(gid, f, 1, util)
-
-    def release(self, fragments: Iterable[Fragment | tuple[str, float]],
-                util: float = 1.0) -> None:
-        """Record that the tenant (of this utilisation) holding these fragments left."""
-        for frag in fragments:
-            gid, f = (frag.gpu, frag.fraction) if isinstance(frag, Fragment) else frag
-            if gid in self.gpus:
-                self._move(gid, -f, -1, -util)
-
-
-_EMPTY: dict[tuple[int, float], int] = {}   # (memory, reserve) -> an idle GPU's room, exact
-
-
-def _exact(x: float) -> int:
-    """``x`` times ``_ONE``, exactly (every float is a multiple of 2**-1074)."""
-    n, d = x.as_integer_ratio()
-    return n * (_ONE // d)
+    return layout(cluster).gpus
 
 
 def to_fragments(placed: Sequence[tuple[str, float]]) -> tuple[Fragment, ...]:
     """(gpu id, fraction) pairs as Fragments."""
     return tuple(Fragment(gid, f) for gid, f in placed)
-
-
-def best_fit(cluster: ClusterSnapshot, jobs: Iterable[JobView], need: float | Need,
-             max_tenants: int | None = None) -> Fragment | None:
-    """The tightest fragment that fits ``need`` on the cluster as the jobs hold it."""
-    got = FreeMap(cluster, jobs, max_tenants).best_fit(need)
-    return None if got is None else Fragment(*got)
-
-
-def gang_place(cluster: ClusterSnapshot, jobs: Iterable[JobView], k: int,
-               need: float | Need, max_tenants: int | None = None) -> tuple[Fragment, ...] | None:
-    """``k`` fragments on distinct GPUs, one node if possible, else fewest nodes."""
-    got = FreeMap(cluster, jobs, max_tenants).gang_place(k, need)
-    return None if got is None else to_fragments(got)
