@@ -27,12 +27,13 @@ part (``GangMember``); agents offer their gang ``address`` and ``ports`` at
 
 from __future__ import annotations
 
-import re
 import uuid
 from typing import Annotated, Any, ClassVar, Literal, Union
 
 import msgspec
 from msgspec import UNSET, Meta, Struct, field
+
+from .schema_errors import in_our_words
 
 VERSION = 1
 MAX_MESSAGE_BYTES = 1 << 20   # larger frames are dropped by ZMQ (ZMQ_MAXMSGSIZE)
@@ -63,8 +64,6 @@ Unit = Annotated[float, Meta(ge=0.0, le=1.0)]
 Optimizer = Literal["sgd", "momentum", "rmsprop", "adam"]       # runner.config.OPTIMIZERS
 DecayType = Literal["fixed", "exponential", "polynomial"]        # runner.config.DECAY_TYPES
 
-# how a range or value error on these fields reads (the field's rule in words)
-_RULES = {"memory_fraction": "must be in (0, 1] or 'auto'"}
 
 
 # ---- nested records --------------------------------------------------------
@@ -514,7 +513,7 @@ def decode(data: bytes | str, max_bytes: int | None = MAX_MESSAGE_BYTES) -> Mess
         raise SchemaError("message nested too deeply") from None
     except msgspec.DecodeError as exc:
         if isinstance(exc, msgspec.ValidationError):
-            raise _schema_error(exc, "message", "a message must be a JSON object") from None
+            raise SchemaError(in_our_words(exc, "message", "a message must be a JSON object")) from None
         raise SchemaError(f"malformed JSON: {exc}") from None
     if head.v is UNSET:
         raise SchemaError("missing version field 'v'")
@@ -535,7 +534,7 @@ def decode(data: bytes | str, max_bytes: int | None = MAX_MESSAGE_BYTES) -> Mess
             return Ok(id=head.id, fields=body)
         return _messages.decode(data)
     except msgspec.ValidationError as exc:
-        raise _schema_error(exc, kind) from None
+        raise SchemaError(in_our_words(exc, kind)) from None
     except msgspec.DecodeError as exc:   # e.g. bad UTF-8 in a field the first pass skipped
         raise SchemaError(f"malformed JSON: {exc}") from None
     except RecursionError:
@@ -556,7 +555,7 @@ def job_spec(obj: Any, where: str = "job") -> JobSpec:
     try:
         return msgspec.convert(obj, JobSpec)
     except msgspec.ValidationError as exc:
-        raise _schema_error(exc, where) from None
+        raise SchemaError(in_our_words(exc, where)) from None
 
 
 def reply_ok(request: Message | str, **fields: Any) -> Ok:
@@ -569,62 +568,3 @@ def reply_error(request: Message | str, reason: str) -> Error:
     """An ``error`` reply to ``request`` (a message or its id)."""
     rid = request if isinstance(request, str) else request.id
     return Error(id=rid, reason=reason)
-
-
-# ---- msgspec's validation errors in our words --------------------------------
-
-_NAMES = {"array": "list", "object": "object", "null": "null"}
-_EXPECTED = re.compile(r"Expected `([^`]+)`, got `([^`]+)`")
-_RANGE = re.compile(r"Expected `[^`]+` (>=|>|<=|<) (\S+)")
-_LENGTH = re.compile(r"Expected `([^`]+)` of length (>=|<=) (\d+)")
-_MISSING = re.compile(r"Object missing required field `([^`]+)`")
-_UNKNOWN = re.compile(r"Object contains unknown field `([^`]+)`")
-_ENUM = re.compile(r"Invalid (?:enum )?value (.+)")
-
-
-def _type_name(name: str) -> str:
-    return " or ".join(_NAMES.get(part, part) for part in name.split(" | "))
-
-
-def _schema_error(exc: msgspec.ValidationError, where: str, top: str | None = None
-                  ) -> SchemaError:
-    """Turn ``... - at `$.jobs[0].batch_size``` into ``submit.jobs[0].batch_size: ...``."""
-    text, _, at = str(exc).partition(" - at `")
-    is_key = at.startswith("key` in `")
-    path = at.split("`")[-2] if is_key else at.rstrip("`")
-    path = path[1:] if path.startswith("$") else path
-    place = where + path
-    parent, dot, name = place.rpartition(".")
-    if not dot or name.endswith("]"):
-        parent, name = place, ""
-    if top is not None and not path:
-        m = _EXPECTED.match(text)
-        return SchemaError(f"{top}, got {_type_name(m.group(2)) if m else text}")
-    if is_key:
-        return SchemaError(f"{place}: a key is not an integer ({text})")
-    if name in _RULES and not _EXPECTED.match(text):
-        return SchemaError(f"{parent}: {name} {_RULES[name]} ({text})")
-    m = _EXPECTED.match(text)
-    if m:
-        return SchemaError(f"{place}: expected {_type_name(m.group(1))}, "
-                           f"got {_type_name(m.group(2))}")
-    m = _LENGTH.match(text)
-    if m and name and m.group(2) == ">=" and m.group(3) == "1":
-        return SchemaError(f"{parent}: {name} must not be empty")
-    if m and name:
-        unit = "characters" if m.group(1) == "str" else "items"
-        most = "at most" if m.group(2) == "<=" else "at least"
-        return SchemaError(f"{parent}: {name} must have {most} {m.group(3)} {unit}")
-    m = _RANGE.match(text)
-    if m and name:
-        return SchemaError(f"{parent}: {name} must be {m.group(1)} {m.group(2)}")
-    m = _MISSING.match(text)
-    if m:
-        return SchemaError(f"{place}: missing field '{m.group(1)}'")
-    m = _UNKNOWN.match(text)
-    if m:
-        return SchemaError(f"{place}: unknown field(s) {m.group(1)}")
-    m = _ENUM.match(text)
-    if m:
-        return SchemaError(f"{place}: invalid value {m.group(1)}")
-    return SchemaError(f"{place}: {text}")

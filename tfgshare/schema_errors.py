@@ -1,0 +1,69 @@
+"""msgspec's validation errors in our words: the field's path and the problem.
+
+``schema`` raises ``SchemaError`` with these messages; nothing else reads them.
+"""
+
+from __future__ import annotations
+
+import re
+
+import msgspec
+
+# how a range or value error on these fields reads (the field's rule in words)
+_RULES = {"memory_fraction": "must be in (0, 1] or 'auto'"}
+
+_NAMES = {"array": "list", "object": "object", "null": "null"}
+_EXPECTED = re.compile(r"Expected `([^`]+)`, got `([^`]+)`")
+_RANGE = re.compile(r"Expected `[^`]+` (>=|>|<=|<) (\S+)")
+_LENGTH = re.compile(r"Expected `([^`]+)` of length (>=|<=) (\d+)")
+_MISSING = re.compile(r"Object missing required field `([^`]+)`")
+_UNKNOWN = re.compile(r"Object contains unknown field `([^`]+)`")
+_ENUM = re.compile(r"Invalid (?:enum )?value (.+)")
+
+
+def _type_name(name: str) -> str:
+    return " or ".join(_NAMES.get(part, part) for part in name.split(" | "))
+
+
+def in_our_words(exc: msgspec.ValidationError, where: str, top: str | None = None) -> str:
+    """Turn ``... - at `$.jobs[0].batch_size``` into ``submit.jobs[0].batch_size: ...``
+    (``where``: the message or record; ``top``: what the whole must be, if it is not)."""
+    text, _, at = str(exc).partition(" - at `")
+    is_key = at.startswith("key` in `")
+    path = at.split("`")[-2] if is_key else at.rstrip("`")
+    path = path[1:] if path.startswith("$") else path
+    place = where + path
+    parent, dot, name = place.rpartition(".")
+    if not dot or name.endswith("]"):
+        parent, name = place, ""
+    if top is not None and not path:
+        m = _EXPECTED.match(text)
+        return f"{top}, got {_type_name(m.group(2)) if m else text}"
+    if is_key:
+        return f"{place}: a key is not an integer ({text})"
+    if name in _RULES and not _EXPECTED.match(text):
+        return f"{parent}: {name} {_RULES[name]} ({text})"
+    m = _EXPECTED.match(text)
+    if m:
+        return (f"{place}: expected {_type_name(m.group(1))}, "
+                f"got {_type_name(m.group(2))}")
+    m = _LENGTH.match(text)
+    if m and name and m.group(2) == ">=" and m.group(3) == "1":
+        return f"{parent}: {name} must not be empty"
+    if m and name:
+        unit = "characters" if m.group(1) == "str" else "items"
+        most = "at most" if m.group(2) == "<=" else "at least"
+        return f"{parent}: {name} must have {most} {m.group(3)} {unit}"
+    m = _RANGE.match(text)
+    if m and name:
+        return f"{parent}: {name} must be {m.group(1)} {m.group(2)}"
+    m = _MISSING.match(text)
+    if m:
+        return f"{place}: missing field '{m.group(1)}'"
+    m = _UNKNOWN.match(text)
+    if m:
+        return f"{place}: unknown field(s) {m.group(1)}"
+    m = _ENUM.match(text)
+    if m:
+        return f"{place}: invalid value {m.group(1)}"
+    return f"{place}: {text}"
