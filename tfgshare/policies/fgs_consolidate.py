@@ -57,7 +57,8 @@ class ConsolidateMixin:
             singles = MovableIndex.of(self).movable_by(self.now)
         if len(fm.sizes) == 1:
             f = need(first)
-            nearest = fm.nearest_to_fit(f, singles)
+            keyed = [(f - free(gid), order[gid], gid) for gid in singles
+                     if gid in use and gid in gpus and gid not in closed and gid not in chosen]
         else:
             fractions: dict[int, float] = {}   # memory size -> the job's fraction
             keyed = []
@@ -69,9 +70,8 @@ class ConsolidateMixin:
                 if f is None:
                     f = fractions[gpu.memory_mb] = need(gpu)
                 keyed.append((f - free(gid), order[gid], gid))
-            # in sorted order, but only as far as the tries go
-            heapq.heapify(keyed)
-            nearest = (heapq.heappop(keyed)[2] for _ in range(len(keyed)))
+        # in sorted order, but only as far as the tries go
+        heapq.heapify(keyed)
         holders = self.holders
         may = self._may_consolidate
         one = f if len(fm.sizes) == 1 else None   # the job's fraction on every GPU
@@ -79,11 +79,11 @@ class ConsolidateMixin:
         def cands():
             # each candidate with its tenants that may move (acted and the round's
             # movability stay as they are until the tries are over)
-            for gid in nearest:
-                if gid not in chosen:
-                    hs = [h for h in holders.get(gid, ()) if may(h)]
-                    if hs:
-                        yield gid, hs
+            while keyed:
+                c = heapq.heappop(keyed)
+                hs = [h for h in holders.get(c[2], ()) if may(h)]
+                if hs:
+                    yield c[2], hs
 
         plan: list[tuple[JobView, list[tuple[str, float]]]] = []
         saved: dict[str, GpuUse | None] = {}   # each GPU's use before this call changed it

@@ -11,7 +11,7 @@ import heapq
 import itertools
 import math
 from bisect import bisect_left, insort
-from typing import Callable, Collection, Iterable, Iterator
+from typing import Callable, Iterable
 
 from .base import ClusterSnapshot, Fragment, JobView
 from .placement import (EPS, GANG_LOOKAHEAD, MIN_FRACTION, GpuUse, Need, as_need,
@@ -88,8 +88,6 @@ class FreeMap:
         if use:
             for keys in self._groups.values():
                 keys.sort()
-        # every up GPU with tenants, most free room first, then cluster order
-        self._held = sorted((-self.free(gid), order[gid], gid) for gid in use if gid in gpus)
         self._bands: dict[int, list[int]] = {}   # memory size -> its bands, sorted
         for mem, b in sorted(self._groups):
             self._bands.setdefault(mem, []).append(b)
@@ -113,7 +111,6 @@ class FreeMap:
         self.closed = set(self.closed)
         self._band = dict(self._band)
         self._free = dict(self._free)
-        self._held = list(self._held)
         self._touched = dict(self._touched)
         self._groups = dict(self._groups)   # each group's list copied when it changes
         self._owned: set[tuple[int, int]] = set()
@@ -230,12 +227,6 @@ class FreeMap:
                 keys[-k:] for _, _, keys in self._searched(min_band)))
             got = memo[(k, min_band)] = tops[-1][0] if len(tops) == k else -math.inf
         return got
-
-    def nearest_to_fit(self, f: float, among: Collection[str]) -> Iterator[str]:
-        """The GPUs in ``among`` that have tenants and are not closed, in order of
-        (``f`` less their free room, cluster order): the map as it is now, whatever
-        changes while the caller walks it."""
-        return _nearest(list(self._held), f, among, self.closed)
 
     def best_fit(self, need: float | Need, exclude: Iterable[str] = (),
                  ok: Callable[[str], bool] | None = None,
@@ -380,9 +371,6 @@ class FreeMap:
         self._own()
         self.version += 1
         self._drop(gid)
-        if gid in self.use:
-            held, key = self._held, (-self.free(gid), self.order[gid], gid)
-            del held[bisect_left(held, key)]
         if self._exact is not None and gid not in self._touched:
             self._touched[gid] = self._gain(gid)   # its part of the total as last summed
         if u is None or u.tenants <= 0:
@@ -404,8 +392,6 @@ class FreeMap:
                     insort(self._mems, group[0])
                 insort(self._bands.setdefault(group[0], []), group[1])
             insort(keys, (free, self.order[gid], gid))
-        if u is not None:
-            insort(self._held, (-free, self.order[gid], gid))
 
     def refresh(self, gpu_id: str) -> None:
         """Re-read the band of a GPU whose tenants changed outside take/release."""
@@ -425,23 +411,6 @@ class FreeMap:
             gid, f = (frag.gpu, frag.fraction) if isinstance(frag, Fragment) else frag
             if gid in self.gpus:
                 self._move(gid, -f, -1, -util)
-
-
-def _nearest(held: list[tuple[float, int, str]], f: float, among: Collection[str],
-             closed: set[str]) -> Iterator[str]:
-    run: list[tuple[int, str]] = []
-    d0 = None
-    for neg, order, gid in held:   # by (-free, order): f - free only rises
-        if gid in among and gid not in closed:
-            d = f + neg   # == f - free, to the bit
-            if d != d0:
-                if run:   # frees that round to one difference: cluster order decides
-                    run.sort()
-                    yield from (g for _, g in run)
-                run, d0 = [], d
-            run.append((order, gid))
-    run.sort()
-    yield from (g for _, g in run)
 
 
 _EMPTY: dict[tuple[int, float], int] = {}   # (memory, reserve) -> an idle GPU's room, exact
