@@ -52,8 +52,8 @@ from .fgs_queues import FgsMemo, Rest, SizedWalk
 from .fgs_room import RoomMixin
 from .fgs_room_kept import finish_in
 from .fgs_round import BANDS, RoundBase, sampling_fraction, util_of
-from .interference import room_for
 from .freemap import FreeMap
+from .interference import room_for
 from .placement import GpuUse, one_size
 from .prediction import remaining_s, total_wait_s
 

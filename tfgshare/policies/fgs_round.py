@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Callable, Collection, Iterable, Sequence
 
 from .base import Action, ClusterSnapshot, JobView, Start
 from .fgs_queues import BANDS, FgsMemo, Rest, SizedWalk, bucket_floor
-from .interference import room_for
 from .freemap import FreeMap
+from .interference import room_for
 from .placement import EPS, GpuUse, exclusive_fraction, fraction_for, to_fragments
 
 if TYPE_CHECKING:

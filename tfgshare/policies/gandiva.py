@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import ClassVar, Sequence
 
 from .base import Action, ClusterSnapshot, JobView, Start
-from .memo import Memo, WaitQueue
 from .freemap import FreeMap
+from .memo import Memo, WaitQueue
 from .placement import EPS, fraction_for, to_fragments
 from .queueing import WAITING
 
