@@ -513,7 +513,8 @@ def decode(data: bytes | str, max_bytes: int | None = MAX_MESSAGE_BYTES) -> Mess
         raise SchemaError("message nested too deeply") from None
     except msgspec.DecodeError as exc:
         if isinstance(exc, msgspec.ValidationError):
-            raise SchemaError(in_our_words(exc, "message", "a message must be a JSON object")) from None
+            why = in_our_words(exc, "message", "a message must be a JSON object")
+            raise SchemaError(why) from None
         raise SchemaError(f"malformed JSON: {exc}") from None
     if head.v is UNSET:
         raise SchemaError("missing version field 'v'")
