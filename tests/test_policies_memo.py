@@ -214,9 +214,31 @@ def test_fgs_promotion_is_a_timed_event_at_the_bound():
     pol = get_policy("fgs")
     memo = pol.new_memo()
     pol.decide(100.0, cluster, JobSet([runner, waiter]), memo)
-    due = pol.wake_at(100.0, memo)
+    due = memo.next_promotion(100.0)
     assert 2000.0 - 0.01 < due <= 2000.0
     assert not pol.starving(waiter, 1999.999) and pol.starving(waiter, 2000.001)
+
+
+def test_fgs_wakes_when_a_running_job_passes_its_minimum_run_while_jobs_wait():
+    # the runner started at 0 and may be moved from 300 s on (min_run_s, its move cost
+    # unmeasured): fgs asks to decide then, not at a tick, and the promotion after it
+    from tfgshare.policies.builders import make_cluster, make_job
+
+    cluster = make_cluster(1, 1, 16000)
+    runner = make_job("run", 0.0, on={"n0:0": 0.98}, memory_mb=15000, total_steps=10 ** 6,
+                      last_start=0.0)
+    waiter = make_job("w", 0.0, state=JobState.SAMPLED, memory_mb=15000, step_time_s=1.0,
+                      total_steps=1000)
+    pol = get_policy("fgs")
+    assert pol.tick_s is None and pol.min_run(runner) == 300.0
+    memo = pol.new_memo()
+    pol.decide(100.0, cluster, JobSet([runner, waiter]), memo)
+    assert pol.wake_at(100.0, memo) == 300.0
+    pol.decide(300.0, cluster, JobSet([runner, waiter]), memo)
+    assert 2000.0 - 0.01 < pol.wake_at(300.0, memo) <= 2000.0   # now only the promotion
+    alone = pol.new_memo()   # nothing waits: a minimum run's end changes no decision
+    pol.decide(100.0, cluster, JobSet([runner]), alone)
+    assert pol.wake_at(100.0, alone) is None
 
 
 def test_fgs_wakes_at_the_moment_a_job_due_but_not_past_its_bound_passes_it():
@@ -235,7 +257,8 @@ def test_fgs_wakes_at_the_moment_a_job_due_but_not_past_its_bound_passes_it():
     memo = pol.new_memo()
     jobs = JobSet([runner, waiter])
     pol.decide(t0 + 100.0, cluster, jobs, memo)
-    due = pol.wake_at(t0 + 100.0, memo)
+    assert pol.wake_at(t0 + 100.0, memo) == t0 + 300.0   # the runner's minimum run ends
+    due = memo.next_promotion(t0 + 100.0)
     assert t0 + 2000.0 - 2.0 < due < t0 + 2000.0 - 0.5
     pol.decide(due, cluster, jobs, memo)
     assert not pol.starving(waiter, due)
@@ -257,7 +280,8 @@ def test_with_no_tick_the_simulator_decides_when_fgs_promotes(toy_profiles):
         return decide(now, cluster, views, memo)
     pol.decide = record
     simulate(load_cluster("1x1:8192"), jobs, toy_profiles, pol, SimConfig(tick_s=None, seed=1))
-    # no arrival and no run ends between the samplings and ~2,000 s: only the promotion
+    # no arrival and no run ends between the samplings and ~2,000 s, and the runner's
+    # minimum run (its measured move cost over move_share) ends before 100 s: only the promotion
     woken = [t for t in times if 100 < t < 1900]
     assert woken and 900 < woken[0] < 1000, times
 

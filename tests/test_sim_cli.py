@@ -39,6 +39,8 @@ def test_simulate_writes_table_csv_json_and_plots(tmp_path, capsys):
     assert doc["num_gpus"] == 4 and doc["jobs"] == 14 and doc["baseline"] == "fifo"
     fgs = doc["policies"]["fgs"]
     assert fgs["report"]["jct_mean"] > 0 and fgs["decide"]["rounds"] > 0
+    # the tick each policy ran under: gandiva the --tick, fgs its own timed events
+    assert doc["policies"]["gandiva"]["tick_s"] == 60.0 and fgs["tick_s"] is None
     for name in ("jct_cdf.png", "utilisation.png", "queue.png"):
         assert (out / name).read_bytes()[:4] == b"\x89PNG"
     assert str(out) in printed

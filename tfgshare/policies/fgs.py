@@ -65,6 +65,9 @@ class Fgs:
     """Sampling, shortest-remaining-first with aging, best-fit fragments, suspend/migrate."""
 
     name: ClassVar[str] = "fgs"
+    # no periodic call needed: a caller wakes it at its own timed events (``wake_at``),
+    # as the live coordinator's one-second tick would find them
+    tick_s: ClassVar[float | None] = None
     # skip work whose answer bounds kept in the memo already give: making room
     # from each GPU's clear cost kept across rounds (fgs_room_kept.ClearIndex) or,
     # once the round has acted, not at all when it would do nothing
@@ -252,8 +255,13 @@ class Fgs:
         return FgsMemo()
 
     def wake_at(self, now: float, memo: "FgsMemo") -> float | None:
-        """When the next waiting job passes its bound and is promoted (None: no such job)."""
-        return memo.next_promotion(now)
+        """When a decision may next change with the clock alone (None: not before some
+        other event): a waiting job passes its bound and is promoted, or, while jobs
+        wait, a running job passes its minimum run and may be moved for them."""
+        times = [memo.next_promotion(now)]
+        if memo.to_sample or memo.ordinary:
+            times.append(memo.next_movable(now))
+        return min((t for t in times if t is not None), default=None)
 
     def decide(self, now: float, cluster: ClusterSnapshot, jobs: Sequence[JobView],
                memo: "FgsMemo | None" = None) -> list[Action]:

@@ -92,7 +92,8 @@ class FgsMemo(Memo):
         # what a quiet walk reads (``Fgs.decide``): ``stamp`` is bumped whenever the free
         # map, the shortest-first queue or a movable tenant (its "tenant" key) changes;
         # ``expiries`` a heap of (about when, seq, id, view, last start, minimum run) of the
-        # tenants inside their minimum run; ``quiet`` the last walk that did nothing
+        # tenants inside their minimum run (every running job that may be moved, gangs
+        # too); ``quiet`` the last walk that did nothing
         self.stamp = 0
         self.quiet: tuple | None = None
         self._keyed: dict[str, tuple[JobView, dict]] = {}   # id -> (view, its keys by name)
@@ -216,15 +217,17 @@ class FgsMemo(Memo):
 
     def _tenant_changed(self, jid: str, new: JobView | None, pair: tuple | None) -> bool:
         """Bump ``stamp`` if what consolidation reads of this tenant changed (and say
-        whether it did); keep its minimum run's end (``pair``: ``_keyed_pair``)."""
+        whether it did); keep its minimum run's end if it may be moved (``pair``:
+        ``_keyed_pair``; "clear" holds whether it may and its minimum run, gangs too)."""
         if pair is None:
             self.stamp += 1
             return True
         was, now = (None if k is None else k["tenant"] for k in pair)
         if was != now:
             self.stamp += 1
-        if now is not None and now[-1] is not None and new.last_start is not None:
-            last, run = new.last_start, now[-1]
+        run = None if pair[1] is None else pair[1]["clear"][6]
+        if run is not None and new.last_start is not None:
+            last = new.last_start
             at = last + run - 1e-9 * (1.0 + abs(last) + abs(run))   # early, never late
             self.pushed += 1
             heapq.heappush(self.expiries, (at, self.pushed, jid, new, last, run))
@@ -235,7 +238,7 @@ class FgsMemo(Memo):
         return was != now
 
     def next_expiry(self, now: float) -> float:
-        """About when (never late) the next tenant consolidation might move passes its
+        """About when (never late) the next tenant that may be moved passes its
         minimum run, of those inside it at ``now`` (inf: none)."""
         heap, views = self.expiries, self.tracker.views
         while heap:
@@ -244,6 +247,17 @@ class FgsMemo(Memo):
                 return at
             heapq.heappop(heap)   # gone, or past it: movable until its view changes
         return math.inf
+
+    def next_movable(self, now: float) -> float | None:
+        """When (never early) the next tenant inside its minimum run at ``now`` passes
+        it and may be moved (``RoomMixin._may_move``), or None: none is inside it."""
+        if self.next_expiry(now) == math.inf:
+            return None
+        last, run = self.expiries[0][4:6]
+        t = last + run
+        while t - last < run:   # the first time at which ``now - last >= run`` holds
+            t = math.nextafter(t, math.inf)
+        return t
 
     def _promote_at(self, jid: str, new: JobView, entry: tuple, bound: float) -> None:
         """Keep a waiting job's entry with its wait, and its promotion as a timed event."""

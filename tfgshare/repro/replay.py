@@ -30,7 +30,9 @@ from pathlib import Path
 
 from tfgshare.metrics import Report, format_table, table_rows
 
-RUNNER_TICK_S = 0.5     # LocalCluster's coordinator tick: the simulator calls the policy as often
+# LocalCluster's coordinator tick: the simulator calls the policy as often (but fifo,
+# tiresias and fgs, called at events and their own timed events: tick_s None, wake_at)
+RUNNER_TICK_S = 0.5
 
 
 def compressed_jobs(trace: str, profiles, speedup: float, *, num_jobs: int | None = None,

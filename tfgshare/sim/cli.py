@@ -61,7 +61,10 @@ def _parser() -> argparse.ArgumentParser:
                         "shipped one); a measured profile's co-location fit and checkpoint "
                         "bandwidth are used too")
     p.add_argument("--tick", type=float, default=60.0,
-                   help="seconds between policy calls while jobs wait (default 60)")
+                   help="seconds between policy calls while jobs wait (default 60); fifo, "
+                        "tiresias and fgs are called at events and their own timed events "
+                        "instead (demotions, promotions, minimum runs ending), as a "
+                        "coordinator ticking every second would find them")
     p.add_argument("--storage-mb-s", type=float, default=None,
                    help=f"checkpoint bandwidth in MB/s (default: the profile's measured one, "
                         f"else {SimConfig.storage_mb_s:g})")
@@ -203,7 +206,9 @@ def _run(args) -> int:
                          "ratios": {k: (None if v != v else v)
                                     for k, v in ratios(r.report, reports[baseline]).items()},
                          "decide": decide_stats(r), "wall_s": r.wall_s,
-                         "oom_starts": r.oom_starts}
+                         "oom_starts": r.oom_starts,
+                         # the tick this policy ran under (None: at its own timed events)
+                         "tick_s": getattr(policies[n], "tick_s", config.tick_s)}
                      for n, r in results.items()},
     }
     (out / "report.json").write_text(json.dumps(doc, indent=2, default=str))

@@ -3,7 +3,8 @@
 Time jumps from event to event (arrivals, runs reaching their target step,
 start-up stalls ending, and a periodic tick while jobs wait; with no tick,
 ``tick_s=None``, the policy's own timed events from ``wake_at`` instead, such
-as the moment a waiting fgs job passes its bound and is promoted). All events at one
+as the moment a waiting fgs job passes its bound and is promoted, or a running
+job passes its minimum run while others wait). All events at one
 timestamp are handled together, then the policy is asked once for actions,
 given only the live jobs. A job's training progresses at
 ``1 / step_time`` steps per second where ``step_time`` is its profile's step
