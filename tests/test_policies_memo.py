@@ -201,16 +201,23 @@ def test_a_frozen_copy_is_not_reused_when_the_log_no_longer_covers_it():
     assert again is not given and [v.id for v in again] == ["a", "b", "c"]
     assert [v.id for v in given] == ["a"]
 
-def test_fgs_promotion_is_a_timed_event_at_the_bound():
-    """A waiting job's promotion time is known in advance, never late, from the memo."""
+
+def _runner_and_waiter(t0: float = 0.0):
+    """One GPU, held since ``t0`` by a long runner (minimum run 300 s: its move cost is
+    unmeasured), and a sampled job waiting since ``t0`` with 1,000 s left: its bound is
+    max(600, 2 x 1,000) = 2,000 s of waiting."""
     from tfgshare.policies.builders import make_cluster, make_job
 
-    cluster = make_cluster(1, 1, 16000)
-    runner = make_job("run", 0.0, on={"n0:0": 0.98}, memory_mb=15000, total_steps=10 ** 6,
-                      last_start=0.0)
-    # waits since t=0 and has 1,000 s left: bound max(600, 2 x 1,000) = 2,000 s of waiting
-    waiter = make_job("w", 0.0, state=JobState.SAMPLED, memory_mb=15000, step_time_s=1.0,
+    runner = make_job("run", t0, on={"n0:0": 0.98}, memory_mb=15000, total_steps=10 ** 6,
+                      last_start=t0)
+    waiter = make_job("w", t0, state=JobState.SAMPLED, memory_mb=15000, step_time_s=1.0,
                       total_steps=1000)
+    return make_cluster(1, 1, 16000), runner, waiter
+
+
+def test_fgs_promotion_is_a_timed_event_at_the_bound():
+    """A waiting job's promotion time is known in advance, never late, from the memo."""
+    cluster, runner, waiter = _runner_and_waiter()
     pol = get_policy("fgs")
     memo = pol.new_memo()
     pol.decide(100.0, cluster, JobSet([runner, waiter]), memo)
@@ -220,15 +227,9 @@ def test_fgs_promotion_is_a_timed_event_at_the_bound():
 
 
 def test_fgs_wakes_when_a_running_job_passes_its_minimum_run_while_jobs_wait():
-    # the runner started at 0 and may be moved from 300 s on (min_run_s, its move cost
-    # unmeasured): fgs asks to decide then, not at a tick, and the promotion after it
-    from tfgshare.policies.builders import make_cluster, make_job
-
-    cluster = make_cluster(1, 1, 16000)
-    runner = make_job("run", 0.0, on={"n0:0": 0.98}, memory_mb=15000, total_steps=10 ** 6,
-                      last_start=0.0)
-    waiter = make_job("w", 0.0, state=JobState.SAMPLED, memory_mb=15000, step_time_s=1.0,
-                      total_steps=1000)
+    # the runner may be moved from 300 s on: fgs asks to decide then, not at a tick,
+    # and at the promotion after it
+    cluster, runner, waiter = _runner_and_waiter()
     pol = get_policy("fgs")
     assert pol.tick_s is None and pol.min_run(runner) == 300.0
     memo = pol.new_memo()
@@ -245,14 +246,8 @@ def test_fgs_wakes_at_the_moment_a_job_due_but_not_past_its_bound_passes_it():
     # a million seconds in, the promotion's early margin is about a second: woken
     # then, the job is due but not past its bound, and the next wake is the moment
     # it passes it (not the next microsecond, which a caller would step through)
-    from tfgshare.policies.builders import make_cluster, make_job
-
     t0 = 1e6
-    cluster = make_cluster(1, 1, 16000)
-    runner = make_job("run", t0, on={"n0:0": 0.98}, memory_mb=15000, total_steps=10 ** 6,
-                      last_start=t0)
-    waiter = make_job("w", t0, state=JobState.SAMPLED, memory_mb=15000, step_time_s=1.0,
-                      total_steps=1000)
+    cluster, runner, waiter = _runner_and_waiter(t0)
     pol = get_policy("fgs")
     memo = pol.new_memo()
     jobs = JobSet([runner, waiter])
