@@ -339,7 +339,7 @@ class Fgs:
         memo.quiet = (quiet, memo.next_expiry(now)) if quiet and not r.actions else None
         return r.actions
 
-    def tenant_keys(self, job: JobView) -> dict[str, tuple | None]:
+    def tenant_keys(self, job: JobView) -> dict[str, tuple | float | None]:
         """What each reader kept in the memo reads of a job holding GPUs, by name
         (``FgsMemo.keys``): a change of a name's key makes its GPUs stale there.
 
@@ -350,6 +350,8 @@ class Fgs:
         running job whose end ``ready_in`` reads (one that may not move, or a gang
         that may be moved only for a wider one), whether it ends within
         ``reserve_horizon_s`` ("reach") or when ("clear": ``finish_in``).
+        "run" (the memo's minimum-run ends, ``FgsMemo.next_expiry``): the minimum run
+        of a running job that may be moved, gangs too (None: it may not).
         """
         running = job.state is JobState.RUNNING
         may = self.may_be_moved(job)
@@ -361,7 +363,8 @@ class Fgs:
         return {"tenant": ((job.fragments, job.last_start, util, may, run)
                            if running and job.num_gpus == 1 else None),
                 "reach": (*common, fin is not None and fin != math.inf),
-                "clear": (*common, fin)}
+                "clear": (*common, fin),
+                "run": run}
 
 
 class _Round(RoomMixin, ConsolidateMixin, RoundBase):

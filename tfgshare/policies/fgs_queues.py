@@ -55,7 +55,8 @@ class FgsMemo(Memo):
     # the policy's, set before each sync (kept through a reset): a job holding GPUs ->
     # what each reader reads of its view, by name (``Fgs.tenant_keys``): "tenant"
     # (consolidation and ``MovableIndex``; None for a tenant it never moves), "reach"
-    # (``RoomIndex``), "clear" (``ClearIndex``); None: readers read every change
+    # (``RoomIndex``), "clear" (``ClearIndex``), "run" (its minimum run if it may be
+    # moved, for ``expiries``); None: readers read every change
     keys = None
     keys_for: object = None   # the settings ``keys`` reads under (``Fgs.room_key``)
 
@@ -217,15 +218,15 @@ class FgsMemo(Memo):
 
     def _tenant_changed(self, jid: str, new: JobView | None, pair: tuple | None) -> bool:
         """Bump ``stamp`` if what consolidation reads of this tenant changed (and say
-        whether it did); keep its minimum run's end if it may be moved (``pair``:
-        ``_keyed_pair``; "clear" holds whether it may and its minimum run, gangs too)."""
+        whether it did); keep its minimum run's end if it may be moved, gangs too
+        (``pair``: ``_keyed_pair``)."""
         if pair is None:
             self.stamp += 1
             return True
         was, now = (None if k is None else k["tenant"] for k in pair)
         if was != now:
             self.stamp += 1
-        run = None if pair[1] is None else pair[1]["clear"][6]
+        run = None if pair[1] is None else pair[1]["run"]
         if run is not None and new.last_start is not None:
             last = new.last_start
             at = last + run - 1e-9 * (1.0 + abs(last) + abs(run))   # early, never late
