@@ -206,9 +206,7 @@ def _run(args) -> int:
                          "ratios": {k: (None if v != v else v)
                                     for k, v in ratios(r.report, reports[baseline]).items()},
                          "decide": decide_stats(r), "wall_s": r.wall_s,
-                         "oom_starts": r.oom_starts,
-                         # the tick this policy ran under (None: at its own timed events)
-                         "tick_s": getattr(policies[n], "tick_s", config.tick_s)}
+                         "oom_starts": r.oom_starts, "tick_s": r.tick_s}
                      for n, r in results.items()},
     }
     (out / "report.json").write_text(json.dumps(doc, indent=2, default=str))

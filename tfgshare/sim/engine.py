@@ -174,7 +174,7 @@ class Simulator:
                               len(self.tenants))
         report = compute_report(self.records, self.timeline, self.cluster.num_gpus)
         return SimResult(self.policy.name, report, self.records, self.timeline, self.decide_s,
-                         time.perf_counter() - wall0, rounds, self.oom_starts)
+                         time.perf_counter() - wall0, rounds, self.oom_starts, self.tick_s)
 
     def _push(self, t: float, kind: int, job: SimJob) -> None:
         # END events are valid while the job's version is unchanged; READY

@@ -79,6 +79,7 @@ class SimResult:
     wall_s: float
     rounds: int
     oom_starts: int = 0
+    tick_s: float | None = None   # the tick it ran under (None: the policy's own timed events)
 
 
 def admit(jobs: Iterable, profiles: Profiles, cluster: SimCluster) -> list[SimJob]:
