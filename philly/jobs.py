@@ -24,6 +24,12 @@ class TraceJob:
     model: str = ""
     batch_size: int = 0
     total_steps: int = 0
+    # a GPU-sharing trace's request (Alibaba's gpu_milli): the share of one GPU a
+    # single-GPU job asks for, in (0, 1]; None: whole GPUs
+    gpu_fraction: float | None = None
+    gpu_types: tuple[str, ...] = ()     # GPU types it may run on (empty: any)
+    gpu_util: float | None = None       # its single-tenant utilisation, from the workload model
+    memory_mb: float | None = None      # its peak memory per GPU, from the workload model
 
     @property
     def gpu_time(self) -> float:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from dataclasses import replace
 
 from philly.jobs import TraceJob
 
@@ -58,8 +59,7 @@ def assign_models(jobs: list[TraceJob], profiles: Profiles, seed: int = 0) -> li
         batches = table[model]
         batch, step_time = batches[min(int(u_batch * len(batches)), len(batches) - 1)]
         steps = max(1, round(job.duration / step_time))
-        mapped.append(TraceJob(job.id, job.submit_time, job.num_gpus, job.duration, job.vc,
-                               model, batch, steps))
+        mapped.append(replace(job, model=model, batch_size=batch, total_steps=steps))
     return mapped
 
 

@@ -56,6 +56,7 @@ class GPU:
     node: str
     index: int
     memory_mb: int
+    kind: str = ""    # GPU type (e.g. "V100M32"), for jobs that ask for one; "" unknown
 
 
 @dataclass(frozen=True)

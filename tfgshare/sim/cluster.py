@@ -7,6 +7,8 @@ A spec is one of:
 * ``vc:<name>``: one Philly virtual cluster, its node count (Helios's
   ``philly_vc.csv``) x 8 GPUs of 24 GB;
 * ``NxG`` or ``NxG:MEM``: N nodes of G GPUs (MEM MB each, default 24576), e.g. ``64x8``;
+* ``alibaba-2023``, or an Alibaba node list CSV (``sn,cpu_milli,memory_mib,gpu,model``):
+  the GPU nodes of Alibaba's GPU-sharing trace (:mod:`tfgshare.sim.alibaba`);
 * a YAML file, or the name of one shipped in ``tfgshare/data/clusters``::
 
       reserve_mb: 300            # optional, per-process CUDA context reserve
@@ -136,6 +138,9 @@ def load_cluster(spec: str) -> SimCluster:
         return philly_cluster("revised")
     if spec.startswith("vc:"):
         return vc_cluster(spec[3:])
+    if spec == "alibaba-2023" or (spec.endswith((".csv", ".csv.gz")) and Path(spec).is_file()):
+        from .alibaba import load_alibaba_cluster
+        return load_alibaba_cluster(None if spec == "alibaba-2023" else spec)
     m = _SHORTHAND.match(spec)
     if m:
         nodes, per_node = int(m.group(1)), int(m.group(2))
@@ -150,5 +155,6 @@ def load_cluster(spec: str) -> SimCluster:
     if shipped.is_file():
         return cluster_from_yaml(Path(str(shipped)))
     raise ValueError(
-        f"bad cluster spec {spec!r}: use philly, philly-revised, vc:<name>, NxG[:MEM] "
+        f"bad cluster spec {spec!r}: use philly, philly-revised, vc:<name>, alibaba-2023, "
+        f"NxG[:MEM] "
         f"(e.g. 64x8), a YAML file, or one of: {', '.join(shipped_clusters())}")

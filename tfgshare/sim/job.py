@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable
 
 from tfgshare.metrics import JobAccount, JobRecord, Report, Timeline
@@ -65,6 +65,7 @@ class SimJob(JobAccount):
     version: int = 0              # bumps whenever its scheduled END becomes stale
     view_version: int = 0         # bumps whenever a new view is built
     position: int = 0             # arrival order, from 1 (0: not arrived)
+    requested_fraction: float | None = None   # a GPU-sharing trace's share of one GPU
 
 
 @dataclass
@@ -100,6 +101,7 @@ def admit(jobs: Iterable, profiles: Profiles, cluster: SimCluster) -> list[SimJo
             prof = profiles.get(j.model, j.batch_size)
         except KeyError as err:
             raise ValueError(f"job {jid}: {err.args[0]}") from None
+        prof, fraction = _own_profile(j, prof, cluster)
         if int(j.num_gpus) < 1 or int(j.total_steps) < 1:
             raise ValueError(f"job {jid}: num_gpus and total_steps must be >= 1, "
                              f"got {j.num_gpus} and {j.total_steps}")
@@ -114,6 +116,33 @@ def admit(jobs: Iterable, profiles: Profiles, cluster: SimCluster) -> list[SimJo
         if not math.isfinite(j.submit_time) or j.submit_time < 0:
             raise ValueError(f"job {jid}: submit time {j.submit_time!r} must be >= 0")
         out.append(SimJob(jid, int(j.num_gpus), j.model, int(j.total_steps), prof,
-                          submit_time=float(j.submit_time)))
+                          submit_time=float(j.submit_time), requested_fraction=fraction))
     out.sort(key=lambda s: s.submit_time)
     return out
+
+
+def _own_profile(j, prof: ModelProfile, cluster: SimCluster) -> tuple[ModelProfile, float | None]:
+    """The job's own profile where the workload gave it its own utilisation or memory, and
+    its requested share of a GPU (a GPU-sharing trace's): a share is all the memory it
+    gets, so its memory is that share of the smallest GPU it may run on."""
+    util, memory = getattr(j, "gpu_util", None), getattr(j, "memory_mb", None)
+    fraction = getattr(j, "gpu_fraction", None)
+    if fraction is not None:
+        if not 0 < fraction <= 1:
+            raise ValueError(f"job {j.id}: gpu_fraction {fraction!r} must be in (0, 1]")
+        kinds = set(getattr(j, "gpu_types", ()) or ())
+        sizes = [g.memory_mb for g in cluster.gpus if not kinds or g.kind in kinds] or \
+            [g.memory_mb for g in cluster.gpus]
+        share = fraction * min(sizes) - cluster.reserve_mb
+        memory = share if memory is None else min(memory, share)
+        if memory <= 0:
+            raise ValueError(f"job {j.id}: a {fraction:g} share of a {min(sizes)} MB GPU "
+                             f"leaves nothing past the {cluster.reserve_mb:g} MB reserve")
+    changes = {}
+    if util is not None:
+        if not 0 < util <= 1:
+            raise ValueError(f"job {j.id}: gpu_util {util!r} must be in (0, 1]")
+        changes["gpu_util"] = float(util)
+    if memory is not None:
+        changes["memory_mb"] = float(memory)
+    return (replace(prof, **changes) if changes else prof), fraction

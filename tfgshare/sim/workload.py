@@ -17,9 +17,10 @@ counted in the :class:`Workload`, by reason.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
-from philly.filters import compress_time
+from philly.filters import compress_time, rebase, select
 from philly.jobs import TraceJob
 from philly.mapping import assign_models
 from philly.report import LoadReport
@@ -84,7 +85,12 @@ def load_workload(trace: str, profiles: Profiles, cluster_gpus: int, *, seed: in
     if steps_from not in STEPS_FROM:
         raise ValueError(f"steps_from must be one of {', '.join(STEPS_FROM)}, got {steps_from!r}")
     report = LoadReport()
-    jobs = load_trace(trace, vcs=vcs, start=start, end=end, max_jobs=num_jobs, report=report)
+    if is_alibaba(trace):
+        jobs = load_alibaba_jobs(trace, report, vcs=vcs, start=start, end=end,
+                                 max_jobs=num_jobs)
+    else:
+        jobs = load_trace(trace, vcs=vcs, start=start, end=end, max_jobs=num_jobs,
+                          report=report)
     if not jobs:
         raise ValueError(f"trace {trace!r} has no jobs left after the filters")
     work = Workload([])
@@ -116,15 +122,13 @@ def load_workload(trace: str, profiles: Profiles, cluster_gpus: int, *, seed: in
                 work.changed[f"batch size {j.batch_size} of {model!r} not profiled: "
                              f"{batch} used"] += 1
         steps = _steps(j, j.duration / profiles.get(model, batch).step_time_s, steps_from)
-        jobs[i] = TraceJob(j.id, j.submit_time, j.num_gpus, j.duration, j.vc, model, batch,
-                           steps)
+        jobs[i] = replace(j, model=model, batch_size=batch, total_steps=steps)
     if bare:
         given = assign_models([jobs[i] for i in bare], profiles.step_times(), seed)
         for i, job in zip(bare, given):
             if steps_from == "iterations":
                 steps = _steps(jobs[i], job.total_steps, steps_from)
-                job = TraceJob(job.id, job.submit_time, job.num_gpus, job.duration, job.vc,
-                               job.model, job.batch_size, steps)
+                job = replace(job, total_steps=steps)
             jobs[i] = job
     if steps_from == "duration" and report.format == "tiresias":
         work.notes.append("iterations column not used: run length comes from duration "
@@ -140,6 +144,24 @@ def load_workload(trace: str, profiles: Profiles, cluster_gpus: int, *, seed: in
         raise ValueError(f"trace {trace!r}: no job left to simulate "
                          f"({'; '.join(work.summary_lines()) or 'none fit'})")
     return work
+
+
+def is_alibaba(trace: str) -> bool:
+    """Whether ``trace`` names Alibaba's GPU-sharing trace or a pod list in its format."""
+    from .alibaba import TRACE_NAME, is_pod_list
+    return str(trace) == TRACE_NAME or (Path(trace).is_file() and is_pod_list(trace))
+
+
+def load_alibaba_jobs(trace: str, report: LoadReport, **filters) -> list[TraceJob]:
+    """The replayable pods of an Alibaba pod list (the shipped one for its name), filtered
+    as :func:`philly.filters.select` filters and re-based to start at 0."""
+    from .alibaba import TRACE_NAME, load_pods, trace_jobs
+    path = None if str(trace) == TRACE_NAME else trace
+    report.format = "alibaba-pods"
+    jobs = trace_jobs(load_pods(path, report=report), report)
+    kept = rebase(select(jobs, **filters))
+    report.filtered_out = len(jobs) - len(kept)
+    return kept
 
 
 def _steps(job: TraceJob, from_duration: float, steps_from: str) -> int:
