@@ -154,6 +154,9 @@ def build_profile(device: Device, rows: list[dict], pairs: list[dict], fit: dict
             "step_time_s": round(r["step_time_s"], 4), "images_per_s": round(r["images_per_s"], 2),
             "memory_mb": round(r["memory_mb"], 1),
             "gpu_util": round(r["gpu_util"] if r["gpu_util"] is not None else 1.0, 3)}
+        if r["gpu_util"] is None:   # provenance (sim.profiles): this one was not measured
+            m["batches"][r["batch_size"]]["estimate"] = {
+                "gpu_util": "not measured (no utilisation reading); 1.0 assumed"}
     for m in models.values():
         for k in ("startup_s", "graph_build_s", "save_s", "restore_s", "resume_startup_s",
                   "first_step_extra_s"):
@@ -171,6 +174,9 @@ def build_profile(device: Device, rows: list[dict], pairs: list[dict], fit: dict
         "tensorflow": tensorflow_version(),
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "measured_by": command,
+        # every step_time_s, memory_mb and gpu_util below was measured by that command,
+        # except one a row lists under `estimate` (sim.profiles.PROVENANCE_MODES)
+        "provenance": "measured",
         "import_tensorflow_s": round(import_s, 2),
         "storage_mb_s": round(mb / secs, 1) if secs > 0 else None,
         "models": models,

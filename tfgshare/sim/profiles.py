@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
 import yaml
 
 BYTES_PER_PARAM = 4  # float32 variables
+# the per-batch values whose provenance a profile file may record (and, with
+# ``provenance: required``, must): beside each row, ``sources: {field: "where it was read"}``
+# and ``estimate: {field: "why it is an estimate"}`` (or a list of fields with an
+# ``estimate_reason``); the loader keeps them on ``ModelProfile`` and otherwise ignores them
+PROVENANCE_FIELDS = ("step_time_s", "memory_mb", "gpu_util")
+PROVENANCE_MODES = ("required", "measured")
 
 
 @dataclass(frozen=True)
@@ -28,6 +34,17 @@ class ModelProfile:
     # a restart from its checkpoint, measured whole (exported graph imported, checkpoint
     # read, first step's excess); None: startup_s plus the checkpoint's read
     resume_startup_s: float | None = None
+    # provenance of step_time_s / memory_mb / gpu_util as the file records it: where each
+    # was measured or read (``sources``), and why one is an estimate (``estimates``)
+    sources: dict[str, str] = field(default_factory=dict, compare=False)
+    estimates: dict[str, str] = field(default_factory=dict, compare=False)
+
+    def provenance(self, name: str) -> str:
+        """``"estimate"``, ``"measured"`` (a source and no estimate) or ``"unknown"`` for
+        one of ``PROVENANCE_FIELDS``."""
+        if name in self.estimates:
+            return "estimate"
+        return "measured" if name in self.sources else "unknown"
 
 
 @dataclass(frozen=True)
@@ -41,6 +58,7 @@ class Profiles:
     # measured on virtual GPUs (a CPU profile: its models have a cpu_share): a start-up
     # computes on the device's core, beside its co-tenants
     virtual: bool = False
+    provenance: str | None = None      # the file's ``provenance`` key (PROVENANCE_MODES)
 
     def sim_overrides(self) -> dict:
         """SimConfig fields this profile measured (co-location model, checkpoint bandwidth)
@@ -107,6 +125,12 @@ def load_profiles(path: str | Path | None = None) -> Profiles:
         raise ValueError(f"{path}: not valid YAML ({err})") from None
     if not isinstance(data, dict) or not isinstance(data.get("models"), dict) or not data["models"]:
         raise ValueError(f"{path}: expected a mapping with a non-empty 'models' mapping")
+    mode = data.get("provenance")
+    if mode is not None and mode not in PROVENANCE_MODES:
+        raise ValueError(f"{path}: provenance: {mode!r} must be one of "
+                         f"{', '.join(PROVENANCE_MODES)}")
+    measured = _measured_source(data) if mode == "measured" or (
+        mode is None and data.get("measured_by")) else None
     by_key: dict[tuple[str, int], ModelProfile] = {}
     for model, spec in data["models"].items():
         where = f"{path}: models.{model}"
@@ -138,6 +162,7 @@ def load_profiles(path: str | Path | None = None) -> Profiles:
                 raise ValueError(f"{bw}: batch size must be a positive integer")
             if not isinstance(row, dict):
                 raise ValueError(f"{bw}: needs step_time_s, memory_mb and gpu_util")
+            sources, estimates = _row_provenance(row, bw, measured, mode == "required")
             by_key[(str(model), batch)] = ModelProfile(
                 model=str(model), batch_size=batch,
                 step_time_s=_positive(row.get("step_time_s"), f"{bw}.step_time_s"),
@@ -145,7 +170,7 @@ def load_profiles(path: str | Path | None = None) -> Profiles:
                 gpu_util=min(1.0, _positive(row.get("gpu_util"), f"{bw}.gpu_util",
                                             upper=1.0) / share),
                 checkpoint_mb=checkpoint_mb, startup_s=startup, image_size=image_size,
-                resume_startup_s=resume)
+                resume_startup_s=resume, sources=sources, estimates=estimates)
     coloc = data.get("colocation")
     if coloc is not None:
         if not isinstance(coloc, dict) or "overhead" not in coloc or "exponent" not in coloc:
@@ -158,4 +183,50 @@ def load_profiles(path: str | Path | None = None) -> Profiles:
         storage = _positive(storage, f"{path}: storage_mb_s")
     virtual = any(isinstance(spec, dict) and spec.get("cpu_share") is not None
                   for spec in data["models"].values())
-    return Profiles(str(data.get("reference_gpu", "")), by_key, coloc, storage, virtual)
+    return Profiles(str(data.get("reference_gpu", "")), by_key, coloc, storage, virtual, mode)
+
+
+def _measured_source(data: dict) -> str:
+    """The source a measured profile file gives every value it did not mark otherwise."""
+    where = ", ".join(str(data[k]) for k in ("device", "date") if data.get(k))
+    by = data.get("measured_by")
+    text = f"measured by `{by}`" if by else "measured (provenance: measured)"
+    return f"{text} ({where})" if where else text
+
+
+def _row_provenance(row: dict, where: str, measured: str | None,
+                    required: bool) -> tuple[dict[str, str], dict[str, str]]:
+    """A batch row's ``sources`` and ``estimate`` entries, checked; ``measured`` fills the
+    sources a measured file's rows leave out; ``required`` insists on one or the other for
+    each of ``PROVENANCE_FIELDS``."""
+    src = row.get("sources") or {}
+    if not isinstance(src, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) and v.strip() for k, v in src.items()):
+        raise ValueError(f"{where}.sources: must map a field name to a non-empty text")
+    est = row.get("estimate") or {}
+    if isinstance(est, list):
+        reason = row.get("estimate_reason")
+        if not all(isinstance(f, str) for f in est):
+            raise ValueError(f"{where}.estimate: a list must name fields")
+        if not isinstance(reason, str) or not reason.strip():
+            raise ValueError(f"{where}.estimate: a list of fields needs an 'estimate_reason'")
+        est = {f: reason for f in est}
+    if not isinstance(est, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) and v.strip() for k, v in est.items()):
+        raise ValueError(f"{where}.estimate: must map a field name to the reason it is an "
+                         "estimate (or list fields, with an 'estimate_reason')")
+    unknown = sorted(set(est) - set(PROVENANCE_FIELDS))
+    if unknown:
+        raise ValueError(f"{where}.estimate: {', '.join(unknown)} not one of "
+                         f"{', '.join(PROVENANCE_FIELDS)}")
+    sources = {str(k): str(v) for k, v in src.items()}
+    if measured:
+        for name in PROVENANCE_FIELDS:
+            if name not in sources and name not in est:
+                sources[name] = measured
+    if required:
+        for name in PROVENANCE_FIELDS:
+            if name not in sources and name not in est:
+                raise ValueError(f"{where}.{name}: no source and not listed under 'estimate' "
+                                 "(the file says provenance: required)")
+    return sources, dict(est)
