@@ -17,7 +17,8 @@ from .cluster import load_cluster
 from .config import SimConfig
 from .engine import simulate
 from .job import SimResult, SimulationError
-from .profiles import load_profiles
+from .profiles import load_profiles, published_profiles_path
+from .utilisation import DEFAULT_WORKLOAD, WORKLOADS
 from .workload import STEPS_FROM, load_workload
 
 DEFAULT_POLICIES = ("fifo", "sjf", "tiresias", "gandiva", "fgs")
@@ -41,6 +42,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--policy", default=",".join(DEFAULT_POLICIES),
                    help=f"comma-separated policies, of {','.join(POLICY_NAMES)} "
                         f"(default: {','.join(DEFAULT_POLICIES)})")
+    p.add_argument("--placement", default=None, metavar="RULE[,RULE...]",
+                   help="run fifo and sjf with these GPU-sharing placement rules instead of "
+                        "whole GPUs, a row per order and rule (fifo/fgd, sjf/best-fit, ...): "
+                        "random-fit, best-fit, dot-product, packing, clustering, fgd (FGD, "
+                        "Weng et al. ATC '23); other policies keep their own placement")
     p.add_argument("--policy-param", action="append", default=[], metavar="[POLICY.]KEY=VALUE",
                    help="set a policy parameter (e.g. tiresias.thresholds=3250,7200 or "
                         "promote_knob=4 for every listed policy that has it); repeatable")
@@ -56,10 +62,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--end", default=None, help="only jobs submitted before this")
     p.add_argument("--time-compression", type=float, default=1.0,
                    help="arrivals come this many times faster (default 1)")
+    p.add_argument("--workload", choices=WORKLOADS, default=DEFAULT_WORKLOAD,
+                   help="workload model: 'measured' (default) draws each job's GPU "
+                        "utilisation from Philly's published per-size figures and takes "
+                        "step times and memory from published measurements "
+                        "(data/profiles/published.yaml); 'profile' runs every job at its "
+                        "model profile's utilisation (data/model_profiles.yaml, P100 "
+                        "estimates), the model of earlier versions")
     p.add_argument("--profile", "--profiles", dest="profiles", default=None,
                    help="model profile YAML, e.g. one `tfgshare profile` wrote (default: the "
-                        "shipped one); a measured profile's co-location fit and checkpoint "
-                        "bandwidth are used too")
+                        "workload model's); a measured profile's co-location fit and "
+                        "checkpoint bandwidth are used too")
     p.add_argument("--tick", type=float, default=60.0,
                    help="seconds between policy calls while jobs wait (default 60); fifo, "
                         "tiresias and fgs are called at events and their own timed events "
@@ -90,6 +103,25 @@ def _parser() -> argparse.ArgumentParser:
                    help="validate every decision and invariant (slow)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     return p
+
+
+def with_placements(names: list[str], placement: str | None) -> list[str]:
+    """The policies to run: fifo and sjf once per ``--placement`` rule (``fifo/fgd``)."""
+    if not placement:
+        return names
+    from tfgshare.policies.share_order import ORDERS
+    from tfgshare.policies.share_rules import RULE_NAMES
+    rules = [r.strip() for r in placement.split(",") if r.strip()]
+    bad = [r for r in rules if r not in RULE_NAMES]
+    if bad or not rules:
+        raise ValueError(f"--placement {placement!r}: valid rules are {', '.join(RULE_NAMES)}")
+    if not any(n in ORDERS for n in names):
+        raise ValueError(f"--placement applies to {' and '.join(ORDERS)}; --policy names "
+                         f"neither ({', '.join(names)} keep their own placement)")
+    out: list[str] = []
+    for n in names:
+        out += [f"{n}/{r}" for r in rules] if n in ORDERS else [n]
+    return out
 
 
 def time_arg(value: str | None) -> float | str | None:
@@ -135,6 +167,7 @@ def _run(args) -> int:
     names = [n.strip() for n in args.policy.split(",") if n.strip()]
     if not names:
         raise ValueError("--policy needs at least one policy name")
+    names = with_placements(names, args.placement)
     policies = {n: get_policy(n, **params)
                 for n, params in _policy_params(names, args.policy_param).items()}
     vcs = [v.strip() for v in args.vc.split(",")] if args.vc else None
@@ -144,7 +177,8 @@ def _run(args) -> int:
     if args.tick <= 0:
         raise ValueError(f"--tick must be positive, got {args.tick}")
     cluster = load_cluster(spec)
-    profiles = load_profiles(args.profiles)
+    profiles = load_profiles(args.profiles or (published_profiles_path()
+                                               if args.workload == "measured" else None))
     knobs = dict(profiles.sim_overrides())   # a measured profile's co-location and bandwidth
     if args.storage_mb_s is not None:
         knobs["storage_mb_s"] = args.storage_mb_s
@@ -157,7 +191,7 @@ def _run(args) -> int:
     work = load_workload(args.trace, profiles, cluster.num_gpus, seed=args.seed,
                          num_jobs=args.jobs, vcs=vcs, start=time_arg(args.start),
                          end=time_arg(args.end), time_compression=args.time_compression,
-                         steps_from=args.steps_from)
+                         steps_from=args.steps_from, workload=args.workload)
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="tfgshare-sim-"))
     out.mkdir(parents=True, exist_ok=True)
     console = Console(stderr=True)
@@ -195,7 +229,8 @@ def _run(args) -> int:
         writer.writeheader()
         writer.writerows(rows)
     doc = {
-        "trace": args.trace, "cluster": cluster.name, "num_gpus": cluster.num_gpus,
+        "trace": args.trace, "workload": args.workload, "profile": profiles.path,
+        "cluster": cluster.name, "num_gpus": cluster.num_gpus,
         "jobs": total, "left_out_too_wide": len(work.too_wide), "seed": args.seed,
         "baseline": baseline, "units": UNITS,
         "dropped": dict(work.dropped), "changed": dict(work.changed), "notes": work.notes,

@@ -59,6 +59,7 @@ class Profiles:
     # computes on the device's core, beside its co-tenants
     virtual: bool = False
     provenance: str | None = None      # the file's ``provenance`` key (PROVENANCE_MODES)
+    path: str = ""                     # the file it was read from
 
     def sim_overrides(self) -> dict:
         """SimConfig fields this profile measured (co-location model, checkpoint bandwidth)
@@ -99,8 +100,14 @@ class Profiles:
 
 
 def default_profiles_path() -> Path:
-    """The profile file shipped with tfgshare."""
+    """The profile file shipped with tfgshare (P100 estimates; the ``profile`` workload's)."""
     return Path(str(resources.files("tfgshare") / "data" / "model_profiles.yaml"))
+
+
+def published_profiles_path() -> Path:
+    """The profile of published measurements, each value with its source (the
+    ``measured`` workload's)."""
+    return Path(str(resources.files("tfgshare") / "data" / "profiles" / "published.yaml"))
 
 
 def _positive(value, where: str, upper: float | None = None) -> float:
@@ -183,7 +190,8 @@ def load_profiles(path: str | Path | None = None) -> Profiles:
         storage = _positive(storage, f"{path}: storage_mb_s")
     virtual = any(isinstance(spec, dict) and spec.get("cpu_share") is not None
                   for spec in data["models"].values())
-    return Profiles(str(data.get("reference_gpu", "")), by_key, coloc, storage, virtual, mode)
+    return Profiles(str(data.get("reference_gpu", "")), by_key, coloc, storage, virtual, mode,
+                    str(path))
 
 
 def _measured_source(data: dict) -> str:

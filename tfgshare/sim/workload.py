@@ -27,6 +27,7 @@ from philly.report import LoadReport
 from philly.trace import load_trace
 
 from .profiles import Profiles
+from .utilisation import apply_workload, describe
 
 DEFAULT_BATCH = 32
 
@@ -73,12 +74,15 @@ class Workload:
 def load_workload(trace: str, profiles: Profiles, cluster_gpus: int, *, seed: int = 0,
                   num_jobs: int | None = None, vcs: list[str] | None = None,
                   start: float | str | None = None, end: float | str | None = None,
-                  time_compression: float = 1.0, steps_from: str = "duration") -> Workload:
+                  time_compression: float = 1.0, steps_from: str = "duration",
+                  workload: str = "profile") -> Workload:
     """Jobs of ``trace`` ("philly" or a trace file) to replay on ``cluster_gpus`` GPUs.
 
     ``num_jobs`` keeps the earliest submitted jobs (after the VC and time
     filters), so arrivals keep the trace's density. Models and step counts as
     in the module doc. Jobs wider than the cluster are set aside in ``too_wide``.
+    ``workload`` is the workload model (:mod:`tfgshare.sim.utilisation`): ``profile``
+    keeps each model's profiled utilisation, ``measured`` draws each job's own.
     """
     if num_jobs is not None and num_jobs < 1:
         raise ValueError(f"num_jobs must be >= 1, got {num_jobs}")
@@ -133,6 +137,8 @@ def load_workload(trace: str, profiles: Profiles, cluster_gpus: int, *, seed: in
     if steps_from == "duration" and report.format == "tiresias":
         work.notes.append("iterations column not used: run length comes from duration "
                           "(as in the Tiresias simulator; --steps-from iterations uses it)")
+    jobs = apply_workload(jobs, workload, seed)
+    work.notes.append(describe(workload))
     keep = [j for j in jobs if j.total_steps >= 1]
     if len(keep) < len(jobs):
         work.dropped["no iterations (--steps-from iterations)"] += len(jobs) - len(keep)

@@ -1,0 +1,175 @@
+"""A queue order with a GPU-sharing placement rule: ``fifo/fgd``, ``sjf/best-fit``, ...
+
+The order is the baseline's: ``fifo`` (arrival order, head-of-line blocking, as
+:mod:`fifo`) or ``sjf`` (shortest predicted job first, a job with no prediction first
+sampled, no blocking, as :mod:`sjf`); neither preempts. The placement is one of
+:mod:`share_rules`' (FGD and the baselines of its paper): where a job asks for a share of
+a GPU (a GPU-sharing trace's ``requested_fraction``, or, once sampled, the larger of its
+memory's fraction and its utilisation: its share of the GPU's memory and time) it may
+share a GPU with others; a job with neither gets whole GPUs, as under
+the exclusive baselines. The simulator's cluster has no host CPU or memory, so rules see
+GPUs only; GPU-type constraints are not seen by the replay's policies (the fill
+experiment, :mod:`tfgshare.sim.fill`, honours them).
+
+FGD's target workload is the jobs the policy has seen arrive: the commonest requests,
+as its authors take it from the trace (there known in advance; here learnt online).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from .base import Action, ClusterSnapshot, Fragment, JobState, JobView, Start
+from .memo import Memo
+from .placement import EPS, exclusive_fraction, fraction_for, free_fraction, up_gpus
+from .prediction import remaining_s
+from .queueing import WAITING
+from .share_rules import MILLI, RULE_NAMES, Ask, NodeRoom, Workload, make_rule
+
+ORDERS = ("fifo", "sjf")
+HOST = 1 << 40        # a node's CPU and memory: not modelled here, never short
+
+
+class ShareMemo(Memo):
+    """Waiting jobs in the order's key; every request seen (FGD's target workload)."""
+
+    def __init__(self, order: str) -> None:
+        self.order = order
+        super().__init__()
+
+    def reset(self) -> None:
+        self.queue: dict[str, tuple] = {}
+        self.seen: dict[str, tuple[int, int]] = {}     # job id -> (GPUs, milli) asked
+
+    def changed(self, jid: str, old: JobView | None, new: JobView | None) -> None:
+        self.queue.pop(jid, None)
+        if new is None or new.state not in WAITING:
+            return
+        if self.order == "fifo":
+            key: tuple = (new.submit_time, jid)
+        else:
+            left = remaining_s(new)
+            first = 0 if left is None and new.state is JobState.QUEUED else 1
+            key = (first, 0.0 if first == 0 else (math.inf if left is None else left),
+                   new.submit_time, jid)
+        self.queue[jid] = key
+
+
+@dataclass
+class ShareOrder:
+    """Jobs in ``order``, each placed by the rule ``placement`` (see the module doc)."""
+
+    order: str = "fifo"
+    placement: str = "fgd"
+    seed: int = 0                  # for the rules' random tie-breaks
+    headroom: float = 0.1          # over a sampled peak, as fgs and gandiva size fractions
+    tick_s: float | None = field(default=None, init=False)
+    name: str = field(default="", init=False)
+
+    def __post_init__(self) -> None:
+        if self.order not in ORDERS:
+            raise ValueError(f"unknown order {self.order!r}; valid: {', '.join(ORDERS)}")
+        if self.placement not in RULE_NAMES:
+            raise ValueError(f"unknown placement {self.placement!r}; valid: "
+                             f"{', '.join(RULE_NAMES)}")
+        self.name = f"{self.order}/{self.placement}"
+
+    def new_memo(self) -> ShareMemo:
+        """An empty memo (see ``policies.memo``)."""
+        return ShareMemo(self.order)
+
+    def decide(self, now: float, cluster: ClusterSnapshot, jobs: Sequence[JobView],
+               memo: ShareMemo | None = None) -> list[Action]:
+        """Start waiting jobs in order, each where the placement rule puts it."""
+        memo = self.new_memo() if memo is None else memo
+        memo.sync(jobs)
+        if not memo.queue:
+            return []
+        gpus = up_gpus(cluster)
+        reserve = cluster.reserve_mb
+        views = memo.tracker.views
+        for jid in memo.queue:
+            if jid not in memo.seen:
+                memo.seen[jid] = _request(views[jid], next(iter(gpus.values())), reserve,
+                                          self.headroom)
+        workload = Workload.of(Ask(0, 0, n, m) for n, m in memo.seen.values())
+        rng = random.Random(f"{self.seed}:{now!r}")
+        rule = make_rule(self.placement, rng, workload)
+        nodes, where = _rooms(cluster, memo.holdings.use)
+        actions: list[Action] = []
+        for jid, _ in sorted(memo.queue.items(), key=lambda kv: kv[1]):
+            job = views[jid]
+            if job.num_gpus > len(gpus):
+                continue
+            sample = self.order == "sjf" and job.state is JobState.QUEUED \
+                and remaining_s(job) is None
+            start = self._place(job, nodes, where, gpus, reserve, rule, rng, sample)
+            if start is None:
+                if self.order == "fifo":
+                    break          # head-of-line blocking, as fifo
+                continue
+            actions.append(start)
+        return actions
+
+    def _place(self, job: JobView, nodes: list[NodeRoom], where: dict[str, list[str]],
+               gpus: dict, reserve: float, rule, rng: random.Random,
+               sample: bool) -> Start | None:
+        """A Start on the rule's node and GPUs, with the job's fraction of the smallest
+        GPU (so it fits in memory on any), or None when no node holds it."""
+        smallest = min(gpus.values(), key=lambda g: g.memory_mb)
+        frac = share_of(job, smallest, reserve, self.headroom)
+        num, milli = _request(job, smallest, reserve, self.headroom)
+        pick = rule.choose(nodes, Ask(0, 0, num, milli), rng)
+        if pick is None:
+            return None
+        room = nodes[pick[0]]
+        ids = [where[room.name][i] for i in pick[1]]
+        whole = milli == MILLI
+        for i, g in zip(pick[1], ids):
+            # a later tenant of this round also pays this one's context reserve
+            extra = 0 if whole else math.ceil(reserve / gpus[g].memory_mb * MILLI)
+            room.gpus[i] = max(0, room.gpus[i] - milli - extra)
+        room.tasks[milli] += 1
+        return Start(job.id, tuple(Fragment(g, exclusive_fraction(gpus[g], reserve)
+                                            if whole else frac) for g in ids),
+                     sample_only=sample)
+
+
+def share_of(job: JobView, gpu, reserve: float, headroom: float) -> float:
+    """The fraction of ``gpu`` the job asks for: its requested share, else the larger of
+    its sampled memory's fraction and its sampled utilisation (a share of the GPU's memory
+    and of its time), else the whole GPU."""
+    frac = fraction_for(job, gpu, headroom, reserve)
+    if job.requested_fraction is None and job.sample is not None:
+        frac = min(exclusive_fraction(gpu, reserve), max(frac, job.sample.gpu_util))
+    return frac
+
+
+def _request(job: JobView, gpu, reserve: float, headroom: float) -> tuple[int, int]:
+    frac = share_of(job, gpu, reserve, headroom)
+    whole = frac >= exclusive_fraction(gpu, reserve) - EPS
+    return job.num_gpus, MILLI if whole else min(MILLI, math.ceil(frac * MILLI - 1e-9))
+
+
+def _rooms(cluster: ClusterSnapshot, use) -> tuple[list[NodeRoom], dict[str, list[str]]]:
+    """Each up node's GPUs as free milli (a whole GPU free: 1000), and their ids."""
+    where: dict[str, list[str]] = {}
+    free: dict[str, list[int]] = {}
+    kinds: dict[str, str] = {}
+    reserve = cluster.reserve_mb
+    for gid, g in up_gpus(cluster).items():
+        u = use.get(gid)
+        if u is None or u.tenants == 0:
+            milli = MILLI
+        else:
+            milli = max(0, math.floor(free_fraction(g, u, reserve) * MILLI + 1e-9))
+        where.setdefault(g.node, []).append(gid)
+        free.setdefault(g.node, []).append(milli)
+        kinds[g.node] = g.kind
+    nodes = [NodeRoom(n, kinds[n], HOST, HOST, free[n], HOST, HOST, Counter())
+             for n in where]
+    return nodes, where

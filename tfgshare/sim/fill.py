@@ -1,0 +1,102 @@
+"""FGD's experiment: tasks arrive and never leave until the cluster is full; how much of
+the arrived GPU demand each placement rule allocates, and how fragmented it leaves the
+GPUs.
+
+The experiment of Weng et al. (ATC '23, section 6) as their simulator runs it: the pod
+list is shuffled (seeded) and grown by tasks drawn from it until the requested GPUs reach
+``ratio`` (1.3 by default) of the cluster's; the tasks arrive one by one, each placed by
+the rule or failed where no node can hold it. After each arrival we record the arrived
+and allocated GPU demand and the fragmentation (FGD's measure, summed over the nodes,
+against the target workload of the original pod list). Placement rules are
+:mod:`tfgshare.policies.share_rules`; nothing here imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Sequence
+
+from tfgshare.policies.share_rules import (MILLI, Ask, Fragmentation, NodeRoom, Workload,
+                                           make_rule, take)
+
+from .alibaba import Node, Pod
+
+DEFAULT_RATIO = 1.3
+
+
+@dataclass(frozen=True)
+class FillPoint:
+    """The cluster after the ``arrived``-th task: demand and allocation in milli-GPUs."""
+
+    arrived: int          # tasks arrived so far
+    failed: int           # of them, tasks no node could hold
+    arrived_milli: int    # GPU demand of the arrived tasks
+    allocated_milli: int  # GPU demand placed
+    frag_milli: float     # FGD's fragmentation of the free GPUs (summed over nodes)
+    used_gpus: int        # GPUs holding at least one task
+
+
+def ask_of(pod: Pod) -> Ask:
+    """A pod's request as a placement rule reads it."""
+    milli = pod.gpu_milli if pod.num_gpu else 0
+    return Ask(pod.cpu_milli, pod.memory_mib, pod.num_gpu, milli, pod.gpu_types)
+
+
+def rooms(nodes: Sequence[Node]) -> list[NodeRoom]:
+    """Empty nodes as placement rules read them."""
+    return [NodeRoom(n.sn, n.model, n.cpu_milli, n.memory_mib, [MILLI] * n.gpus,
+                     n.cpu_milli, n.memory_mib) for n in nodes]
+
+
+def arrivals(pods: Sequence[Pod], nodes: Sequence[Node], seed: int,
+             ratio: float = DEFAULT_RATIO) -> list[Pod]:
+    """The pod list shuffled, then grown by pods drawn from it (with replacement) until
+    the requested GPUs reach ``ratio`` of the cluster's; the added pods are spread over
+    the sequence at random places."""
+    rng = random.Random(seed)
+    order = list(pods)
+    rng.shuffle(order)
+    capacity = MILLI * sum(n.gpus for n in nodes)
+    demand = sum(p.num_gpu * p.gpu_milli for p in order)
+    while demand < ratio * capacity:
+        p = pods[rng.randrange(len(pods))]
+        order.insert(rng.randrange(len(order) + 1), p)
+        demand += p.num_gpu * p.gpu_milli
+    return order
+
+
+def fill(nodes: Sequence[Node], sequence: Sequence[Pod], rule_name: str, *,
+         workload: Workload, seed: int = 0, every: int = 1) -> list[FillPoint]:
+    """Place ``sequence`` in order with the rule called ``rule_name``; a point every
+    ``every`` arrivals and after the last."""
+    rng = random.Random(seed)
+    rule = make_rule(rule_name, rng, workload)
+    cluster = rooms(nodes)
+    frag = Fragmentation(workload)
+    node_frag = [frag.node(n) for n in cluster]
+    total_frag = sum(node_frag)
+    used = [0] * len(cluster)
+    points: list[FillPoint] = []
+    arrived_milli = allocated = failed = used_gpus = 0
+    for k, pod in enumerate(sequence, 1):
+        ask = ask_of(pod)
+        arrived_milli += ask.gpu_total
+        where = rule.choose(cluster, ask, rng)
+        if where is None:
+            failed += 1
+        else:
+            i, gpus = where
+            node = cluster[i]
+            fresh = sum(1 for g in gpus if node.gpus[g] == MILLI)
+            take(node, ask, gpus)
+            allocated += ask.gpu_total
+            used_gpus += fresh
+            used[i] += 1
+            new = frag.node(node)
+            total_frag += new - node_frag[i]
+            node_frag[i] = new
+        if k % every == 0 or k == len(sequence):
+            points.append(FillPoint(k, failed, arrived_milli, allocated, total_frag,
+                                    used_gpus))
+    return points
