@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install bench clean
+.PHONY: demo test test-fast install bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,8 +17,15 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/tfgshare demo
 
+# Every tier (about 15-30 min on 2 cores), then the 20 slowest tests.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -ra
+	$(BIN)/python -m pytest -q -ra --durations=20
+
+# Everything without TensorFlow, a live cluster or a slow mark (tests/conftest.py marks them):
+# a few minutes, for a change to the simulator, a policy, the coordinator or the client.
+FAST := not tf and not live and not slow
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -ra -m "$(FAST)" --durations=20
 
 # Every benchmark in tools/; docs/benchmarks.md records their figures and how they were taken.
 BENCHES := philly slim_data runner policies simulator coordinator agent
