@@ -12,7 +12,8 @@ GPUs only; GPU-type constraints are not seen by the replay's policies (the fill
 experiment, :mod:`tfgshare.sim.fill`, honours them).
 
 FGD's target workload is the jobs the policy has seen arrive: the commonest requests,
-as its authors take it from the trace (there known in advance; here learnt online).
+as its authors take it from the trace (there known in advance; here learnt online, and
+made again whenever the requests seen have grown by 5 %).
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ from .memo import Memo
 from .placement import EPS, exclusive_fraction, fraction_for, free_fraction, up_gpus
 from .prediction import remaining_s
 from .queueing import WAITING
-from .share_rules import MILLI, RULE_NAMES, Ask, NodeRoom, Workload, make_rule
+from .share_rules import MILLI, RULE_NAMES, Ask, Fragmentation, NodeRoom, Workload, make_rule
 
 ORDERS = ("fifo", "sjf")
+REFRESH = 0.05        # FGD's target workload is made again when the requests grow 5 %
 HOST = 1 << 40        # a node's CPU and memory: not modelled here, never short
 
 
@@ -44,6 +46,25 @@ class ShareMemo(Memo):
     def reset(self) -> None:
         self.queue: dict[str, tuple] = {}
         self.seen: dict[str, tuple[int, int]] = {}     # job id -> (GPUs, milli) asked
+        self.asked: Counter = Counter()                # (GPUs, milli) -> jobs seen asking
+        self.frag: Fragmentation | None = None         # FGD's measure of ``asked``, cached
+        self.frag_at = 0                               # how many requests it was made from
+
+    def see(self, jid: str, request: tuple[int, int]) -> None:
+        """Count a job's request into the target workload (once per job)."""
+        if jid not in self.seen:
+            self.seen[jid] = request
+            self.asked[request] += 1
+
+    def fragmentation(self) -> Fragmentation:
+        """FGD's fragmentation measure against the requests seen so far, made again
+        whenever they have grown by ``REFRESH`` since it was last made."""
+        seen = len(self.seen)
+        if self.frag is None or seen > self.frag_at * (1 + REFRESH):
+            self.frag = Fragmentation(Workload.of_counts(Counter(
+                {Ask(0, 0, n, m): k for (n, m), k in self.asked.items()})))
+            self.frag_at = seen
+        return self.frag
 
     def changed(self, jid: str, old: JobView | None, new: JobView | None) -> None:
         self.queue.pop(jid, None)
@@ -92,13 +113,13 @@ class ShareOrder:
         gpus = up_gpus(cluster)
         reserve = cluster.reserve_mb
         views = memo.tracker.views
+        smallest = min(gpus.values(), key=lambda g: g.memory_mb)
         for jid in memo.queue:
             if jid not in memo.seen:
-                memo.seen[jid] = _request(views[jid], next(iter(gpus.values())), reserve,
-                                          self.headroom)
-        workload = Workload.of(Ask(0, 0, n, m) for n, m in memo.seen.values())
+                memo.see(jid, _request(views[jid], smallest, reserve, self.headroom))
         rng = random.Random(f"{self.seed}:{now!r}")
-        rule = make_rule(self.placement, rng, workload)
+        rule = make_rule(self.placement, rng,
+                         frag=memo.fragmentation() if self.placement == "fgd" else None)
         nodes, where = _rooms(cluster, memo.holdings.use)
         actions: list[Action] = []
         for jid, _ in sorted(memo.queue.items(), key=lambda kv: kv[1]):

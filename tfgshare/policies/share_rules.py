@@ -147,7 +147,12 @@ class Workload:
     def of(cls, asks: Iterable[Ask], popular: float = POPULAR_SHARE) -> "Workload":
         """The commonest task types of ``asks`` (memory aside) that together make up
         ``popular`` of them, their shares renormalised to sum to 1."""
-        counts = Counter(Ask(a.cpu, 0, a.num_gpu, a.milli, a.kinds) for a in asks)
+        return cls.of_counts(Counter(Ask(a.cpu, 0, a.num_gpu, a.milli, a.kinds)
+                                     for a in asks), popular)
+
+    @classmethod
+    def of_counts(cls, counts: Counter, popular: float = POPULAR_SHARE) -> "Workload":
+        """As :meth:`of`, from task types (memory aside) and how many tasks had each."""
         total = sum(counts.values())
         if not total:
             raise ValueError("a target workload needs at least one task")
@@ -307,8 +312,10 @@ def _fgd(frag: Fragmentation) -> Score:
 RULE_NAMES = ("random-fit", "best-fit", "dot-product", "packing", "clustering", "fgd")
 
 
-def make_rule(name: str, rng: random.Random, workload: Workload | None = None) -> Rule:
-    """The rule called ``name`` (``RULE_NAMES``); FGD needs its target ``workload``."""
+def make_rule(name: str, rng: random.Random, workload: Workload | None = None,
+              frag: Fragmentation | None = None) -> Rule:
+    """The rule called ``name`` (``RULE_NAMES``); FGD needs its target ``workload`` (or a
+    ``frag`` of it, whose cache a caller may keep across rules)."""
     if name == "random-fit":
         return Rule(name, _random_gpus(rng))
     if name == "best-fit":
@@ -320,7 +327,7 @@ def make_rule(name: str, rng: random.Random, workload: Workload | None = None) -
     if name == "clustering":
         return Rule(name, _clustering)
     if name == "fgd":
-        if workload is None:
+        if frag is None and workload is None:
             raise ValueError("the fgd placement needs a target workload")
-        return Rule(name, _fgd(Fragmentation(workload)))
+        return Rule(name, _fgd(frag or Fragmentation(workload)))
     raise ValueError(f"unknown placement {name!r}; valid: {', '.join(RULE_NAMES)}")

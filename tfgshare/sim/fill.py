@@ -17,12 +17,15 @@ import random
 from dataclasses import dataclass
 from typing import Sequence
 
+from tfgshare.policies.base import GPU, ClusterSnapshot
+from tfgshare.policies.freemap import FreeMap
 from tfgshare.policies.share_rules import (MILLI, Ask, Fragmentation, NodeRoom, Workload,
-                                           make_rule, take)
+                                           feasible, make_rule, take)
 
 from .alibaba import Node, Pod
 
 DEFAULT_RATIO = 1.3
+FILL_RULES = ("random-fit", "best-fit", "dot-product", "packing", "clustering", "fgd", "fgs")
 
 
 @dataclass(frozen=True)
@@ -52,8 +55,8 @@ def rooms(nodes: Sequence[Node]) -> list[NodeRoom]:
 def arrivals(pods: Sequence[Pod], nodes: Sequence[Node], seed: int,
              ratio: float = DEFAULT_RATIO) -> list[Pod]:
     """The pod list shuffled, then grown by pods drawn from it (with replacement) until
-    the requested GPUs reach ``ratio`` of the cluster's; the added pods are spread over
-    the sequence at random places."""
+    the requested GPUs reach ``ratio`` of the cluster's; the added pods arrive after the
+    list's own, as in the authors' simulator."""
     rng = random.Random(seed)
     order = list(pods)
     rng.shuffle(order)
@@ -61,18 +64,47 @@ def arrivals(pods: Sequence[Pod], nodes: Sequence[Node], seed: int,
     demand = sum(p.num_gpu * p.gpu_milli for p in order)
     while demand < ratio * capacity:
         p = pods[rng.randrange(len(pods))]
-        order.insert(rng.randrange(len(order) + 1), p)
+        order.append(p)
         demand += p.num_gpu * p.gpu_milli
     return order
 
 
+class FgsPlacement:
+    """fgs's own placement (``FreeMap.gang_place``: the tightest GPUs that fit, on one node
+    where it can, whole nodes kept whole) on the fill's nodes, a GPU's memory counted in
+    milli (1000 per GPU, no context reserve), limited to nodes with the CPU and memory."""
+
+    name = "fgs"
+
+    def __init__(self, nodes: Sequence[NodeRoom]) -> None:
+        gpus = tuple(GPU(f"{k}:{i}", str(k), i, MILLI, n.kind)
+                     for k, n in enumerate(nodes) for i in range(len(n.gpus)))
+        self.free = FreeMap(ClusterSnapshot(gpus, reserve_mb=0.0))
+
+    def choose(self, nodes: Sequence[NodeRoom], ask: Ask,
+               rng: random.Random) -> tuple[int, tuple[int, ...]] | None:
+        """(node index, GPU indexes), as the rules' ``choose``."""
+        if ask.num_gpu == 0:    # a CPU-only task: fgs places GPUs only; the first node
+            return next(((k, ()) for k, n in enumerate(nodes) if feasible(n, ask)), None)
+        ok = {str(k) for k, n in enumerate(nodes) if feasible(n, ask)}
+        if not ok:
+            return None
+        got = self.free.gang_place(ask.num_gpu, ask.milli / MILLI,
+                                   ok=lambda gid: gid.partition(":")[0] in ok)
+        if got is None or len({g.partition(":")[0] for g, _ in got}) != 1:
+            return None          # a task's GPUs are on one node in this experiment
+        self.free.take(got)
+        k = int(got[0][0].partition(":")[0])
+        return k, tuple(int(g.partition(":")[2]) for g, _ in got)
+
+
 def fill(nodes: Sequence[Node], sequence: Sequence[Pod], rule_name: str, *,
          workload: Workload, seed: int = 0, every: int = 1) -> list[FillPoint]:
-    """Place ``sequence`` in order with the rule called ``rule_name``; a point every
-    ``every`` arrivals and after the last."""
+    """Place ``sequence`` in order with the rule called ``rule_name`` (``FILL_RULES``);
+    a point every ``every`` arrivals and after the last."""
     rng = random.Random(seed)
-    rule = make_rule(rule_name, rng, workload)
     cluster = rooms(nodes)
+    rule = FgsPlacement(cluster) if rule_name == "fgs" else make_rule(rule_name, rng, workload)
     frag = Fragmentation(workload)
     node_frag = [frag.node(n) for n in cluster]
     total_frag = sum(node_frag)
