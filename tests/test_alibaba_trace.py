@@ -116,3 +116,17 @@ def test_workload_from_a_pod_file_replays_shares(tmp_path):
     assert len(work.jobs) == 10
     assert [j.gpu_fraction for j in work.jobs[:2]] == [None, 0.25]
     assert all(j.model and j.total_steps >= 1 for j in work.jobs)
+
+
+def test_simulate_alibaba_on_its_own_cluster_says_nothing_waited(tmp_path, capsys):
+    import json
+
+    from tfgshare.sim import cli
+    assert cli.main(["--trace", "alibaba-2023", "--jobs", "60", "--policy", "fifo",
+                     "--placement", "fgd", "--no-plots", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "note: no job waited on alibaba-2023 (6212 GPUs)" in out
+    doc = json.loads((tmp_path / "report.json").read_text())
+    assert doc["cluster"] == "alibaba-2023" and doc["jobs"] == 60
+    assert set(doc["policies"]) == {"fifo/fgd"}
+    assert doc["dropped"]["CPU-only pod (num_gpu 0) (trace)"] >= 1

@@ -19,7 +19,7 @@ from .engine import simulate
 from .job import SimResult, SimulationError
 from .profiles import load_profiles, published_profiles_path
 from .utilisation import DEFAULT_WORKLOAD, WORKLOADS
-from .workload import STEPS_FROM, load_workload
+from .workload import STEPS_FROM, is_alibaba, load_workload
 
 DEFAULT_POLICIES = ("fifo", "sjf", "tiresias", "gandiva", "fgs")
 UNITS = {"times": "seconds", "utilisation": "fraction of all GPUs (0-1)",
@@ -35,10 +35,14 @@ def _parser() -> argparse.ArgumentParser:
         description="Replay a trace under several scheduling policies on a simulated cluster "
                     "and compare them (ratios against fifo, or the first policy listed).")
     p.add_argument("--trace", default="philly",
-                   help="'philly' (the shipped Philly trace) or a trace file (default: philly)")
+                   help="'philly' (the shipped Philly trace), 'alibaba-2023' (Alibaba's "
+                        "GPU-sharing trace, its pods with a GPU) or a trace file: Philly, "
+                        "Tiresias, Helios CSV or an Alibaba pod list (default: philly)")
     p.add_argument("--cluster", default=None,
-                   help="philly, philly-revised, vc:<name>, NxG[:MEM] (e.g. 64x8), a YAML file "
-                        "or a shipped cluster name (default: philly, or vc:<VC> with one --vc)")
+                   help="philly, philly-revised, vc:<name>, alibaba-2023, NxG[:MEM] (e.g. 64x8), "
+                        "a YAML file, an Alibaba node list CSV or a shipped cluster name "
+                        "(default: the trace's own cluster: philly, vc:<VC> with one --vc, "
+                        "alibaba-2023 for that trace)")
     p.add_argument("--policy", default=",".join(DEFAULT_POLICIES),
                    help=f"comma-separated policies, of {','.join(POLICY_NAMES)} "
                         f"(default: {','.join(DEFAULT_POLICIES)})")
@@ -171,7 +175,8 @@ def _run(args) -> int:
     policies = {n: get_policy(n, **params)
                 for n, params in _policy_params(names, args.policy_param).items()}
     vcs = [v.strip() for v in args.vc.split(",")] if args.vc else None
-    spec = args.cluster or (f"vc:{vcs[0]}" if vcs and len(vcs) == 1 else "philly")
+    spec = args.cluster or (f"vc:{vcs[0]}" if vcs and len(vcs) == 1 else
+                            "alibaba-2023" if is_alibaba(args.trace) else "philly")
     if args.jobs is not None and args.jobs < 1:
         raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
     if args.tick <= 0:
@@ -219,6 +224,10 @@ def _run(args) -> int:
     reports = {n: r.report for n, r in results.items()}
     baseline = "fifo" if "fifo" in reports else names[0]
     print(format_table(reports, baseline=baseline))
+    if all(r.wait_mean < 1.0 for r in reports.values()):
+        print(f"note: no job waited on {cluster.name} ({cluster.num_gpus} GPUs), so every "
+              "policy starts each job at once and the rows differ little; a smaller "
+              "--cluster (e.g. 16x8) makes jobs queue")
     print("times: s = seconds, m = minutes, h = hours, d = days; alloc%, eff%, dev%: percent "
           "of all GPUs, devbusy%: of busy GPUs; report.csv and report.json give times in "
           "seconds and utilisations as fractions")
