@@ -122,3 +122,14 @@ def test_fifo_with_a_sharing_placement_packs_requested_shares():
     assert shared.report.jct_mean < alone.report.jct_mean
     with pytest.raises(ValueError, match="unknown placement"):
         get_policy("fifo/tetris")
+
+
+def test_a_job_wider_than_a_node_spans_idle_gpus_instead_of_blocking_fifo():
+    jobs = [TraceJob("wide", 0.0, 16, 600.0, model="lenet", batch_size=32, total_steps=500),
+            TraceJob("small", 1.0, 1, 60.0, model="lenet", batch_size=32, total_steps=100,
+                     gpu_fraction=0.5)]
+    result = simulate(load_cluster("2x8"), jobs, load_profiles(), get_policy("fifo/fgd"))
+    assert all(r.finish_time is not None for r in result.records)
+    wide = next(r for r in result.records if r.id == "wide")
+    small = next(r for r in result.records if r.id == "small")
+    assert small.first_start > wide.first_start      # fifo: the wide job first, then it

@@ -5,7 +5,7 @@ told apart.
 Two settings, each with the measured workload model (``--workload measured``):
 
 * ``philly``: the 2,000 Philly jobs from 2017-11-06 (the evaluation window, never tuned
-  on) on 64 GPUs (16x8);
+  on) on 128 GPUs (16x8, offered load 3.4);
 * ``alibaba``: Alibaba's GPU-sharing trace (``alibaba-2023``), the pods created from day
   100 on, on a cluster small enough that they queue (default 4x8 GPUs of 32 GB).
 

@@ -9,7 +9,9 @@ memory's fraction and its utilisation: its share of the GPU's memory and time) i
 share a GPU with others; a job with neither gets whole GPUs, as under
 the exclusive baselines. The simulator's cluster has no host CPU or memory, so rules see
 GPUs only; GPU-type constraints are not seen by the replay's policies (the fill
-experiment, :mod:`tfgshare.sim.fill`, honours them).
+experiment, :mod:`tfgshare.sim.fill`, honours them). The rules place a task on one node;
+a job wider than any node takes whole idle GPUs on the fewest nodes, as the exclusive
+baselines do.
 
 FGD's target workload is the jobs the policy has seen arrive: the commonest requests,
 as its authors take it from the trace (there known in advance; here learnt online, and
@@ -144,6 +146,8 @@ class ShareOrder:
         smallest = min(gpus.values(), key=lambda g: g.memory_mb)
         frac = share_of(job, smallest, reserve, self.headroom)
         num, milli = _request(job, smallest, reserve, self.headroom)
+        if num > max(len(r.gpus) for r in nodes):
+            return _span(job, nodes, where, gpus, reserve, sample)
         pick = rule.choose(nodes, Ask(0, 0, num, milli), rng)
         if pick is None:
             return None
@@ -158,6 +162,28 @@ class ShareOrder:
         return Start(job.id, tuple(Fragment(g, exclusive_fraction(gpus[g], reserve)
                                             if whole else frac) for g in ids),
                      sample_only=sample)
+
+
+def _span(job: JobView, nodes: list[NodeRoom], where: dict[str, list[str]], gpus: dict,
+          reserve: float, sample: bool) -> Start | None:
+    """A job wider than any node (the rules place a task on one node): whole idle GPUs
+    on the fewest nodes, the nodes with the most idle GPUs first, as the exclusive
+    baselines span nodes; None if too few GPUs are idle."""
+    order = sorted(range(len(nodes)), key=lambda k: (-nodes[k].gpus.count(MILLI), k))
+    chosen: list[tuple[NodeRoom, int]] = []
+    for k in order:
+        room = nodes[k]
+        for i, free in enumerate(room.gpus):
+            if free == MILLI and len(chosen) < job.num_gpus:
+                chosen.append((room, i))
+    if len(chosen) < job.num_gpus:
+        return None
+    frags = []
+    for room, i in chosen:
+        room.gpus[i] = 0
+        gid = where[room.name][i]
+        frags.append(Fragment(gid, exclusive_fraction(gpus[gid], reserve)))
+    return Start(job.id, tuple(frags), sample_only=sample)
 
 
 def share_of(job: JobView, gpu, reserve: float, headroom: float) -> float:
