@@ -74,7 +74,7 @@ def test_baselines_prefer_what_their_authors_describe():
     share = Ask(1000, 0, 1, 250)
     assert make_rule("best-fit", rng).choose(nodes, share, rng) == (1, (0,))
     assert make_rule("packing", rng).choose(nodes, share, rng) == (1, (0,))
-    nodes[1].tasks[250] += 1
+    nodes[1].tasks["share"] += 1
     assert make_rule("clustering", rng).choose(nodes, share, rng)[0] == 1
     picks = {make_rule("random-fit", rng).choose(nodes, share, rng)[0] for _ in range(40)}
     assert picks == {0, 1}
@@ -133,3 +133,14 @@ def test_a_job_wider_than_a_node_spans_idle_gpus_instead_of_blocking_fifo():
     wide = next(r for r in result.records if r.id == "wide")
     small = next(r for r in result.records if r.id == "small")
     assert small.first_start > wide.first_start      # fifo: the wide job first, then it
+
+
+def test_ties_go_to_the_first_node_of_the_seeded_order_except_for_random_fit():
+    nodes = [room(n, [MILLI] * 4) for n in "abcd"]
+    share, rng = Ask(0, 0, 1, 500), random.Random(0)
+    for name in ("best-fit", "dot-product", "packing", "fgd"):
+        rule = make_rule(name, rng, Workload.of([share]))
+        assert rule.choose(nodes, share, rng, rank=[3, 1, 0, 2])[0] == 2
+    rule = make_rule("random-fit", rng)
+    assert {rule.choose(nodes, share, rng, rank=[3, 1, 0, 2])[0] for _ in range(60)} \
+        == {0, 1, 2, 3}

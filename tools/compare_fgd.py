@@ -37,20 +37,27 @@ from tfgshare.sim.fill import FILL_RULES, arrivals, ask_of, fill  # noqa: E402
 PEER_NAMES = {"random-fit": "Random", "best-fit": "BestFit", "dot-product": "DotProd",
               "packing": "GpuPacking", "clustering": "GpuClustering", "fgd": "FGD"}
 POINTS = (0.2, 0.4, 0.6, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3)   # arrived share of the cluster
+PLACED = re.compile(r"is scheduled to node\((\d+)-([^)]+)\)")
 ATTEMPT = re.compile(r"\[(\d+)\] attempt to create pod\([^/]*/([^)]+)\)")
 FRAG = re.compile(r"Frag amount: ([\d.]+); Frag ratio: [\d.]+%; Q124 ratio: [\d.]+%; \(origin\)")
 ALLOC = re.compile(r"Used GPU Milli: (\d+); Total GPUs: \d+; Arrived GPU Milli: (\d+)")
 TUNED = re.compile(r"-tuned-\d+$")
 
 
-def read_peer(path: Path) -> tuple[list[str], list[tuple[int, int, float]]]:
-    """The arrival order (base pod names) and, per arrival, (arrived milli, allocated
-    milli, fragmentation milli) from one log of the authors' simulator."""
+def read_peer(path: Path) -> tuple[list[str], list[tuple[int, int, float]], list[str]]:
+    """The arrival order (base pod names), per arrival (arrived milli, allocated milli,
+    fragmentation milli), and its tie-break order of the nodes it placed on (by the
+    seeded prefix it gives node names) from one log of the authors' simulator."""
     names: list[str] = []
     points: list[tuple[int, int, float]] = []
+    prefix: dict[str, int] = {}
     frag = 0.0
     with open(path, errors="replace") as f:
         for line in f:
+            m = PLACED.search(line)
+            if m:
+                prefix[m.group(2)] = int(m.group(1))
+                continue
             m = ATTEMPT.search(line)
             if m:
                 names.append(TUNED.sub("", m.group(2)))
@@ -62,7 +69,7 @@ def read_peer(path: Path) -> tuple[list[str], list[tuple[int, int, float]]]:
             m = ALLOC.search(line)
             if m:
                 points.append((int(m.group(2)), int(m.group(1)), frag))
-    return names, points
+    return names, points, sorted(prefix, key=prefix.get)
 
 
 def at_shares(series: list[tuple[int, int, float]], capacity: int) -> dict[float, tuple]:
@@ -102,21 +109,21 @@ def main(argv: list[str] | None = None) -> int:
     for rule in [r.strip() for r in args.rules.split(",") if r.strip()]:
         peer_file = args.peer_logs / f"run_{PEER_NAMES[rule]}.txt" \
             if args.peer_logs and rule in PEER_NAMES else None
-        peer = None
+        peer, order = None, None
         fgd_file = args.peer_logs / "run_FGD.txt" if args.peer_logs else None
         if peer_file is not None and peer_file.is_file():
-            names, peer = read_peer(peer_file)
+            names, peer, order = read_peer(peer_file)
             seq = [by_name[n] for n in names[:len(peer)]]
-            source = f"the peer's {len(seq)} arrivals"
+            source = f"the peer's {len(seq)} arrivals and node order"
         elif fgd_file is not None and fgd_file.is_file():   # fgs: the peer's FGD arrivals
-            names, fgd_points = read_peer(fgd_file)
+            names, fgd_points, _ = read_peer(fgd_file)
             seq = [by_name[n] for n in names[:len(fgd_points)]]
             source = f"the peer's FGD run's {len(seq)} arrivals"
         else:
             seq = arrivals(pods, nodes, args.seed)
             source = f"seeded arrivals (seed {args.seed}, {len(seq)} tasks)"
         t0 = time.process_time()
-        pts = fill(nodes, seq, rule, workload=workload, seed=args.seed)
+        pts = fill(nodes, seq, rule, workload=workload, seed=args.seed, order=order)
         cpu = time.process_time() - t0
         mine = at_shares([(p.arrived_milli, p.allocated_milli, p.frag_milli) for p in pts],
                          capacity)

@@ -20,6 +20,7 @@ made again whenever the requests seen have grown by 5 %).
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
 from collections import Counter
@@ -31,7 +32,8 @@ from .memo import Memo
 from .placement import EPS, exclusive_fraction, fraction_for, free_fraction, up_gpus
 from .prediction import remaining_s
 from .queueing import WAITING
-from .share_rules import MILLI, RULE_NAMES, Ask, Fragmentation, NodeRoom, Workload, make_rule
+from .share_rules import (MILLI, RULE_NAMES, Ask, Fragmentation, NodeRoom, Workload,
+                          make_rule, tag)
 
 ORDERS = ("fifo", "sjf")
 REFRESH = 0.05        # FGD's target workload is made again when the requests grow 5 %
@@ -148,7 +150,8 @@ class ShareOrder:
         num, milli = _request(job, smallest, reserve, self.headroom)
         if num > max(len(r.gpus) for r in nodes):
             return _span(job, nodes, where, gpus, reserve, sample)
-        pick = rule.choose(nodes, Ask(0, 0, num, milli), rng)
+        pick = rule.choose(nodes, Ask(0, 0, num, milli), rng,
+                           [_rank(self.seed, r.name) for r in nodes])
         if pick is None:
             return None
         room = nodes[pick[0]]
@@ -158,10 +161,16 @@ class ShareOrder:
             # a later tenant of this round also pays this one's context reserve
             extra = 0 if whole else math.ceil(reserve / gpus[g].memory_mb * MILLI)
             room.gpus[i] = max(0, room.gpus[i] - milli - extra)
-        room.tasks[milli] += 1
+        room.tasks[tag(Ask(0, 0, num, milli))] += 1
         return Start(job.id, tuple(Fragment(g, exclusive_fraction(gpus[g], reserve)
                                             if whole else frac) for g in ids),
                      sample_only=sample)
+
+
+def _rank(seed: int, node: str) -> int:
+    """A node's place in the seeded tie-break order (the same in every round)."""
+    return int.from_bytes(hashlib.blake2b(f"{seed}\x00{node}".encode(),
+                                          digest_size=8).digest(), "little")
 
 
 def _span(job: JobView, nodes: list[NodeRoom], where: dict[str, list[str]], gpus: dict,

@@ -5,9 +5,10 @@ Fragmentation Gradient Descent" (USENIX ATC '23), whose simulator
 (``hkust-adsl/kubernetes-scheduler-simulator``) scores nodes for a task asking for CPU,
 memory and either a share of one GPU (``milli`` < 1000) or whole GPUs. Each rule is the
 score step of a Kubernetes-style scheduler: every feasible node is scored (an integer in
-0..100, as that simulator's score plugins return), the highest wins, ties are broken
-uniformly at random by the caller's ``random.Random`` (as the Kubernetes scheduler's host
-selection does), and the rule names the GPUs on the winning node.
+0..100, as that simulator's score plugins return), the highest wins, and ties go to the
+node first in a fixed, seeded order of the nodes (the authors' simulator prefixes node
+names with a seeded permutation and takes the smallest name, which packs ties onto the
+same nodes); the rule names the GPUs on the winning node.
 
 Rules (``RULES``):
 
@@ -17,7 +18,8 @@ Rules (``RULES``):
 * ``dot-product``: the node whose free (CPU, GPU) vector, over the largest node's, has the
   smallest dot product with the task's request (the best-aligned leftover).
 * ``packing``: GPUs already shared first, then partly used nodes, then idle nodes.
-* ``clustering``: nodes that already hold tasks of the same GPU request first.
+* ``clustering``: nodes that already hold tasks of the same kind (a share, or n whole
+  GPUs) first.
 * ``fgd``: the placement that least raises the node's fragmentation, measured against
   the target workload (:class:`Workload`): the expected GPU capacity, over the task
   types of the workload, that a task of that type could not use on the node.
@@ -75,7 +77,7 @@ class NodeRoom:
     gpus: list[int]                    # free milli of each GPU
     cpu_cap: int = 0
     memory_cap: int = 0
-    tasks: Counter = field(default_factory=Counter)   # GPU tasks held, by per-GPU milli
+    tasks: Counter = field(default_factory=Counter)   # GPU tasks held, by kind (``tag``)
 
     @property
     def gpu_left(self) -> int:
@@ -124,6 +126,11 @@ def fullest_gpu(node: NodeRoom, ask: Ask) -> tuple[int, ...]:
     return (best,)
 
 
+def tag(ask: Ask) -> str:
+    """A GPU task's kind for clustering: ``share`` or ``<n>-gpu``."""
+    return "share" if ask.shares_gpu else f"{ask.num_gpu}-gpu"
+
+
 def take(node: NodeRoom, ask: Ask, gpus: Sequence[int]) -> None:
     """Give the task its CPU, memory and the named GPUs of the node."""
     node.cpu -= ask.cpu
@@ -131,7 +138,7 @@ def take(node: NodeRoom, ask: Ask, gpus: Sequence[int]) -> None:
     for i in gpus:
         node.gpus[i] -= ask.milli
     if ask.num_gpu:
-        node.tasks[ask.milli] += 1
+        node.tasks[tag(ask)] += 1
 
 
 # ---- the target workload and FGD's fragmentation ---------------------------------
@@ -215,16 +222,21 @@ class Rule:
     """A placement rule: scores a feasible node (0..100, higher wins) and picks its GPUs.
 
     ``normalise`` min-max rescales a round's scores onto 0..100 before the winner is
-    chosen (best-fit does, as its authors' plugin does).
+    chosen (best-fit does, as its authors' plugin does); ``random`` picks among the
+    feasible nodes uniformly, whatever the tie-break order (random-fit).
     """
 
     name: str
     score: Score
     normalise: bool = False
+    random: bool = False
 
-    def choose(self, nodes: Sequence[NodeRoom], ask: Ask,
-               rng: random.Random) -> tuple[int, tuple[int, ...]] | None:
-        """(node index, GPU indexes) for the task, or None when no node can hold it."""
+    def choose(self, nodes: Sequence[NodeRoom], ask: Ask, rng: random.Random,
+               rank: Sequence[int] | None = None) -> tuple[int, tuple[int, ...]] | None:
+        """(node index, GPU indexes) for the task, or None when no node can hold it.
+
+        Ties go to the node of smallest ``rank`` (node index -> place in the tie-break
+        order; None: a uniform random pick with ``rng``)."""
         cands = [(i, *self.score(n, ask)) for i, n in enumerate(nodes) if feasible(n, ask)]
         if not cands:
             return None
@@ -235,7 +247,12 @@ class Rule:
                      for i, s, g in cands]
         top = max(c[1] for c in cands)
         best = [c for c in cands if c[1] == top]
-        i, _, gpus = best[rng.randrange(len(best))] if len(best) > 1 else best[0]
+        if len(best) == 1:
+            i, _, gpus = best[0]
+        elif rank is None or self.random:
+            i, _, gpus = best[rng.randrange(len(best))]
+        else:
+            i, _, gpus = min(best, key=lambda c: rank[c[0]])
         return i, gpus
 
 
@@ -272,8 +289,8 @@ def _clustering(node: NodeRoom, ask: Ask) -> tuple[int, tuple[int, ...]]:
     if ask.num_gpu == 0:
         return 0, gpus
     fill = (MAX_SCORE // 4) * (MAX_NODE_GPU - node.gpu_left) // MAX_NODE_GPU
-    held = [m for m, n in node.tasks.items() if n > 0]
-    if ask.milli in held:
+    held = [t for t, n in node.tasks.items() if n > 0]
+    if tag(ask) in held:
         return fill + (3 if len(held) == 1 else 2) * MAX_SCORE // 4, gpus
     return fill + (0 if held else MAX_SCORE // 4), gpus
 
@@ -317,7 +334,7 @@ def make_rule(name: str, rng: random.Random, workload: Workload | None = None,
     """The rule called ``name`` (``RULE_NAMES``); FGD needs its target ``workload`` (or a
     ``frag`` of it, whose cache a caller may keep across rules)."""
     if name == "random-fit":
-        return Rule(name, _random_gpus(rng))
+        return Rule(name, _random_gpus(rng), random=True)
     if name == "best-fit":
         return Rule(name, _best_fit, normalise=True)
     if name == "dot-product":

@@ -58,12 +58,15 @@ def arrivals(pods: Sequence[Pod], nodes: Sequence[Node], seed: int,
     the requested GPUs reach ``ratio`` of the cluster's; the added pods arrive after the
     list's own, as in the authors' simulator."""
     rng = random.Random(seed)
-    order = list(pods)
+    by_name = sorted(pods, key=lambda p: p.name)
+    order = list(by_name)
     rng.shuffle(order)
-    capacity = MILLI * sum(n.gpus for n in nodes)
+    target = ratio * MILLI * sum(n.gpus for n in nodes)
     demand = sum(p.num_gpu * p.gpu_milli for p in order)
-    while demand < ratio * capacity:
-        p = pods[rng.randrange(len(pods))]
+    while demand < target:
+        p = by_name[rng.randrange(len(by_name))]
+        if demand + p.gpu_milli > target:    # the authors' stop test: its per-GPU milli
+            break
         order.append(p)
         demand += p.num_gpu * p.gpu_milli
     return order
@@ -81,9 +84,10 @@ class FgsPlacement:
                      for k, n in enumerate(nodes) for i in range(len(n.gpus)))
         self.free = FreeMap(ClusterSnapshot(gpus, reserve_mb=0.0))
 
-    def choose(self, nodes: Sequence[NodeRoom], ask: Ask,
-               rng: random.Random) -> tuple[int, tuple[int, ...]] | None:
-        """(node index, GPU indexes), as the rules' ``choose``."""
+    def choose(self, nodes: Sequence[NodeRoom], ask: Ask, rng: random.Random,
+               rank: Sequence[int] | None = None) -> tuple[int, tuple[int, ...]] | None:
+        """(node index, GPU indexes), as the rules' ``choose`` (fgs breaks ties by
+        cluster order, as FreeMap does)."""
         if ask.num_gpu == 0:    # a CPU-only task: fgs places GPUs only; the first node
             return next(((k, ()) for k, n in enumerate(nodes) if feasible(n, ask)), None)
         ok = {str(k) for k, n in enumerate(nodes) if feasible(n, ask)}
@@ -99,11 +103,18 @@ class FgsPlacement:
 
 
 def fill(nodes: Sequence[Node], sequence: Sequence[Pod], rule_name: str, *,
-         workload: Workload, seed: int = 0, every: int = 1) -> list[FillPoint]:
+         workload: Workload, seed: int = 0, every: int = 1,
+         order: Sequence[str] | None = None) -> list[FillPoint]:
     """Place ``sequence`` in order with the rule called ``rule_name`` (``FILL_RULES``);
-    a point every ``every`` arrivals and after the last."""
+    a point every ``every`` arrivals and after the last. Ties between nodes go to the
+    first in ``order`` (node names; default: a permutation seeded by ``seed``)."""
     rng = random.Random(seed)
     cluster = rooms(nodes)
+    if order is None:
+        order = [n.sn for n in nodes]
+        random.Random(f"order:{seed}").shuffle(order)
+    place = {name: i for i, name in enumerate(order)}
+    rank = [place.get(n.sn, len(place) + i) for i, n in enumerate(nodes)]
     rule = FgsPlacement(cluster) if rule_name == "fgs" else make_rule(rule_name, rng, workload)
     frag = Fragmentation(workload)
     node_frag = [frag.node(n) for n in cluster]
@@ -114,7 +125,7 @@ def fill(nodes: Sequence[Node], sequence: Sequence[Pod], rule_name: str, *,
     for k, pod in enumerate(sequence, 1):
         ask = ask_of(pod)
         arrived_milli += ask.gpu_total
-        where = rule.choose(cluster, ask, rng)
+        where = rule.choose(cluster, ask, rng, rank)
         if where is None:
             failed += 1
         else:
