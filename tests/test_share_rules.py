@@ -144,3 +144,16 @@ def test_ties_go_to_the_first_node_of_the_seeded_order_except_for_random_fit():
     rule = make_rule("random-fit", rng)
     assert {rule.choose(nodes, share, rng, rank=[3, 1, 0, 2])[0] for _ in range(60)} \
         == {0, 1, 2, 3}
+
+
+def test_a_share_placement_honours_the_gpu_types_a_job_asks_for():
+    from tfgshare.policies.base import GPU, ClusterSnapshot, JobState, JobView
+    cluster = ClusterSnapshot((GPU("t:0", "t", 0, 16384, "T4"),
+                               GPU("v:0", "v", 0, 32768, "V100M32")), reserve_mb=0.0)
+    for types, gpu in ((("V100M32",), "v:0"), (("T4", "P100"), "t:0")):
+        job = JobView("j", 0.0, 1, JobState.QUEUED, requested_fraction=0.5, gpu_types=types)
+        for rule in RULE_NAMES:
+            [start] = get_policy(f"fifo/{rule}").decide(0.0, cluster, [job])
+            assert [f.gpu for f in start.fragments] == [gpu]
+    job = JobView("j", 0.0, 1, JobState.QUEUED, requested_fraction=0.5, gpu_types=("A100",))
+    assert get_policy("fifo/fgd").decide(0.0, cluster, [job]) == []

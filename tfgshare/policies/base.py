@@ -103,6 +103,7 @@ class JobView:
     # measured cost of one move (checkpoint save + restart), None until measured
     # (policies.movecost: a policy's minimum run between moves derives from it)
     move_cost_s: float | None = None
+    gpu_types: tuple[str, ...] = ()             # GPU types it may run on (GPU.kind; empty: any)
 
 
 @dataclass(frozen=True)

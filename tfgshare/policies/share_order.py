@@ -8,8 +8,8 @@ a GPU (a GPU-sharing trace's ``requested_fraction``, or, once sampled, the large
 memory's fraction and its utilisation: its share of the GPU's memory and time) it may
 share a GPU with others; a job with neither gets whole GPUs, as under
 the exclusive baselines. The simulator's cluster has no host CPU or memory, so rules see
-GPUs only; GPU-type constraints are not seen by the replay's policies (the fill
-experiment, :mod:`tfgshare.sim.fill`, honours them). The rules place a task on one node;
+GPUs only. A job's GPU types (``JobView.gpu_types``, an Alibaba pod's ``gpu_spec``) limit
+the nodes the rules consider; the other policies do not read them. The rules place a task on one node;
 a job wider than any node takes whole idle GPUs on the fewest nodes, as the exclusive
 baselines do.
 
@@ -150,7 +150,7 @@ class ShareOrder:
         num, milli = _request(job, smallest, reserve, self.headroom)
         if num > max(len(r.gpus) for r in nodes):
             return _span(job, nodes, where, gpus, reserve, sample)
-        pick = rule.choose(nodes, Ask(0, 0, num, milli), rng,
+        pick = rule.choose(nodes, Ask(0, 0, num, milli, job.gpu_types), rng,
                            [_rank(self.seed, r.name) for r in nodes])
         if pick is None:
             return None

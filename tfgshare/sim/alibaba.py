@@ -259,6 +259,11 @@ def trace_jobs(pods: list[Pod], report: LoadReport) -> list[TraceJob]:
         fraction = p.gpu_milli / 1000.0 if p.num_gpu == 1 and p.gpu_milli < 1000 else None
         jobs.append(TraceJob(p.name, p.creation, p.num_gpu, duration, vc=p.qos,
                              gpu_fraction=fraction, gpu_types=p.gpu_types))
+    typed = sum(1 for j in jobs if j.gpu_types)
+    if typed:
+        report.notes.append(f"{typed} pod(s) ask for GPU types (gpu_spec): honoured by the "
+                            "sharing placements (--placement) and the fill experiment, not "
+                            "by fifo, sjf, tiresias, gandiva or fgs")
     if censored:
         report.notes.append(f"{censored} pod(s) still Running at the trace's end: their run "
                             "time is cut at the trace's end (deletion_time), a lower bound")

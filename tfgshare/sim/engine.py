@@ -436,7 +436,7 @@ class Simulator:
             last_start=job.last_start, waited_s=job.waited_s,
             last_wait_start=job.last_wait_start, suspends=job.suspends,
             min_memory_mb=job.min_memory_mb, move_cost_s=move_cost_s(job.restart_s, job.save_s),
-            requested_fraction=job.requested_fraction)
+            requested_fraction=job.requested_fraction, gpu_types=job.gpu_types)
 
     def _decide(self) -> bool:
         now = self.now

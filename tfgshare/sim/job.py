@@ -66,6 +66,7 @@ class SimJob(JobAccount):
     view_version: int = 0         # bumps whenever a new view is built
     position: int = 0             # arrival order, from 1 (0: not arrived)
     requested_fraction: float | None = None   # a GPU-sharing trace's share of one GPU
+    gpu_types: tuple[str, ...] = ()           # GPU types it may run on (empty: any)
 
 
 @dataclass
@@ -116,7 +117,8 @@ def admit(jobs: Iterable, profiles: Profiles, cluster: SimCluster) -> list[SimJo
         if not math.isfinite(j.submit_time) or j.submit_time < 0:
             raise ValueError(f"job {jid}: submit time {j.submit_time!r} must be >= 0")
         out.append(SimJob(jid, int(j.num_gpus), j.model, int(j.total_steps), prof,
-                          submit_time=float(j.submit_time), requested_fraction=fraction))
+                          submit_time=float(j.submit_time), requested_fraction=fraction,
+                          gpu_types=tuple(getattr(j, "gpu_types", ()) or ())))
     out.sort(key=lambda s: s.submit_time)
     return out
 
