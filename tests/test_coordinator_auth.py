@@ -105,7 +105,8 @@ def test_another_agent_key_cannot_take_over_a_node(keyed):
             assert "may not send 'register'" in user.register().reason
         finally:
             user.close()
-        assert "may not send 'submit'" in thief.request(s.Submit(jobs=[s.JobSpec("lenet")])).reason
+        reason = thief.request(s.Submit(jobs=[s.JobSpec("lenet")])).reason
+        assert reason == "an agent key (n2) may not send 'submit'"
     finally:
         thief.close()
 

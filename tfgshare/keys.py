@@ -120,13 +120,21 @@ def add(keys_dir: Path, name: str, role: str) -> Path:
     return out
 
 
-def revoke(keys_dir: Path, name: str) -> None:
-    """Forget ``name``'s key: the coordinator refuses it from its next request on."""
+def revoke(keys_dir: Path, name: str) -> list[Path]:
+    """Forget ``name``'s key: the coordinator refuses it from its next request on.
+
+    Deletes ``registered/NAME.key`` and the key pair made for it (``issued/NAME/``),
+    and returns what it deleted: the registered key, then the files of ``issued/NAME``.
+    """
     registered = keys_dir / "registered" / f"{name}.key"
     if not registered.exists():
         raise KeysError(f"no registered key {name!r}")
+    issued = keys_dir / "issued" / name
+    gone = [registered] + (sorted(p for p in issued.rglob("*") if p.is_file())
+                           if issued.is_dir() else [])
     registered.unlink()
-    shutil.rmtree(keys_dir / "issued" / name, ignore_errors=True)
+    shutil.rmtree(issued, ignore_errors=True)
+    return gone
 
 
 def _role(path: Path) -> str:
@@ -201,7 +209,15 @@ def secure_client(sock: zmq.Socket, files: tuple[Path, Path] | None) -> None:
     """Make ``sock`` a CurveZMQ client with these key files (before it connects)."""
     if files is None:
         return
-    key, server = files
+    key, server = Path(files[0]), Path(files[1])
+    for path, what in ((key, "your secret key file"), (server, "the coordinator's public key "
+                                                               "file")):
+        if not path.is_file():
+            hint = (" (set --key or TFGSHARE_KEY to the NAME.key_secret that `tfgshare keys "
+                    "add-user` or `add-agent` made)" if path == key else
+                    " (set --server-key or TFGSHARE_SERVER_KEY, or put coordinator.key "
+                    "beside your key file)")
+            raise KeysError(f"{what} {path} was not found{hint}")
     try:
         public, secret = zmq.auth.load_certificate(str(key))
         server_public, _ = zmq.auth.load_certificate(str(server))
@@ -270,8 +286,10 @@ def main(argv: list[str] | None = None) -> int:
             if not registry.by_key:
                 print("no registered keys")
         else:
-            revoke(keys_dir, args.name)
-            print(f"revoked {args.name}")
+            gone = revoke(keys_dir, args.name)
+            print(f"revoked {args.name}: deleted {gone[0]}" +
+                  (f" and the key pair issued to it, {keys_dir / 'issued' / args.name} "
+                   f"({', '.join(p.name for p in gone[1:])})" if gone[1:] else ""))
     except KeysError as exc:
         print(f"tfgshare keys: {exc}", file=sys.stderr)
         return 2

@@ -369,8 +369,9 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, GangControl, Rounds):
             reply: s.Message = s.reply_error(
                 msg, f"{kind} is a command the coordinator sends to agents, not a request")
         elif caller is not None and (kind in _AGENT_SENDS) != (caller.role == "agent"):
-            reply = s.reply_error(msg, f"a {caller.role} key ({caller.name}) may not send "
-                                       f"{kind!r}")
+            article = "an" if caller.role[0] in "aeiou" else "a"   # an admin, an agent
+            reply = s.reply_error(msg, f"{article} {caller.role} key ({caller.name}) may not "
+                                       f"send {kind!r}")
         elif kind in s.AGENT_TYPES and peer not in self.peers:
             reply = s.reply_error(
                 msg, f"unauthenticated type {kind!r}: this peer has not registered as an agent")
