@@ -27,8 +27,9 @@ part (``GangMember``); agents offer their gang ``address`` and ``ports`` at
 
 from __future__ import annotations
 
+import math
 import uuid
-from typing import Annotated, Any, ClassVar, Literal, Union
+from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
 
 import msgspec
 from msgspec import UNSET, Meta, Struct, field
@@ -190,6 +191,8 @@ def runner_flags(extra: list[str]) -> dict[str, Any]:
                 raise SchemaError(f"runner flag --{name} needs a value")
             value = extra[i]
             i += 1
+        if _is_float(kind) and _not_finite(value):
+            raise SchemaError(f"runner flag --{name} {value[:64]!r}: must be a finite number")
         try:
             out[base] = msgspec.convert(value, kind, strict=False)
         except msgspec.ValidationError as exc:
@@ -197,6 +200,19 @@ def runner_flags(extra: list[str]) -> dict[str, Any]:
             raise SchemaError(f"runner flag --{name} {value[:64]!r}: {why[0].lower()}{why[1:]}"
                               ) from None
     return out
+
+
+def _is_float(kind: Any) -> bool:
+    """Whether a RUNNER_FLAGS type is a float (plain or with a range)."""
+    return kind is float or (get_origin(kind) is Annotated and get_args(kind)[0] is float)
+
+
+def _not_finite(value: str) -> bool:
+    """Whether a flag's text reads as NaN or an infinity (``nan``, ``inf``, ``1e999``)."""
+    try:
+        return not math.isfinite(float(value))
+    except ValueError:
+        return False
 
 
 class GpuInfo(Struct, forbid_unknown_fields=True):
@@ -299,6 +315,10 @@ class Register(Message, tag="register"):
     # (both needed for a job that spans nodes to be placed here)
     address: Name = ""
     ports: PortRange | None = None
+    # the folders it accepts a job's dataset dir under (None: not told), and whether the
+    # checkpoint root the coordinator names is one too; the coordinator checks at submit
+    data_roots: Annotated[list[PathText], Meta(max_length=64)] | None = None
+    data_in_checkpoint_root: bool = False
 
 
 class Heartbeat(Message, tag="heartbeat"):
@@ -552,7 +572,16 @@ def request_id(data: bytes) -> str:
 
 
 def job_spec(obj: Any, where: str = "job") -> JobSpec:
-    """Validate a mapping of JobSpec fields (from YAML, say) and build the spec."""
+    """Validate a mapping of JobSpec fields (from YAML, say) and build the spec.
+
+    ``where`` names the record in the error (``job 2: batch_size must be >= 1``);
+    empty, the error names only the field.
+    """
+    if isinstance(obj, dict):   # NaN and infinities fail every range check: say so first
+        for key, value in obj.items():
+            if isinstance(value, float) and not math.isfinite(value):
+                at = f"{where}: " if where else ""
+                raise SchemaError(f"{at}{key} must be a finite number, got {value}")
     try:
         return msgspec.convert(obj, JobSpec)
     except msgspec.ValidationError as exc:

@@ -27,7 +27,18 @@ def _type_name(name: str) -> str:
 
 def in_our_words(exc: msgspec.ValidationError, where: str, top: str | None = None) -> str:
     """Turn ``... - at `$.jobs[0].batch_size``` into ``submit.jobs[0].batch_size: ...``
-    (``where``: the message or record; ``top``: what the whole must be, if it is not)."""
+    (``where``: the message or record; ``top``: what the whole must be, if it is not).
+
+    With ``where`` empty the text names only the field (``batch_size must be >= 1``):
+    for a caller that says where itself (``tfgshare submit: ...``).
+    """
+    text = _words(exc, where, top)
+    if not where:   # no record named: no leading ": " or "."
+        text = text[2:] if text.startswith(": ") else text.lstrip(".")
+    return text
+
+
+def _words(exc: msgspec.ValidationError, where: str, top: str | None) -> str:
     text, _, at = str(exc).partition(" - at `")
     is_key = at.startswith("key` in `")
     path = at.split("`")[-2] if is_key else at.rstrip("`")

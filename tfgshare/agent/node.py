@@ -51,6 +51,7 @@ import zmq
 from tfgshare import keys, paths, schema
 from tfgshare.agent import gpus as gpus_mod
 from tfgshare.agent.supervisor import SPARE_WAIT_S, EventOut, ExitOut, Supervisor
+from tfgshare.paths import confine   # the rule the coordinator checks at submit too
 
 log = logging.getLogger("tfgshare.agent")
 
@@ -230,9 +231,14 @@ class Agent:
         gpus = [schema.GpuInfo(index=g.index, name=g.name, memory_mb=g.memory_mb,
                                virtual=g.virtual) for g in self.gpus.gpus]
         ports = self.cfg.gang_ports
+        # the data roots it accepts dataset dirs under (the checkpoint root, named by the
+        # coordinator's reply, too when no --data-root is given): checked at submit
         msg = schema.Register(node=self.cfg.node, gpus=gpus, jobs=jobs,
                               address=self.cfg.gang_address if ports else "",
-                              ports=schema.PortRange(*ports) if ports else None)
+                              ports=schema.PortRange(*ports) if ports else None,
+                              data_roots=[str(r) for r in paths.data_roots(
+                                  self.cfg.data_roots, None)],
+                              data_in_checkpoint_root=self.cfg.data_roots is None)
         self.register_id = msg.id
         self._last_register = time.monotonic()
         self._send(msg)
@@ -358,12 +364,7 @@ class Agent:
 
     def data_roots(self) -> list[Path]:
         """The folders a job's dataset dir may be under."""
-        if self.cfg.data_roots is not None:
-            return list(self.cfg.data_roots)
-        roots = [paths.shared_dir() / "data"]
-        if self.checkpoint_root:
-            roots.append(Path(self.checkpoint_root))
-        return roots
+        return paths.data_roots(self.cfg.data_roots, self.checkpoint_root)
 
     def _runner(self, job: str, attempt: int):
         proc = self.sup.runners.get(job)
@@ -417,17 +418,6 @@ class Agent:
                          out.exit_code, out.reason)
             if self.registered:
                 self._send(msg)
-
-
-def confine(path: str, roots: list[Path], what: str) -> Path:
-    """``path`` resolved (symlinks followed); ValueError unless it lies strictly under a root."""
-    resolved = Path(path).resolve()
-    for root in roots:
-        root = root.resolve()
-        if resolved != root and resolved.is_relative_to(root):
-            return resolved
-    raise ValueError(f"{what} {path} is outside the allowed roots "
-                     f"({', '.join(str(r) for r in roots)})")
 
 
 def _existing_parent(path: str) -> str:

@@ -114,10 +114,23 @@ def parse_submit(argv: list[str]) -> list[s.JobSpec]:
             extra += [flag, value] if takes_value else [flag]
     fields["extra"] = extra
     try:
-        spec = s.job_spec(fields, "submit")
+        spec = s.job_spec(fields, "")   # the caller says "tfgshare submit: " itself
     except s.SchemaError as exc:
         raise UsageError(str(exc)) from None
+    _check_paths([spec])
     return [spec]
+
+
+def _check_paths(specs: list[s.JobSpec]) -> None:
+    """What the agents' path rule (``paths.confine``) refuses without knowing their roots:
+    a relative dataset dir. The coordinator checks the roots at submit."""
+    from tfgshare.paths import absolute
+    for i, spec in enumerate(specs, 1):
+        if spec.dataset_dir is not None:
+            try:
+                absolute(spec.dataset_dir, "dataset_dir")
+            except ValueError as exc:
+                raise UsageError(f"job {i}: {exc}" if len(specs) > 1 else str(exc)) from None
 
 
 def _fraction(value: str) -> float | str:
@@ -128,7 +141,10 @@ def _fraction(value: str) -> float | str:
     except ValueError:
         raise UsageError(f"--memory_fraction must be a number in (0, 1] or auto, "
                          f"got {value!r}") from None
-    if not 0.0 < f <= 1.0 or math.isnan(f):
+    if not math.isfinite(f):
+        raise UsageError(f"--memory_fraction must be a finite number in (0, 1] or auto, "
+                         f"got {value}")
+    if not 0.0 < f <= 1.0:
         raise UsageError(f"--memory_fraction must be in (0, 1], got {value}")
     return f
 
@@ -157,18 +173,49 @@ def specs_from_yaml(path: Path) -> list[s.JobSpec]:
         if isinstance(item, dict) and "model" in item and "model_name" not in item:
             item = {("model_name" if k == "model" else k): v for k, v in item.items()}
         try:
+            item = _flag_keys(item, f"job {i}")
             specs.append(s.job_spec(item, f"job {i}"))
         except s.SchemaError as exc:
             line, keys = lines[i - 1] if i <= len(lines) else (None, {})
-            # the line of the field the error is about (extra runner flags: "extra")
-            text = "extra" if "runner flag" in str(exc) else str(exc)
+            # the line of the field the error is about (extra runner flags: their key, if
+            # given as one, else "extra")
+            flag = re.search(r"runner flag --(?:no)?(\w+)", str(exc))
+            key = flag and flag.group(1)
+            text = ((key if key in s.RUNNER_FLAGS and key in keys else "extra") if flag
+                    else str(exc))
             for key, key_line in keys.items():
                 if re.search(rf"\b{re.escape(key)}\b", text):
                     line = key_line
                     break
             where = f"{path.name}, line {line}" if line else path.name
             raise UsageError(f"{where}: {exc}") from None
+    _check_paths(specs)
     return specs
+
+
+def _flag_keys(item: Any, where: str) -> Any:
+    """A YAML job with runner flags as keys (``seed: 7``, ``deterministic: true``): those
+    keys moved into ``extra`` as the flags ``--seed 7`` / ``--deterministic``, which the
+    JobSpec then checks as any extra flag (allowed values, given once)."""
+    if not isinstance(item, dict) or not any(k in s.RUNNER_FLAGS for k in item):
+        return item
+    out, flags = {}, []
+    for key, value in item.items():
+        kind = s.RUNNER_FLAGS.get(key) if isinstance(key, str) else None
+        if kind is None:
+            out[key] = value
+        elif kind is bool:
+            if not isinstance(value, bool):
+                raise s.SchemaError(f"{where}: runner flag --{key} is true or false, "
+                                    f"got {value!r}")
+            flags.append(f"--{key}" if value else f"--no{key}")
+        elif isinstance(value, (bool, list, dict)) or value is None:
+            raise s.SchemaError(f"{where}: runner flag --{key} needs one value, got {value!r}")
+        else:
+            flags += [f"--{key}", str(value)]
+    extra = out.get("extra", [])
+    out["extra"] = (list(extra) + flags) if isinstance(extra, list) else extra
+    return out
 
 
 def _job_lines(text: str) -> list[tuple[int, dict[str, int]]]:
@@ -206,6 +253,8 @@ def submit(argv: list[str]) -> int:
     p.usage = ("tfgshare submit [--coordinator ADDR] MODEL [--batch_size B] "
                "[--max_number_of_steps N] [--num_gpus N] [--memory_fraction F|auto] "
                "[other slim flags]\n       tfgshare submit [--coordinator ADDR] -f jobs.yaml")
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = _submit_help()
     own, rest = _split_own_flags(argv)
     args = p.parse_args(own)
     try:
@@ -221,6 +270,36 @@ def submit(argv: list[str]) -> int:
             print(f"{jid}\t{spec.model_name}")
         return 0
     return _run("submit", args, body)
+
+
+def _submit_help() -> str:
+    """What a job may say, on the command line and in a YAML job file."""
+    import textwrap
+    fields = " ".join(sorted({f for f, _ in _SLIM_FLAGS.values()} | {"memory_fraction"}))
+    flags = " ".join(sorted(s.RUNNER_FLAGS))
+    wrap = lambda text: textwrap.fill(text, 88, initial_indent="  ",
+                                      subsequent_indent="  ")
+    return "\n".join([
+        "job fields (--FIELD VALUE on the command line, FIELD: VALUE in a job file):",
+        wrap(fields + " (--train_image_size sets image_size)"),
+        "",
+        "other runner flags a job may set, each range-checked at submit:",
+        wrap(flags),
+        "  on the command line as --seed 7 (booleans: --deterministic, --nodeterministic);",
+        "  in a job file as keys (seed: 7, deterministic: true) or as extra: [--seed, '7']",
+        "",
+        "a job file (-f jobs.yaml) is a list of jobs, or {jobs: [...]}; for example:",
+        "  - model: inception_v3        # or model_name",
+        "    batch_size: 16",
+        "    max_number_of_steps: 200",
+        "    memory_fraction: auto",
+        "    seed: 7",
+        "    log_every_n_steps: 10",
+        "",
+        "--dataset_dir must be a folder under the agents' data roots (their --data-root;",
+        "by default the shared data folder and the checkpoint root); --train_dir and the",
+        "other paths are set by the agent.",
+    ])
 
 
 def _split_own_flags(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -351,16 +430,20 @@ def _print_job(job: dict[str, Any]) -> None:
 # ---- watch -------------------------------------------------------------------------
 
 
-def progress_view(jobs: list[dict[str, Any]]):
-    """Per-job progress bars (a rich Table)."""
+def progress_view(jobs: list[dict[str, Any]], plain: bool = False):
+    """Per-job progress bars (a rich Table); ``plain``: the share done as text instead
+    of a bar (for a pipe or a file)."""
     from rich.progress_bar import ProgressBar
     from rich.table import Table
     t = Table(show_edge=False, pad_edge=False, box=None)
-    for col in ("JOB", "MODEL", "STATE", "PROGRESS", "STEPS", "LEFT", "WHERE"):
-        t.add_column(col, no_wrap=True)
+    for col in ("JOB", "MODEL", "STATE", "DONE" if plain else "PROGRESS", "STEPS", "LEFT",
+                "WHERE"):
+        t.add_column(col, no_wrap=True, justify="right" if plain and col == "DONE" else "left")
     for j in jobs:
         total = max(1, j["total_steps"])
-        bar = ProgressBar(total=total, completed=min(total, j["steps_done"]), width=30)
+        done = min(total, j["steps_done"])
+        bar = (f"{100 * done / total:.0f}%" if plain
+               else ProgressBar(total=total, completed=done, width=30))
         t.add_row(j["id"], j["model"], j["state"], bar, f"{j['steps_done']}/{j['total_steps']}",
                   _dur(j["predicted_remaining_s"]), _where(j))
     return t
@@ -393,6 +476,18 @@ def watch(argv: list[str]) -> int:
         if args.once:
             console.print(progress_view(jobs) if jobs else "no jobs")
             return 0
+        if not sys.stdout.isatty():   # a pipe or a file: a plain table per refresh, no live view
+            try:
+                while True:
+                    console.print(f"{time.strftime('%H:%M:%S')}  {len(jobs)} job(s)")
+                    console.print(progress_view(jobs, plain=True) if jobs else "no jobs")
+                    console.file.flush()
+                    if done:
+                        return 0
+                    time.sleep(args.interval)
+                    jobs, done = fetch(client)
+            except (KeyboardInterrupt, BrokenPipeError):
+                return 0
         from rich.live import Live
         try:
             with Live(progress_view(jobs), console=console, refresh_per_second=4) as live:
@@ -482,8 +577,10 @@ def logs(argv: list[str]) -> int:
 
 
 def _job_command(name: str, description: str, call: Callable[[Client, argparse.Namespace], dict],
-                 argv: list[str], extra: Callable[[argparse.ArgumentParser], None] | None = None
-                 ) -> int:
+                 argv: list[str], extra: Callable[[argparse.ArgumentParser], None] | None = None,
+                 verb: str = "") -> int:
+    """Send one job request; print ``JOB: [VERB requested; ]STATE (NOTE)`` from the answer
+    (the job's state after the coordinator acted)."""
     p = _parser(name, description)
     p.add_argument("job")
     if extra:
@@ -493,7 +590,9 @@ def _job_command(name: str, description: str, call: Callable[[Client, argparse.N
     def body(client: Client) -> int:
         answer = call(client, args)
         note = f" ({answer['note']})" if answer.get("note") else ""
-        print(f"{args.job}: {answer.get('state', 'ok')}{note}")
+        state = answer.get("state", "ok")
+        print(f"{args.job}: {verb} requested; now {state}{note}" if verb
+              else f"{args.job}: {state}{note}")
         return 0
     return _run(name, args, body)
 
@@ -511,7 +610,8 @@ def suspend(argv: list[str]) -> int:
 
 def resume(argv: list[str]) -> int:
     """Let a held job be scheduled again."""
-    return _job_command("resume", "Resume a held job.", lambda c, a: c.resume(a.job), argv)
+    return _job_command("resume", "Resume a held job.", lambda c, a: c.resume(a.job), argv,
+                        verb="resume")
 
 
 def migrate(argv: list[str]) -> int:

@@ -43,6 +43,9 @@ class AgentProtocol:
         node.gpus, node.identity, node.last_seen, node.lost = gpus, peer, now, False
         node.address = msg.address
         node.ports = (msg.ports.first, msg.ports.last) if msg.ports else None
+        node.data_roots = None if msg.data_roots is None else (
+            list(msg.data_roots) + ([str(self.checkpoint_root)] if msg.data_in_checkpoint_root
+                                    else []))
         self.peers[peer] = node.name
         self.cluster.nodes_changed()
         self.store.save_node(node.name, {"gpus": [s.plain(g) for g in msg.gpus]})

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import heapq
 import json
+from pathlib import Path
 from typing import Any
 
 from tfgshare import schema as s
+from tfgshare.paths import confine, data_roots
 from tfgshare.coordinator.cluster import LiveJob, split_gpu_id
 from tfgshare.coordinator.errors import RequestError
 from tfgshare.coordinator.exporter import REPORT_ROWS, error_stats, format_error, run_report
 from tfgshare.coordinator.logs import log
 from tfgshare.coordinator.rounds import round_stats
 from tfgshare.policies.base import Fragment, JobState
-from tfgshare.policies.placement import fraction_for
+from tfgshare.policies.placement import MIN_FRACTION, fraction_for
 
 
 _DONE = frozenset(st.value for st in JobState if st.done)
@@ -33,6 +35,12 @@ class ClientApi:
                 check_model(spec.model_name, spec.image_size)
             except ValueError as exc:
                 raise RequestError(f"{label}: {exc}") from None
+            if spec.dataset_dir is not None:   # the agents' rule, here before it is placed
+                try:
+                    confine(spec.dataset_dir, self._data_roots(), "dataset_dir")
+                except ValueError as exc:
+                    raise RequestError(f"{label}: {exc}; the agents read datasets only under "
+                                       "their data roots (tfgshare agent --data-root)") from None
             if total and spec.num_gpus > total:
                 raise RequestError(
                     f"{label}: asks for {spec.num_gpus} GPUs but the cluster's nodes have "
@@ -57,6 +65,14 @@ class ClientApi:
                  ", ".join(ids) if len(ids) <= 5 else f"{ids[0]}..{ids[-1]}")
         self._dirty = True
         return {"job_ids": ids}
+
+    def _data_roots(self) -> list[Path]:
+        """Where the agents accept a job's dataset dir: every root a node told at
+        registration; while none has told, the agents' default roots."""
+        told = {r for n in self.cluster.nodes.values() if n.data_roots for r in n.data_roots}
+        if told:
+            return [Path(r) for r in sorted(told)]
+        return data_roots(None, self.checkpoint_root)
 
     def _on_status(self, peer: bytes, msg: s.Status) -> dict[str, Any]:
         now = self.clock()
@@ -185,7 +201,9 @@ class ClientApi:
         self._save(job)
         self._log(job, self.clock(), "released by the user")
         self._dirty = True
-        return {"state": job.display_state}
+        # its state after the release; the scheduler starts it at its next round
+        return {"state": job.display_state, "note": "released; the scheduler places it "
+                                                    "when there is room"}
 
     def _on_migrate(self, peer: bytes, msg: s.MigrateRequest) -> dict[str, Any]:
         job = self._job(msg.job)
@@ -210,14 +228,9 @@ class ClientApi:
             raise RequestError(f"job {job.id} is {job.display_state}; try once it runs or "
                                "waits")
         running = job.state is JobState.RUNNING
-        if running:
-            if set(to) == {f.gpu for f in job.fragments}:
-                raise RequestError(f"job {job.id} already runs on {msg.to}")
-            fractions = [f.fraction for f in job.fragments]
-        else:
-            snapshot = self.cluster.snapshot()
-            fractions = [fraction_for(job.view(), snapshot.gpu(gpu),
-                                      reserve_mb=self.cluster.reserve_mb) for gpu in to]
+        if running and set(to) == {f.gpu for f in job.fragments}:
+            raise RequestError(f"job {job.id} already runs on {msg.to}")
+        fractions = self._migrate_fractions(job, to, running)
         target = tuple(Fragment(gpu, f) for gpu, f in zip(to, fractions))
         # the rule the policy's moves are checked by; a gang moves as one (gangs.py)
         reason, why = self.cluster.placement_problem(job, target, migrate=running)
@@ -231,7 +244,46 @@ class ClientApi:
         else:
             self._start(job, target, False, now, note="placed by the user")
         self._dirty = True
-        return {"state": job.display_state}
+        sizes = ", ".join(f"{f.gpu} fraction {f.fraction:.3f} = "
+                          f"{f.fraction * self.cluster.gpu(f.gpu).memory_mb:.0f} MiB"
+                          for f in target)
+        return {"state": job.display_state, "note": f"to {sizes}"}
+
+    def _migrate_fractions(self, job: LiveJob, to: list[str], running: bool) -> list[float]:
+        """The job's fraction on each target GPU, sized from its memory, not its old fraction.
+
+        A running job keeps the memory it holds now (its fraction times its GPU's memory;
+        on GPUs of several sizes, the most); a waiting one gets what it would get there at
+        a start (``fraction_for``: its sampled or measured need, else the whole GPU). A
+        target that cannot hold that memory beside the reserve is refused, naming it.
+        """
+        snapshot = self.cluster.snapshot()
+        reserve = self.cluster.reserve_mb
+        held = [f.fraction * info.memory_mb for f in job.fragments
+                if (info := self.cluster.gpu(f.gpu)) is not None]
+        view = job.view()
+        measured = max(view.sample.peak_memory_mb * 1.1 if view.sample is not None else 0.0,
+                       view.min_memory_mb * 1.1)
+        out = []
+        for gpu in to:
+            info = self.cluster.gpu(gpu)
+            target = snapshot.gpu(gpu)
+            top_mb = info.memory_mb - reserve
+            if running and held:
+                need_mb, source = max(held), "what it holds now on " + ", ".join(
+                    f.gpu for f in job.fragments)
+                fraction = max(MIN_FRACTION, need_mb / info.memory_mb)
+            else:   # as a start there would size it
+                need_mb, source = (measured if view.requested_fraction is None else 0.0,
+                                   "its measured peak memory plus 10 %")
+                fraction = fraction_for(view, target, reserve_mb=reserve)
+            if need_mb > top_mb + 1e-6:
+                raise RequestError(
+                    f"job {job.id} needs {need_mb:.0f} MiB per GPU ({source}); {gpu} "
+                    f"({info.name}, {info.memory_mb} MiB) can give a job at most "
+                    f"{top_mb:.0f} MiB (its memory less the {reserve:.0f} MiB reserve)")
+            out.append(fraction)
+        return out
 
     def _on_metrics(self, peer: bytes, msg: s.MetricsRequest) -> dict[str, Any]:
         now = self.clock()

@@ -217,6 +217,7 @@ class Node:
     gpu_memory_used_mb: dict[int, float] = field(default_factory=dict)
     address: str = ""                 # where other nodes reach its gang members ("": none)
     ports: tuple[int, int] | None = None   # the ports its gang members may use
+    data_roots: list[str] | None = None    # where its agent accepts dataset dirs (None: not told)
 
     def gpu_id(self, index: int) -> str:
         """The cluster-wide id of this node's GPU ``index``."""
