@@ -6,16 +6,18 @@ sampled, no blocking, as :mod:`sjf`); neither preempts. The placement is one of
 :mod:`share_rules`' (FGD and the baselines of its paper): where a job asks for a share of
 a GPU (a GPU-sharing trace's ``requested_fraction``, or, once sampled, the larger of its
 memory's fraction and its utilisation: its share of the GPU's memory and time) it may
-share a GPU with others; a job with neither gets whole GPUs, as under
-the exclusive baselines. The simulator's cluster has no host CPU or memory, so rules see
-GPUs only. A job's GPU types (``JobView.gpu_types``, an Alibaba pod's ``gpu_spec``) limit
-the nodes the rules consider; the other policies do not read them. The rules place a task on one node;
+share a GPU with others; a job with neither gets whole GPUs, as under the exclusive
+baselines. The simulator's cluster has no host CPU or memory, so rules see GPUs only. A
+job's GPU types (``JobView.gpu_types``, an Alibaba pod's ``gpu_spec``) limit the nodes the
+rules consider; the other policies do not read them. The rules place a task on one node;
 a job wider than any node takes whole idle GPUs on the fewest nodes, as the exclusive
-baselines do.
+baselines do. Ties between nodes go to the first in an order seeded by ``seed``.
 
 FGD's target workload is the jobs the policy has seen arrive: the commonest requests,
 as its authors take it from the trace (there known in advance; here learnt online, and
-made again whenever the requests seen have grown by 5 %).
+made again whenever the requests seen have grown by 5 %). So, unlike the other policies'
+memos, this one is more than a cache: a fresh memo knows only the jobs alive now, and
+``fifo/fgd`` may then decide differently (the other rules do not read it).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from .share_rules import (MILLI, RULE_NAMES, Ask, Fragmentation, NodeRoom, Workl
 
 ORDERS = ("fifo", "sjf")
 REFRESH = 0.05        # FGD's target workload is made again when the requests grow 5 %
-HOST = 1 << 40        # a node's CPU and memory: not modelled here, never short
+HOST = 1 << 40        # a node's CPU and memory: not modelled by the simulator, never short
 
 
 class ShareMemo(Memo):
