@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+MACHINE = os.environ.get("TFGSHARE_MACHINE",
+                         "build VM, 2 cores, shared with other engineers")
 sys.path.insert(0, str(ROOT))
 
 from tfgshare.policies.share_rules import Workload  # noqa: E402
@@ -103,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     load = f"{os.getloadavg()[0]:.2f}"
     args.out.mkdir(parents=True, exist_ok=True)
     ours_rows, cmp_rows = [], []
+    command = "tools/compare_fgd.py " + " ".join(argv if argv is not None else sys.argv[1:])
     print(f"{len(nodes)} nodes, {capacity // 1000} GPUs; {len(pods)} pods"
           f"{'' if args.sample == 1 else f' (every {args.sample}th row)'}; "
           f"target workload: {len(workload.types)} task types; load {load}")
@@ -138,12 +141,13 @@ def main(argv: list[str] | None = None) -> int:
             fmt = (lambda x: f"{x:7.2%}" if x is not None else "      -")
             print(f"  {share:8.0%} {alloc:10.2%} {fmt(ta)} {frag:10.2%} {fmt(tf)}")
             ours_rows.append(dict(rule=rule, arrived=share, allocated=round(alloc, 5),
-                                  frag=round(frag, 5), arrivals=source, date=stamp,
-                                  load=load, command="tools/compare_fgd.py"))
+                                  frag=round(frag, 5), arrivals=source, date=stamp, machine=MACHINE,
+                                  load=load, command=command))
             if ta is not None:
                 cmp_rows.append(dict(rule=rule, arrived=share, allocated_ours=round(alloc, 5),
                                      allocated_peer=round(ta, 5), frag_ours=round(frag, 5),
-                                     frag_peer=round(tf, 5), date=stamp, load=load))
+                                     frag_peer=round(tf, 5), date=stamp, machine=MACHINE,
+                                     load=load, command=command))
     tag = "" if args.sample == 1 else f"_sample{args.sample}"
     _write(args.out / f"fgd_fill{tag}.csv", ours_rows)
     if cmp_rows:

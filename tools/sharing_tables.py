@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+MACHINE = os.environ.get("TFGSHARE_MACHINE",
+                         "build VM, 2 cores, shared with other engineers")
 sys.path.insert(0, str(ROOT))
 
 from tfgshare.metrics import ratios  # noqa: E402
@@ -94,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
                        util_eff=rep.util_effective, util_device=rep.util_device,
                        util_device_busy=rep.util_device_busy,
                        moves=f"{rep.suspends}/{rep.resumes}/{rep.migrations}",
-                       date=stamp, load=f"{load0:.2f}", seed=args.seed,
+                       date=stamp, machine=MACHINE, load=f"{load0:.2f}", seed=args.seed,
                        command=f"tools/sharing_tables.py --settings {setting}")
             rows.append(row)
             print(f"| {n} | {row['jct_mean_h']:.2f} | {row['jct_median_h']:.2f} "
