@@ -76,6 +76,8 @@ VARIANTS = [(name, {}) for name in POLICY_NAMES if name not in HISTORY] + [
              "max_reservations": 2}),
     ("gandiva", {"max_tenants": 2}),
     ("sjf", {"sample_on_admission": False}),
+    # sharing placements (not fgd: its memo learns the target workload, see share_order)
+    ("fifo/best-fit", {}), ("sjf/packing", {}), ("sjf/clustering", {}), ("fifo/dot-product", {}),
 ]
 
 

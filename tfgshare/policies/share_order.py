@@ -117,6 +117,8 @@ class ShareOrder:
         if not memo.queue:
             return []
         gpus = up_gpus(cluster)
+        if not gpus:
+            return []
         reserve = cluster.reserve_mb
         views = memo.tracker.views
         smallest = min(gpus.values(), key=lambda g: g.memory_mb)
@@ -126,7 +128,7 @@ class ShareOrder:
         rng = random.Random(f"{self.seed}:{now!r}")
         rule = make_rule(self.placement, rng,
                          frag=memo.fragmentation() if self.placement == "fgd" else None)
-        nodes, where = _rooms(cluster, memo.holdings.use)
+        nodes, where = _rooms(cluster, memo.holdings.use, memo.holdings.holders.values())
         actions: list[Action] = []
         for jid, _ in sorted(memo.queue.items(), key=lambda kv: kv[1]):
             job = views[jid]
@@ -213,8 +215,10 @@ def _request(job: JobView, gpu, reserve: float, headroom: float) -> tuple[int, i
     return job.num_gpus, MILLI if whole else min(MILLI, math.ceil(frac * MILLI - 1e-9))
 
 
-def _rooms(cluster: ClusterSnapshot, use) -> tuple[list[NodeRoom], dict[str, list[str]]]:
-    """Each up node's GPUs as free milli (a whole GPU free: 1000), and their ids."""
+def _rooms(cluster: ClusterSnapshot, use, holders) -> tuple[list[NodeRoom],
+                                                             dict[str, list[str]]]:
+    """Each up node's GPUs as free milli (a whole GPU free: 1000), their ids, and the kinds
+    of the jobs it holds (for clustering)."""
     where: dict[str, list[str]] = {}
     free: dict[str, list[int]] = {}
     kinds: dict[str, str] = {}
@@ -228,6 +232,16 @@ def _rooms(cluster: ClusterSnapshot, use) -> tuple[list[NodeRoom], dict[str, lis
         where.setdefault(g.node, []).append(gid)
         free.setdefault(g.node, []).append(milli)
         kinds[g.node] = g.kind
-    nodes = [NodeRoom(n, kinds[n], HOST, HOST, free[n], HOST, HOST, Counter())
+    tasks: dict[str, Counter] = {n: Counter() for n in where}
+    gpus = up_gpus(cluster)
+    for view in holders:
+        frags = [f for f in view.fragments if f.gpu in gpus]
+        if not frags:
+            continue
+        whole = frags[0].fraction >= exclusive_fraction(gpus[frags[0].gpu], reserve) - EPS
+        kind = "share" if view.num_gpus == 1 and not whole else f"{view.num_gpus}-gpu"
+        for node in {gpus[f.gpu].node for f in frags}:
+            tasks[node][kind] += 1
+    nodes = [NodeRoom(n, kinds[n], HOST, HOST, free[n], HOST, HOST, tasks[n])
              for n in where]
     return nodes, where
