@@ -15,6 +15,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("tfgshare.runner.main:main", "train one TF-Slim job standalone (slim flags)"),
     "convert-images": ("slim_models.datasets.convert:main", "write a folder of class sub-folders as slim TFRecords"),
     "simulate": ("tfgshare.sim.cli:main", "replay a trace under several policies and compare them"),
+    "trace": ("tfgshare.sim.synth:main",
+              "make traces: trace generate --jobs N --cluster NxG --load L --seed S --out FILE"),
     "profile": ("tfgshare.repro.profile:main",
                 "measure models on this machine's device and write a simulator profile"),
     "replay": ("tfgshare.repro.replay:main",
