@@ -118,10 +118,12 @@ def main(argv: list[str] | None = None) -> int:
             names, peer, order = read_peer(peer_file)
             seq = [by_name[n] for n in names[:len(peer)]]
             source = f"the peer's {len(seq)} arrivals and node order"
-        elif fgd_file is not None and fgd_file.is_file():   # fgs: the peer's FGD arrivals
-            names, fgd_points, _ = read_peer(fgd_file)
+        elif fgd_file is not None and fgd_file.is_file():
+            # no log of this rule: the arrivals and node order of the peer's FGD run, which
+            # the same seed gives every policy of the peer
+            names, fgd_points, order = read_peer(fgd_file)
             seq = [by_name[n] for n in names[:len(fgd_points)]]
-            source = f"the peer's FGD run's {len(seq)} arrivals"
+            source = f"the peer's FGD run's {len(seq)} arrivals and node order"
         else:
             seq = arrivals(pods, nodes, args.seed)
             source = f"seeded arrivals (seed {args.seed}, {len(seq)} tasks)"
