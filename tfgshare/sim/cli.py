@@ -226,8 +226,8 @@ def _run(args) -> int:
     print(format_table(reports, baseline=baseline))
     if all(r.wait_mean < 1.0 for r in reports.values()):
         print(f"note: no job waited on {cluster.name} ({cluster.num_gpus} GPUs), so every "
-              "policy starts each job at once and the rows differ little; a smaller "
-              "--cluster (e.g. 16x8) makes jobs queue")
+              "policy starts each job at once and the rows differ little; a --cluster with "
+              "fewer GPUs than the trace keeps busy makes jobs queue")
     print("times: s = seconds, m = minutes, h = hours, d = days; alloc%, eff%, dev%: percent "
           "of all GPUs, devbusy%: of busy GPUs; report.csv and report.json give times in "
           "seconds and utilisations as fractions")
