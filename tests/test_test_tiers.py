@@ -34,7 +34,7 @@ EXAMPLES = [
       "subprocess.run([sys.executable, '-m', 'tfgshare.cli', 'agent', '--node', 'n'])"),
      {"live"}),
     (("from", " tfgshare.localcluster import LocalCluster\n"
-      "LocalCluster('/tmp/x').start_coordinator()"), {"live"}),
+      "LocalCluster(tmp_dir).start_coordinator()"), {"live"}),
     # the light parts: no tier
     (("from", " tfgshare.sim.engine import simulate\nsimulate(None, None, None)"), set()),
     (("from", " tfgshare.runner.config import parse_args\nparse_args([])"), set()),

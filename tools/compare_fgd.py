@@ -9,7 +9,7 @@ prints both curves side by side: allocated GPU share and fragmentation (FGD's me
 the cluster against the arrived GPU demand, each a share of the cluster's GPUs.
 
     tools/compare_fgd.py                              # ours only, seeded arrivals
-    tools/compare_fgd.py --peer-logs /tmp/fgd_peer    # beside the peer's logs
+    tools/compare_fgd.py --peer-logs DIR              # beside the peer's logs
     tools/compare_fgd.py --sample 8 --peer-logs DIR   # every 8th node and pod, both sides
 
 Writes ``docs/results/fgd_fill.csv`` (ours) and, with peer logs, the side-by-side table
@@ -105,7 +105,11 @@ def main(argv: list[str] | None = None) -> int:
     load = f"{os.getloadavg()[0]:.2f}"
     args.out.mkdir(parents=True, exist_ok=True)
     ours_rows, cmp_rows = [], []
-    command = "tools/compare_fgd.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    given = argv if argv is not None else sys.argv[1:]
+    # the peer's log folder and --out are this machine's: the command names them DIR, OUT
+    command = "tools/compare_fgd.py " + re.sub(
+        r"(--peer-logs|--out)(=|\s+)\S+", lambda m: f"{m.group(1)} {m.group(1)[2:].upper()}",
+        " ".join(given)).replace("PEER-LOGS", "DIR")
     print(f"{len(nodes)} nodes, {capacity // 1000} GPUs; {len(pods)} pods"
           f"{'' if args.sample == 1 else f' (every {args.sample}th row)'}; "
           f"target workload: {len(workload.types)} task types; load {load}")
