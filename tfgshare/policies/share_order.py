@@ -31,7 +31,7 @@ from typing import Sequence
 
 from .base import Action, ClusterSnapshot, Fragment, JobState, JobView, Start
 from .memo import Memo
-from .placement import EPS, exclusive_fraction, fraction_for, free_fraction, up_gpus
+from .placement import EPS, exclusive_fraction, fraction_for, up_gpus
 from .prediction import remaining_s
 from .queueing import WAITING
 from .share_rules import (MILLI, RULE_NAMES, Ask, Fragmentation, NodeRoom, Workload,
@@ -136,7 +136,7 @@ class ShareOrder:
                 continue
             sample = self.order == "sjf" and job.state is JobState.QUEUED \
                 and remaining_s(job) is None
-            start = self._place(job, nodes, where, gpus, reserve, rule, rng, sample)
+            start = self._place(job, nodes, where, gpus, smallest, reserve, rule, rng, sample)
             if start is None:
                 if self.order == "fifo":
                     break          # head-of-line blocking, as fifo
@@ -145,11 +145,10 @@ class ShareOrder:
         return actions
 
     def _place(self, job: JobView, nodes: list[NodeRoom], where: dict[str, list[str]],
-               gpus: dict, reserve: float, rule, rng: random.Random,
+               gpus: dict, smallest, reserve: float, rule, rng: random.Random,
                sample: bool) -> Start | None:
         """A Start on the rule's node and GPUs, with the job's fraction of the smallest
         GPU (so it fits in memory on any), or None when no node holds it."""
-        smallest = min(gpus.values(), key=lambda g: g.memory_mb)
         frac = share_of(job, smallest, reserve, self.headroom)
         num, milli = _request(job, smallest, reserve, self.headroom)
         if num > max(len(r.gpus) for r in nodes):
@@ -161,10 +160,8 @@ class ShareOrder:
         room = nodes[pick[0]]
         ids = [where[room.name][i] for i in pick[1]]
         whole = milli == MILLI
-        for i, g in zip(pick[1], ids):
-            # a later tenant of this round also pays this one's context reserve
-            extra = 0 if whole else math.ceil(reserve / gpus[g].memory_mb * MILLI)
-            room.gpus[i] = max(0, room.gpus[i] - milli - extra)
+        for i in pick[1]:
+            room.gpus[i] -= milli
         room.tasks[tag(Ask(0, 0, num, milli))] += 1
         return Start(job.id, tuple(Fragment(g, exclusive_fraction(gpus[g], reserve)
                                             if whole else frac) for g in ids),
@@ -210,15 +207,20 @@ def share_of(job: JobView, gpu, reserve: float, headroom: float) -> float:
 
 
 def _request(job: JobView, gpu, reserve: float, headroom: float) -> tuple[int, int]:
+    """(GPUs, milli per GPU) the job asks of GPUs like ``gpu``: 1000 for whole GPUs, else
+    its share plus its own context reserve (a GPU's free milli count no reserve)."""
     frac = share_of(job, gpu, reserve, headroom)
-    whole = frac >= exclusive_fraction(gpu, reserve) - EPS
-    return job.num_gpus, MILLI if whole else min(MILLI, math.ceil(frac * MILLI - 1e-9))
+    if frac >= exclusive_fraction(gpu, reserve) - EPS:
+        return job.num_gpus, MILLI
+    own = math.ceil(reserve / gpu.memory_mb * MILLI - 1e-9)
+    return job.num_gpus, min(MILLI, math.ceil(frac * MILLI - 1e-9) + own)
 
 
 def _rooms(cluster: ClusterSnapshot, use, holders) -> tuple[list[NodeRoom],
                                                              dict[str, list[str]]]:
-    """Each up node's GPUs as free milli (a whole GPU free: 1000), their ids, and the kinds
-    of the jobs it holds (for clustering)."""
+    """Each up node's GPUs as free milli (an idle GPU: 1000; a held one: what its tenants
+    and their context reserves leave), their ids, and the kinds of the jobs it holds (for
+    clustering)."""
     where: dict[str, list[str]] = {}
     free: dict[str, list[int]] = {}
     kinds: dict[str, str] = {}
@@ -228,7 +230,10 @@ def _rooms(cluster: ClusterSnapshot, use, holders) -> tuple[list[NodeRoom],
         if u is None or u.tenants == 0:
             milli = MILLI
         else:
-            milli = max(0, math.floor(free_fraction(g, u, reserve) * MILLI + 1e-9))
+            # what is not held, less the tenants' context reserves (a newcomer's own
+            # reserve is in its request, see _request)
+            left = 1.0 - u.used - u.tenants * reserve / g.memory_mb
+            milli = max(0, math.floor(left * MILLI + 1e-9))
         where.setdefault(g.node, []).append(gid)
         free.setdefault(g.node, []).append(milli)
         kinds[g.node] = g.kind
