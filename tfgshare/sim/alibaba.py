@@ -103,7 +103,8 @@ def default_node_list() -> Path:
 def is_pod_list(path: str | Path) -> bool:
     """Whether a file (gzip or not) starts with the pod list's header."""
     try:
-        header = _open(Path(path)).readline()
+        with _open(Path(path)) as f:
+            header = f.readline()
     except (OSError, EOFError, UnicodeDecodeError):
         return False
     names = [c.strip().lower() for c in header.lstrip("\ufeff").split(",")]
