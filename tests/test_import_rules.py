@@ -6,6 +6,7 @@ Each check imports every module of one part in a fresh interpreter and looks at
 
 from __future__ import annotations
 
+import ast
 import json
 import pkgutil
 import subprocess
@@ -60,16 +61,54 @@ def test_the_runner_does_import_tensorflow_so_the_check_above_can_fail():
     assert under(loaded_after_importing(["tfgshare.runner.graph"]), "tensorflow")
 
 
+# What no part but the runner itself (and repro's measuring tools) may import: the
+# runner and the model zoo; the runner contract is ``tfgshare.runner_wire``, the model
+# names ``tfgshare.model_table``, and an agent starts a runner by module name.
+RUNNER_AND_ZOO = ("tfgshare.runner", "slim_models")
+LIGHT_PARTS = ("tfgshare.coordinator", "tfgshare.agent", "tfgshare.client", "tfgshare.policies",
+               "tfgshare.sim")
+
+
 @pytest.mark.parametrize("part, forbidden", [
     ("tfgshare.policies", ("tfgshare.coordinator", "tfgshare.agent", "tfgshare.sim",
-                           "tfgshare.client", "tfgshare.runner")),
-    ("tfgshare.sim", ("tfgshare.coordinator", "tfgshare.agent", "tfgshare.client",
-                      "tfgshare.runner")),
-    ("tfgshare.client", ("tfgshare.coordinator", "tfgshare.agent", "tfgshare.sim")),
+                           "tfgshare.client") + RUNNER_AND_ZOO),
+    ("tfgshare.sim", ("tfgshare.coordinator", "tfgshare.agent", "tfgshare.client")
+     + RUNNER_AND_ZOO),
+    ("tfgshare.client", ("tfgshare.coordinator", "tfgshare.agent", "tfgshare.sim")
+     + RUNNER_AND_ZOO),
     ("tfgshare.agent", ("tfgshare.coordinator", "tfgshare.client", "tfgshare.sim",
-                        "tfgshare.policies")),
-    ("tfgshare.coordinator", ("tfgshare.agent", "tfgshare.client", "tfgshare.sim")),
+                        "tfgshare.policies") + RUNNER_AND_ZOO),
+    ("tfgshare.coordinator", ("tfgshare.agent", "tfgshare.client", "tfgshare.sim")
+     + RUNNER_AND_ZOO),
     ("tfgshare.repro", ("tfgshare.coordinator", "tfgshare.agent.node")),
 ])
 def test_each_part_imports_only_what_its_docstring_allows(part, forbidden):
     assert under(loaded_after_importing(modules(part)), *forbidden) == []
+
+
+def imported_names(path: Path, package: str) -> list[tuple[int, str]]:
+    """(line, module) of every import statement in one file, those inside functions too."""
+    rows = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            rows += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:   # relative: resolve against the file's package
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([base] if base else []))
+            rows += [(node.lineno, base)] + [(node.lineno, f"{base}.{a.name}")
+                                             for a in node.names]
+    return rows
+
+
+@pytest.mark.parametrize("part", LIGHT_PARTS)
+def test_no_light_part_imports_the_runner_or_the_zoo_even_lazily(part):
+    root = REPO.joinpath(*part.split("."))
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        package = ".".join(path.relative_to(REPO).with_suffix("").parts[:-1])
+        for line, name in imported_names(path, package):
+            if under([name], *RUNNER_AND_ZOO):
+                found.append(f"{path.relative_to(REPO)}:{line}: {name}")
+    assert found == []

@@ -4,6 +4,7 @@
 - ``supervisor``: one runner process per job attempt, its events, exits and telemetry.
 - ``gpus``: GPU discovery through NVML, or configured virtual GPUs.
 
-May import: ``tfgshare.schema``, ``keys``, ``paths``, ``runner.protocol`` (the runner contract).
-Never TensorFlow (runners are separate processes), the coordinator or the simulator.
+May import: ``tfgshare.schema``, ``keys``, ``paths``, ``runner_wire`` (the runner contract).
+Never TensorFlow, the runner or ``slim_models`` (runners are separate processes, started
+as ``python -m tfgshare.runner``), the coordinator or the simulator.
 """

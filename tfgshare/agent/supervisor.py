@@ -48,7 +48,7 @@ from pathlib import Path
 
 import psutil
 
-from tfgshare.runner import protocol as rp
+from tfgshare import runner_wire as rp
 
 _PR_SET_PDEATHSIG = 1
 _SPARE_RETRY_S = 30.0   # a spare that died is replaced at most this often

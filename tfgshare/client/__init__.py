@@ -4,6 +4,6 @@
 - ``commands``: ``tfgshare submit | status | watch | nodes | logs | cancel | suspend |
   resume | migrate``.
 
-May import: ``tfgshare.schema``, ``keys``, ``metrics`` and ``slim_models``' light name checks.
-Never TensorFlow, the coordinator, the agent or the simulator.
+May import: ``tfgshare.schema``, ``keys``, ``metrics`` and ``model_table`` (model names).
+Never TensorFlow, the runner, ``slim_models``, the coordinator, the agent or the simulator.
 """

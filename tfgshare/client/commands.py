@@ -238,7 +238,7 @@ def _job_lines(text: str) -> list[tuple[int, dict[str, int]]]:
 
 
 def _check_models(specs: list[s.JobSpec]) -> None:
-    from slim_models.nets_factory import check_model
+    from tfgshare.model_table import check_model
     for i, spec in enumerate(specs, 1):
         try:
             check_model(spec.model_name, spec.image_size)

@@ -10,6 +10,7 @@
 - ``config``, ``errors``, ``logs``: settings and flags, request errors, logging.
 
 May import: ``tfgshare.schema``, ``keys``, ``metrics``, ``paths``, ``policies``,
-``runner.protocol`` (the runner contract, no TensorFlow) and ``slim_models``'
-light name checks. Never TensorFlow, the agent, the client or the simulator.
+``runner_wire`` (the runner's exit codes and events) and ``model_table`` (the model
+names a job may use). Never TensorFlow, the runner, ``slim_models``, the agent, the
+client or the simulator.
 """

@@ -15,7 +15,7 @@ from tfgshare.policies.prediction import (AHEAD_SCAN, gpu_overhead, outside_slow
                                           promotion_in, sharing_factor, solo_step_s,
                                           start_spill_s,
                                           work_ahead_s)
-from tfgshare.runner import protocol as rp
+from tfgshare import runner_wire as rp
 
 MARKS_KEPT = 64   # progress marks kept per job (co-tenants' step time while a job samples)
 

@@ -25,7 +25,7 @@ class ClientApi:
     """Handlers for the requests clients send (mixed into ``Coordinator``)."""
 
     def _on_submit(self, peer: bytes, msg: s.Submit) -> dict[str, Any]:
-        from slim_models.nets_factory import check_model
+        from tfgshare.model_table import check_model
         if not msg.jobs:
             raise RequestError("submit needs at least one job")
         total = sum(len(n.gpus) for n in self.cluster.nodes.values())   # a gang spans nodes

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from tfgshare import schema as s
 from tfgshare.coordinator.cluster import LiveJob, split_gpu_id
 from tfgshare.policies.base import Fragment, JobState
-from tfgshare.runner import protocol as rp
+from tfgshare import runner_wire as rp
 
 
 @dataclass
