@@ -17,6 +17,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "simulate": ("tfgshare.sim.cli:main", "replay a trace under several policies and compare them"),
     "trace": ("tfgshare.sim.synth:main",
               "make traces: trace generate --jobs N --cluster NxG --load L --seed S --out FILE"),
+    "sweep": ("tfgshare.sim.sweep:main",
+              "run a grid of simulations from a YAML file (local processes or Dask)"),
     "profile": ("tfgshare.repro.profile:main",
                 "measure models on this machine's device and write a simulator profile"),
     "replay": ("tfgshare.repro.replay:main",

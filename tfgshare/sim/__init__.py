@@ -6,6 +6,7 @@ Modules: ``profiles`` (model costs), ``cluster`` (cluster specs), ``colocation``
 admission), ``engine`` (the event loop), ``costs`` (what an attempt costs),
 ``forecast`` (the coordinator's predictions from simulated measurements),
 ``live_window`` (what those predictions read of the oldest live jobs, kept incrementally),
-``invariants`` (the self-check), ``plots`` and ``cli`` (``tfgshare simulate``).
+``invariants`` (the self-check), ``plots`` and ``cli`` (``tfgshare simulate``),
+``synth`` (``tfgshare trace generate``), ``sweep`` and ``sweep_report`` (``tfgshare sweep``).
 Nothing here imports TensorFlow.
 """
