@@ -286,7 +286,10 @@ def _dask(pending: list[Point], settings: dict, address, sources):
     except ImportError:
         raise RuntimeError("--address needs Dask distributed: pip install 'tfgshare[sweep]'") \
             from None
-    client = address if isinstance(address, Client) else Client(address)
+    try:
+        client = address if isinstance(address, Client) else Client(address)
+    except (OSError, TimeoutError, ValueError) as err:
+        raise RuntimeError(f"--address {address}: no Dask scheduler there ({err})") from None
     try:
         src = client.scatter(sources, broadcast=True)
         futures = client.map(run_point, pending, settings=settings, sources=src, pure=False)
