@@ -77,7 +77,8 @@ def test_ratios_against_baseline_and_table():
     assert rat["eff_util_ratio"] == pytest.approx(3)
     table = format_table({"fifo": fifo, "fgs": better})
     lines = table.splitlines()
-    assert lines[0].split()[0] == "policy" and len(lines) == 4
+    assert lines[0].split()[0] == "policy" and lines[4].startswith("JCT: ")   # the legend
+    assert len(format_table({"fifo": fifo, "fgs": better}, legend=False).splitlines()) == 4
     assert lines[3].split()[0] == "fgs" and lines[3].split()[-3:] == ["2.00", "2.00", "3.00"]
     rows = table_rows({"fifo": fifo, "fgs": better})
     assert rows[1]["policy"] == "fgs" and rows[1]["jct_ratio"] == pytest.approx(2)

@@ -31,6 +31,7 @@ from rich.table import Table
 
 from tfgshare.client.api import ClientError
 from tfgshare.localcluster import LocalCluster
+from tfgshare.metrics import format_duration
 from tfgshare.schema import JobSpec
 
 NODE = "node1"
@@ -48,6 +49,19 @@ LONG = [
 SHORT = ("lenet", None, 8, 150)
 SHORT_AFTER_S = 15.0   # submitted this long after both long jobs run
 RUNNER_FLAGS = ["--log_every_n_steps", "5", "--save_interval_secs", "0"]
+# the narration: what the short job's state means, and a long job's move
+SHORT_NOTES = {
+    "sampling": "is sampled: a few steps beside a long job measure its speed and memory",
+    "sampled": "is sampled and waits: no GPU has room until {policy} makes some",
+    "queued": "waits in the queue: no GPU has room",
+    "running": "runs now",
+    "finished": "finished",
+}
+LONG_NOTES = {
+    "suspending": "is suspended by {policy} to make room: it saves a checkpoint",
+    "migrating": "is moved by {policy} to make room",
+    "suspended": "waits, suspended; it resumes from its checkpoint when a GPU frees",
+}
 
 
 def spec(row: tuple, name: str) -> JobSpec:
@@ -76,23 +90,47 @@ class Script:
     short: JobSpec
     long_ids: list[str]
     short_id: str | None = None
+    policy: str = "fgs"
     notes: list[str] = field(default_factory=list)
     _running_since: dict[str, float] = field(default_factory=dict)
+    _states: dict[str, str] = field(default_factory=dict)
 
     def step(self, client, jobs: dict[str, dict], now: float) -> list[str]:
-        """Submit the short job when due; return the ids it submitted."""
+        """Submit the short job when due; narrate what the jobs do; return the ids it
+        submitted."""
         for jid in self.long_ids:
             j = jobs.get(jid)
             if j is not None and j["state"] == "running":
                 self._running_since.setdefault(jid, now)
+        self.narrate(jobs)
         if self.short_id is None and all(
                 now - self._running_since.get(jid, now) >= SHORT_AFTER_S
                 for jid in self.long_ids) and len(self._running_since) == len(self.long_ids):
             (self.short_id,) = client.submit([self.short])
-            self.notes.append(f"submit {self.short_id}: a short {self.short.model_name} job; "
-                              "both GPUs are busy, so it waits")
+            self.notes.append(f"submit {self.short_id}: a short {self.short.model_name} job, "
+                              "while the long jobs hold both GPUs")
             return [self.short_id]
         return []
+
+    def narrate(self, jobs: dict[str, dict]) -> None:
+        """A note for each change of the short job's state, and for each long job the
+        policy moves: what happens, in words."""
+        for jid, j in jobs.items():
+            state = j["state"]
+            before = self._states.get(jid)
+            if before == state:
+                continue
+            self._states[jid] = state
+            if jid == self.short_id:
+                note = SHORT_NOTES.get(state)
+            elif state == "running" and before in ("suspended", "suspending"):
+                note = "resumes from its checkpoint"
+            elif state == "running" and before == "migrating":
+                note = "runs on its new GPU, from its checkpoint"
+            else:
+                note = LONG_NOTES.get(state)
+            if note:
+                self.notes.append(f"{jid} {note.format(policy=self.policy)}")
 
 
 def policy_moves(client, ids) -> list[str]:
@@ -116,8 +154,8 @@ def render(jobs: list[dict], nodes: list[dict], elapsed: float, notes: list[str]
         jt.add_row(j["id"], j["model"], j["state"], where,
                    ProgressBar(total=j["total_steps"], completed=j["steps_done"], width=24),
                    f"{j['steps_done']}/{j['total_steps']}",
-                   f"{left:.0f}s" if isinstance(left, (int, float)) and j["state"] == "running"
-                   else "")
+                   format_duration(left) if isinstance(left, (int, float))
+                   and j["state"] == "running" else "")
     gt = Table(title="GPUs", expand=False)
     for col in ("GPU", "allocated", "fragments"):
         gt.add_column(col)
@@ -156,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
             first, short = demo_jobs()
             ids = client.submit(first)
             console.print(f"submitted {len(ids)} long jobs: {', '.join(ids)}")
-            script = Script(short, list(ids))
+            script = Script(short, list(ids), policy=args.policy)
             finished = watch(client, ids, script, console, args, t0)
             moves = policy_moves(client, [*ids, *([script.short_id] if script.short_id else [])])
             report = client.metrics()

@@ -422,30 +422,53 @@ def table_rows(reports_by_policy: Mapping[str, Report], baseline: str = "fifo") 
 
 
 def format_duration(seconds: float | None) -> str:
-    """A short human duration: 42s, 3.5m, 2.1h, 4.0d."""
-    if seconds is None or math.isnan(seconds):
+    """A short human duration with its units: 42s, 3m12s, 1h05m, 2d04h ("-" for none)."""
+    if seconds is None or math.isnan(seconds) or math.isinf(seconds):
         return "-"
-    for unit, size in (("d", 86400.0), ("h", 3600.0), ("m", 60.0)):
-        if abs(seconds) >= size:
-            return f"{seconds / size:.1f}{unit}"
-    return f"{seconds:.0f}s"
+    sign, left = ("-" if seconds < 0 else ""), round(abs(seconds))
+    if left < 60:
+        return f"{sign}{left}s"
+    if left < 3600:
+        return f"{sign}{left // 60}m{left % 60:02d}s"
+    left = round(abs(seconds) / 60)   # minutes
+    if left < 1440:
+        return f"{sign}{left // 60}h{left % 60:02d}m"
+    left = round(abs(seconds) / 3600)   # hours
+    return f"{sign}{left // 24}d{left % 24:02d}h"
 
 
-def format_table(reports_by_policy: Mapping[str, Report], baseline: str = "fifo") -> str:
-    """A plain-text table, a row per policy, with ratios against ``baseline``."""
+# the report table's columns, what each means, and the order they go in to fit the width
+TABLE_LEGEND = (
+    ("JCT", "mean job completion time (submit to finish)"), ("p50", "median JCT"),
+    ("p95", "95th-percentile JCT"), ("wait", "mean time not running (queued or suspended)"),
+    ("alloc%", "GPU memory held"), ("eff%", "GPU compute put to use"),
+    ("dev%", "device busy as nvidia-smi reads it"),
+    ("busy%", "dev% over the GPUs holding a job"), ("span", "first submit to last finish"),
+    ("s/r/m", "suspends/resumes/migrations"), ("pred err", "run-time prediction error, mean/p90"),
+    ("JCT /", "{base}'s mean JCT / this policy's (above 1: faster)"),
+    ("util x", "alloc% / {base}'s"), ("eff x", "eff% / {base}'s"),
+    ("", "utilisations in % of all GPUs over the run; times as 42s, 3m12s, 1h05m, 2d04h"),
+)
+TABLE_DROP = ("p50", "busy%", "dev%", "span", "eff x", "pred err", "p95", "s/r/m", "util x")
+
+
+def format_table(reports_by_policy: Mapping[str, Report], baseline: str = "fifo",
+                 width: int | None = 100, legend: bool = True, wide_hint: str = "") -> str:
+    """A plain-text table, a row per policy, with ratios against ``baseline`` (when it
+    ran beside another policy), at most ``width`` columns wide (None: every column);
+    with ``legend``, lines under it saying what each column means (and ``wide_hint``:
+    how to see the columns hidden to fit)."""
+    from tfgshare.textfit import legend as legend_lines, plain_table
     base = reports_by_policy.get(baseline)
-    header = ["policy", "jobs", "JCT mean", "median", "p95", "wait", "alloc%", "eff%",
-              "dev%", "devbusy%", "makespan", "susp/res/mig", "pred err mean/p90", "JCT /",
-              "util x", "eff x"]
-    rows = [header]
+    with_ratios = base is not None and len(reports_by_policy) > 1
+    header = ["policy", "jobs", "JCT", "p50", "p95", "wait", "alloc%", "eff%", "dev%",
+              "busy%", "span", "s/r/m", "pred err"]
+    if with_ratios:
+        header += ["JCT /", "util x", "eff x"]
+    rows = []
     for name, r in reports_by_policy.items():
-        rat = ratios(r, base) if base is not None else {}
-
-        def fmt_ratio(key: str) -> str:
-            v = rat.get(key, math.nan)
-            return "-" if math.isnan(v) else f"{v:.2f}"
         jobs = f"{r.finished}/{r.jobs}" if r.finished != r.jobs else str(r.jobs)
-        rows.append([
+        row = [
             name, jobs, format_duration(r.jct_mean), format_duration(r.jct_median),
             format_duration(r.jct_p95), format_duration(r.wait_mean),
             f"{100 * r.util_allocated:.1f}", f"{100 * r.util_effective:.1f}",
@@ -453,10 +476,15 @@ def format_table(reports_by_policy: Mapping[str, Report], baseline: str = "fifo"
             format_duration(r.makespan), f"{r.suspends}/{r.resumes}/{r.migrations}",
             "-" if r.pred_error_mean is None else
             f"{100 * r.pred_error_mean:.0f}%/{100 * (r.pred_error_p90 or 0):.0f}%",
-            fmt_ratio("jct_ratio"), fmt_ratio("util_ratio"), fmt_ratio("eff_util_ratio"),
-        ])
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                       for i, (c, w) in enumerate(zip(row, widths))) for row in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+        ]
+        if with_ratios:
+            rat = ratios(r, base)
+            row += ["-" if math.isnan(rat[k]) else f"{rat[k]:.2f}"
+                    for k in ("jct_ratio", "util_ratio", "eff_util_ratio")]
+        rows.append(row)
+    lines, hidden = plain_table(header, rows, width, drop=TABLE_DROP, left=("policy",))
+    if legend:
+        entries = [(k, v.format(base=baseline)) for k, v in TABLE_LEGEND]
+        shown = [h for h in header if h not in hidden]
+        lines += legend_lines(entries, shown, width, hidden, wide_hint=wide_hint)
     return "\n".join(lines)

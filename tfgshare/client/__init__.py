@@ -2,8 +2,10 @@
 
 - ``api``: ``Client`` (one request, one reply; clear errors when unreachable or refused).
 - ``commands``: ``tfgshare submit | status | watch | nodes | logs | cancel | suspend |
-  resume | migrate``.
+  resume | migrate``; ``tables``: their tables, fit to the terminal, with legends;
+  ``jobfile``: YAML job files read into job specs.
 
-May import: ``tfgshare.schema``, ``keys``, ``metrics`` and ``model_table`` (model names).
+May import: ``tfgshare.schema``, ``keys``, ``metrics``, ``textfit`` and ``model_table``
+(model names).
 Never TensorFlow, the runner, ``slim_models``, the coordinator, the agent or the simulator.
 """

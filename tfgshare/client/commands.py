@@ -8,16 +8,19 @@ unreachable or refuses, 2 for bad arguments. Every request waits at most
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
-import re
 import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 from tfgshare import schema as s
+from tfgshare.client import tables
+from tfgshare.client.jobfile import UsageError, check_paths, specs_from_yaml
 from tfgshare.client.api import Client, ClientError, Refused, Unreachable, default_address
+from tfgshare.textfit import terminal_width
 
 # slim flags that map onto JobSpec fields: flag -> (field, type)
 _SLIM_FLAGS: dict[str, tuple[str, Callable[[str], Any]]] = {
@@ -36,10 +39,6 @@ _SLIM_FLAGS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "--priority": ("priority", int),
     "--name": ("name", str),
 }
-
-
-class UsageError(Exception):
-    """Bad command-line input; the text says what is wrong."""
 
 
 def _parser(prog: str, description: str) -> argparse.ArgumentParser:
@@ -68,12 +67,6 @@ def _run(prog: str, args: argparse.Namespace, body: Callable[[Client], int]) -> 
     except ClientError as exc:
         print(f"tfgshare {prog}: {exc}", file=sys.stderr)
     return 1
-
-
-def _console():
-    from rich.console import Console
-    # piped output: wide lines rather than truncated columns
-    return Console(highlight=False, width=None if sys.stdout.isatty() else 160)
 
 
 # ---- submit ---------------------------------------------------------------------
@@ -117,20 +110,8 @@ def parse_submit(argv: list[str]) -> list[s.JobSpec]:
         spec = s.job_spec(fields, "")   # the caller says "tfgshare submit: " itself
     except s.SchemaError as exc:
         raise UsageError(str(exc)) from None
-    _check_paths([spec])
+    check_paths([spec])
     return [spec]
-
-
-def _check_paths(specs: list[s.JobSpec]) -> None:
-    """What the agents' path rule (``paths.confine``) refuses without knowing their roots:
-    a relative dataset dir. The coordinator checks the roots at submit."""
-    from tfgshare.paths import absolute
-    for i, spec in enumerate(specs, 1):
-        if spec.dataset_dir is not None:
-            try:
-                absolute(spec.dataset_dir, "dataset_dir")
-            except ValueError as exc:
-                raise UsageError(f"job {i}: {exc}" if len(specs) > 1 else str(exc)) from None
 
 
 def _fraction(value: str) -> float | str:
@@ -147,94 +128,6 @@ def _fraction(value: str) -> float | str:
     if not 0.0 < f <= 1.0:
         raise UsageError(f"--memory_fraction must be in (0, 1], got {value}")
     return f
-
-
-def specs_from_yaml(path: Path) -> list[s.JobSpec]:
-    """Job specs from a YAML file: a list of mappings of JobSpec fields (or {jobs: [...]}).
-
-    The file is read with ``yaml.safe_load`` (no tags that build objects); an error
-    names the file's line.
-    """
-    import yaml
-    try:
-        text = path.read_text()
-        data = yaml.safe_load(text)
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise UsageError(f"{path} is not valid YAML: {exc}") from None
-    if isinstance(data, dict) and "jobs" in data:
-        data = data["jobs"]
-    if not isinstance(data, list) or not data:
-        raise UsageError(f"{path} must hold a non-empty list of jobs")
-    lines = _job_lines(text)
-    specs = []
-    for i, item in enumerate(data, 1):
-        if isinstance(item, dict) and "model" in item and "model_name" not in item:
-            item = {("model_name" if k == "model" else k): v for k, v in item.items()}
-        try:
-            item = _flag_keys(item, f"job {i}")
-            specs.append(s.job_spec(item, f"job {i}"))
-        except s.SchemaError as exc:
-            line, keys = lines[i - 1] if i <= len(lines) else (None, {})
-            # the line of the field the error is about (extra runner flags: their key, if
-            # given as one, else "extra")
-            flag = re.search(r"runner flag --(?:no)?(\w+)", str(exc))
-            key = flag and flag.group(1)
-            text = ((key if key in s.RUNNER_FLAGS and key in keys else "extra") if flag
-                    else str(exc))
-            for key, key_line in keys.items():
-                if re.search(rf"\b{re.escape(key)}\b", text):
-                    line = key_line
-                    break
-            where = f"{path.name}, line {line}" if line else path.name
-            raise UsageError(f"{where}: {exc}") from None
-    _check_paths(specs)
-    return specs
-
-
-def _flag_keys(item: Any, where: str) -> Any:
-    """A YAML job with runner flags as keys (``seed: 7``, ``deterministic: true``): those
-    keys moved into ``extra`` as the flags ``--seed 7`` / ``--deterministic``, which the
-    JobSpec then checks as any extra flag (allowed values, given once)."""
-    if not isinstance(item, dict) or not any(k in s.RUNNER_FLAGS for k in item):
-        return item
-    out, flags = {}, []
-    for key, value in item.items():
-        kind = s.RUNNER_FLAGS.get(key) if isinstance(key, str) else None
-        if kind is None:
-            out[key] = value
-        elif kind is bool:
-            if not isinstance(value, bool):
-                raise s.SchemaError(f"{where}: runner flag --{key} is true or false, "
-                                    f"got {value!r}")
-            flags.append(f"--{key}" if value else f"--no{key}")
-        elif isinstance(value, (bool, list, dict)) or value is None:
-            raise s.SchemaError(f"{where}: runner flag --{key} needs one value, got {value!r}")
-        else:
-            flags += [f"--{key}", str(value)]
-    extra = out.get("extra", [])
-    out["extra"] = (list(extra) + flags) if isinstance(extra, list) else extra
-    return out
-
-
-def _job_lines(text: str) -> list[tuple[int, dict[str, int]]]:
-    """Per job of a YAML job file: its first line and the line of each of its keys."""
-    import yaml
-    root = yaml.compose(text, Loader=yaml.SafeLoader)
-    if isinstance(root, yaml.MappingNode):
-        root = next((v for k, v in root.value if k.value == "jobs"), None)
-    if not isinstance(root, yaml.SequenceNode):
-        return []
-    out = []
-    for node in root.value:
-        keys = {}
-        if isinstance(node, yaml.MappingNode):
-            keys = {str(k.value): k.start_mark.line + 1 for k, _ in node.value}
-            if "model" in keys:
-                keys.setdefault("model_name", keys["model"])
-        out.append((node.start_mark.line + 1, keys))
-    return out
 
 
 def _check_models(specs: list[s.JobSpec]) -> None:
@@ -320,42 +213,16 @@ def _split_own_flags(argv: list[str]) -> tuple[list[str], list[str]]:
 # ---- status -----------------------------------------------------------------------
 
 
-def _dur(seconds: float | None) -> str:
-    from tfgshare.metrics import format_duration
-    return format_duration(seconds)
-
-
-def _where(job: dict[str, Any]) -> str:
-    return ", ".join(f"{g} ({f:.2f})" for g, f in job["fragments"]) or "-"
-
-
-def jobs_table(jobs: list[dict[str, Any]]):
-    """The status table (a rich Table)."""
-    from rich.table import Table
-    t = Table(show_edge=False, pad_edge=False)
-    owners = any(j.get("owner") for j in jobs)    # keys on: show who submitted each job
-    cols = ("JOB", "OWNER", "MODEL", "STATE", "WHERE", "STEPS", "LEFT", "WAITED", "MOVES", "NOTE")
-    for col in cols:
-        if col != "OWNER" or owners:
-            t.add_column(col, no_wrap=col in ("JOB", "STATE"))
-    for j in jobs:
-        steps = f"{j['steps_done']}/{j['total_steps']}"
-        moves = f"{j['suspends']}s {j['migrations']}m"
-        note = j["over_memory"] and f"[red]OVER FRAGMENT: {j['over_memory']}[/red]"
-        if not note and j["state"] in ("failed", "suspended", "unknown"):
-            note = j["reason"]
-        row = [j["id"], j["model"], j["state"], _where(j), steps,
-               _dur(j["predicted_remaining_s"]), _dur(j["waited_s"]), moves, note or ""]
-        if owners:
-            row.insert(1, j.get("owner") or "-")
-        t.add_row(*row)
-    return t
-
-
 def status(argv: list[str]) -> int:
     """Show every job as a table, one job in detail, or the metrics report."""
     p = _parser("status", "Show jobs.")
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = tables.help_text(tables.STATUS_LEGEND) + (
+        "\nThe table fits the terminal (100 columns when not one): MOVES, WAITED, OWNER and "
+        "\nWHERE go first, in that order; --wide shows every column.")
     p.add_argument("job", nargs="?", help="one job's id")
+    p.add_argument("--wide", action="store_true",
+                   help="every column, however wide the table")
     p.add_argument("--report", action="store_true", help="the run's metrics report")
     p.add_argument("--active", action="store_true",
                    help="only jobs not finished, failed or cancelled")
@@ -380,7 +247,9 @@ def status(argv: list[str]) -> int:
             print(json.dumps(jobs, indent=1))
             return 0
         if jobs:
-            _console().print(jobs_table(jobs))
+            width = None if args.wide else terminal_width()
+            table, legend = tables.jobs_table(jobs, width)
+            _print_fitted(table, legend, width)
         counts = ", ".join(f"{n} {state}" for state, n in sorted(answer["counts"].items()))
         print(counts or "no jobs")
         err = answer.get("prediction_error")
@@ -397,56 +266,20 @@ def status(argv: list[str]) -> int:
 
 
 def _print_job(job: dict[str, Any]) -> None:
-    sample = job["sample"]
-    rows = [
-        ("job", job["id"] + (f" ({job['name']})" if job["name"] else "")),
-        ("owner", job.get("owner") or "-"), ("model", job["model"]), ("state", job["state"]),
-        ("where", _where(job)), ("gpus", str(job["num_gpus"])),
-        ("memory fraction", str(job["memory_fraction"])),
-        ("steps", f"{job['steps_done']}/{job['total_steps']}"),
-        ("predicted left", _dur(job["predicted_remaining_s"])),
-        ("prediction error", "-" if job.get("prediction_error") is None else
-         f"{100 * job['prediction_error']:.0f} % (predicted {_dur(job['predicted_total_s'])} "
-         "after sampling)"),
-        ("waited", _dur(job["waited_s"])), ("ran", _dur(job["run_time_s"])),
-        ("moves", f"{job['suspends']} suspends, {job['resumes']} resumes, "
-                  f"{job['migrations']} migrations"),
-        ("attempt", str(job["attempt"])),
-        ("sample", "-" if sample is None else
-         f"{sample['step_time_s']:.3f} s/step, peak {sample['peak_memory_mb']:.0f} MiB, "
-         f"util {sample['gpu_util']:.2f}, {sample['co_tenants']} co-tenants"),
-        ("gpu memory", ", ".join(f"GPU {i}: {mb:.0f} MiB" for i, mb in
-                                 job["gpu_memory_mb"].items()) or "-"),
-    ]
-    if job["over_memory"]:
-        rows.append(("OVER FRAGMENT", job["over_memory"]))
-    if job["reason"]:
-        rows.append(("reason", job["reason"]))
-    width = max(len(k) for k, _ in rows)
-    for k, v in rows:
-        print(f"{k.ljust(width)}  {v}")
+    for line in tables.job_detail(job):
+        print(line)
+
+
+def _print_fitted(table, legend: list[str], width: int | None) -> None:
+    """A rich table and its legend lines, on a console as wide as the table may be."""
+    from rich.console import Console
+    out = Console(highlight=False, width=width or max(terminal_width(), 1000))
+    out.print(table)
+    for line in legend:
+        out.print(line, style="dim", soft_wrap=True)
 
 
 # ---- watch -------------------------------------------------------------------------
-
-
-def progress_view(jobs: list[dict[str, Any]], plain: bool = False):
-    """Per-job progress bars (a rich Table); ``plain``: the share done as text instead
-    of a bar (for a pipe or a file)."""
-    from rich.progress_bar import ProgressBar
-    from rich.table import Table
-    t = Table(show_edge=False, pad_edge=False, box=None)
-    for col in ("JOB", "MODEL", "STATE", "DONE" if plain else "PROGRESS", "STEPS", "LEFT",
-                "WHERE"):
-        t.add_column(col, no_wrap=True, justify="right" if plain and col == "DONE" else "left")
-    for j in jobs:
-        total = max(1, j["total_steps"])
-        done = min(total, j["steps_done"])
-        bar = (f"{100 * done / total:.0f}%" if plain
-               else ProgressBar(total=total, completed=done, width=30))
-        t.add_row(j["id"], j["model"], j["state"], bar, f"{j['steps_done']}/{j['total_steps']}",
-                  _dur(j["predicted_remaining_s"]), _where(j))
-    return t
 
 
 _DONE = ("finished", "failed", "cancelled")
@@ -455,9 +288,14 @@ _DONE = ("finished", "failed", "cancelled")
 def watch(argv: list[str]) -> int:
     """Live progress bars per job, until every job is done (or Ctrl-C)."""
     p = _parser("watch", "Live progress per job.")
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = tables.help_text(tables.WATCH_LEGEND) + (
+        "\nThe table fits the terminal (100 columns when not one): the bar narrows, then "
+        "\nWHERE goes; --wide shows every column.")
     p.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes")
     p.add_argument("--once", action="store_true", help="draw once and exit")
     p.add_argument("--all", action="store_true", help="show done jobs too")
+    p.add_argument("--wide", action="store_true", help="every column, however wide the table")
     args = p.parse_args(argv)
     if args.interval <= 0:
         p.error("--interval must be > 0")
@@ -472,29 +310,42 @@ def watch(argv: list[str]) -> int:
 
     def body(client: Client) -> int:
         jobs, done = fetch(client)
-        console = _console()
-        if args.once:
-            console.print(progress_view(jobs) if jobs else "no jobs")
-            return 0
-        if not sys.stdout.isatty():   # a pipe or a file: a plain table per refresh, no live view
+        width = None if args.wide else terminal_width()
+        plain = not tables.stdout_is_terminal()   # a pipe or a file: the share done as text
+        if args.once or plain:
+            # once, or to a pipe or a file: a table per refresh, no live view
             try:
-                while True:
-                    console.print(f"{time.strftime('%H:%M:%S')}  {len(jobs)} job(s)")
-                    console.print(progress_view(jobs, plain=True) if jobs else "no jobs")
-                    console.file.flush()
-                    if done:
+                for n in itertools.count():
+                    if not args.once:
+                        print(f"{time.strftime('%H:%M:%S')}  {len(jobs)} job(s)")
+                    if jobs:
+                        table, legend = tables.progress_view(jobs, plain, width)
+                        _print_fitted(table, legend if n == 0 else [], width)
+                    else:
+                        print("no jobs")
+                    sys.stdout.flush()
+                    if done or args.once:
                         return 0
                     time.sleep(args.interval)
                     jobs, done = fetch(client)
             except (KeyboardInterrupt, BrokenPipeError):
                 return 0
+        from rich.console import Group
         from rich.live import Live
+        from rich.text import Text
+        console = tables.console(width or 1000)
+
+        def view(jobs: list[dict[str, Any]]):
+            if not jobs:
+                return Text("no jobs")
+            table, legend = tables.progress_view(jobs, False, width and console.width)
+            return Group(table, *(Text(line, style="dim") for line in legend))
         try:
-            with Live(progress_view(jobs), console=console, refresh_per_second=4) as live:
+            with Live(view(jobs), console=console, refresh_per_second=4) as live:
                 while not done:
                     time.sleep(args.interval)
                     jobs, done = fetch(client)
-                    live.update(progress_view(jobs))
+                    live.update(view(jobs))
         except KeyboardInterrupt:
             pass
         return 0
@@ -502,26 +353,6 @@ def watch(argv: list[str]) -> int:
 
 
 # ---- nodes --------------------------------------------------------------------------
-
-
-_COLOURS = ("cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan",
-            "bright_magenta")
-
-
-def gpu_bar(gpu: dict[str, Any], reserve_mb: float, width: int = 40):
-    """One GPU's fragments as a bar: one coloured block per job, reserve, free."""
-    from rich.text import Text
-    bar = Text()
-    used = 0
-    for k, frag in enumerate(gpu["fragments"]):
-        n = max(1, round(frag["fraction"] * width))
-        label = frag["job"][: n]
-        bar.append(label.ljust(n, "█"), style=f"black on {_COLOURS[k % len(_COLOURS)]}")
-        used += n
-    reserve = round(len(gpu["fragments"]) * reserve_mb / gpu["memory_mb"] * width)
-    bar.append("▒" * min(reserve, max(0, width - used)), style="dim")
-    bar.append("·" * max(0, width - used - reserve), style="dim")
-    return bar
 
 
 def nodes(argv: list[str]) -> int:
@@ -534,29 +365,10 @@ def nodes(argv: list[str]) -> int:
         answer = client.request(s.Nodes())
         if args.json:
             print(json.dumps(answer, indent=1))
-            return 0
-        console = _console()
-        if not answer["nodes"]:
-            console.print("no nodes")
-        for node in answer["nodes"]:
-            console.print(f"[bold]{node['name']}[/bold]  {node['state']}")
-            for g in node["gpus"]:
-                held = sum(f["fraction"] for f in g["fragments"])
-                util = "-" if g["util"] is None else f"{100 * g['util']:.0f}%"
-                head = f"  {g['id']:<10} {g['name'][:18]:<18} {g['memory_mb']:>6} MiB "
-                line = _text(head).append_text(gpu_bar(g, answer["reserve_mb"]))
-                line.append(f" {100 * held:5.1f}% held, util {util}")
-                console.print(line)
-                for f in g["fragments"]:
-                    console.print(f"      {f['job']:<8} {f['fraction']:.3f}  {f['state']:<10} "
-                                  f"{f['model']}")
+        else:
+            tables.print_nodes(answer)
         return 0
     return _run("nodes", args, body)
-
-
-def _text(value: str):
-    from rich.text import Text
-    return Text(value)
 
 
 # ---- logs and job commands --------------------------------------------------------

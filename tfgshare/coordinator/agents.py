@@ -10,6 +10,7 @@ from tfgshare.coordinator.cluster import LiveJob, Node, split_gpu_id
 from tfgshare.coordinator.errors import REPLIED, RequestError, number, short
 from tfgshare.coordinator.gangs import spans_nodes
 from tfgshare.coordinator.logs import log
+from tfgshare.metrics import format_duration
 from tfgshare.policies.base import JobState, SampleRecord
 from tfgshare.policies.prediction import (AHEAD_SCAN, gpu_overhead, outside_slowdown,
                                           promotion_in, sharing_factor, solo_step_s,
@@ -289,12 +290,13 @@ class AgentProtocol:
             if job.solo_step_s is not None and job.sample is not None:
                 sharing = forecast.sharing_now(self._prior_sharing(job))
                 self._log(job, now, (
-                    f"predicted {job.predicted_remaining_s:.1f}s: step alone "
-                    f"{job.solo_step_s:.4f}s, outside x{forecast.outside_now():.2f}, sharing "
-                    f"x{sharing:.2f} ({'measured' if forecast.sharing else 'prior'}) while "
-                    f"newcomers sample, x{job.after_sampling:.2f} after (placed), so "
-                    f"{job.measured_step_s:.4f}s a step; next start "
-                    f"{restart:.1f}s"))
+                    f"predicted to run {format_duration(job.predicted_remaining_s)} more: "
+                    f"{job.solo_step_s:.4f} s a step alone, x{forecast.outside_now():.2f} "
+                    f"slower from other work on its machine, x{sharing:.2f} from sharing its "
+                    f"GPU while new jobs are sampled ("
+                    f"{'as measured' if forecast.sharing else 'a first guess: none measured yet'}"
+                    f"), x{job.after_sampling:.2f} once none is left to sample; so "
+                    f"{job.measured_step_s:.4f} s a step, after {restart:.1f} s to start again"))
 
     def _forecast_step_s(self, job: LiveJob, solo: float, restart: float, now: float) -> float:
         """The step time a just-sampled job is expected to run at, sharing included,
@@ -439,7 +441,8 @@ class AgentProtocol:
                 self._complete_migration(job, now)
             elif job.sample_only:
                 self._to_waiting(job, JobState.SAMPLED if job.sample else JobState.QUEUED, now,
-                                 "sampled" if job.sample else "sampling ended without a record")
+                                 "speed and memory measured; waits for a place to run" if job.sample
+                                 else "sampling ended without a record")
                 self._sampling_ended(job, now)
                 self._save(job)
             else:

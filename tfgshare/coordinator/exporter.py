@@ -300,7 +300,13 @@ def format_job_rows(rows: list[dict[str, Any]]) -> str:
                       format_duration(r["jct_s"]), str(r["suspends"]), str(r["migrations"]),
                       format_duration(r["predicted_s"]), format_duration(r["actual_s"])])
     widths = [max(len(row[i]) for row in lines) for i in range(len(header))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in lines)
+    return "\n".join(["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()
+                      for row in lines] + [JOB_ROWS_LEGEND])
+
+
+JOB_ROWS_LEGEND = ("wait: time not running; JCT: submit to finish; susp, mig: suspends, "
+                   "migrations;\npredicted: run time predicted once sampled; actual: what it "
+                   "took from then")
 
 
 def run_report(cluster: Cluster, metrics: CoordinatorMetrics, policy: str, now: float,

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from tfgshare.metrics import format_table, ratios, table_rows
+from tfgshare.textfit import terminal_width
 
 from .cluster import load_cluster
 from .config import SimConfig
@@ -106,6 +107,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--check", action="store_true",
                    help="validate every decision and invariant (slow)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument("--wide", action="store_true",
+                   help="every column of the report table, however wide (default: the "
+                        "terminal's width, 100 columns when not a terminal)")
     return p
 
 
@@ -223,14 +227,13 @@ def _run(args) -> int:
 
     reports = {n: r.report for n, r in results.items()}
     baseline = "fifo" if "fifo" in reports else names[0]
-    print(format_table(reports, baseline=baseline))
+    print(format_table(reports, baseline=baseline, width=None if args.wide else terminal_width(),
+                       wide_hint="--wide shows them; report.csv has every figure"))
     if all(r.wait_mean < 1.0 for r in reports.values()):
         print(f"note: no job waited on {cluster.name} ({cluster.num_gpus} GPUs), so every "
               "policy starts each job at once and the rows differ little; a --cluster with "
               "fewer GPUs than the trace keeps busy makes jobs queue")
-    print("times: s = seconds, m = minutes, h = hours, d = days; alloc%, eff%, dev%: percent "
-          "of all GPUs, devbusy%: of busy GPUs; report.csv and report.json give times in "
-          "seconds and utilisations as fractions")
+    print("report.csv and report.json give times in seconds and utilisations as fractions")
     rows = table_rows(reports, baseline=baseline)
     with open(out / "report.csv", "w", newline="") as f:
         keys = list(dict.fromkeys(k for row in rows for k in row))
