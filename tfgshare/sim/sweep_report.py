@@ -134,7 +134,8 @@ def plot_jct(cells: list[dict], path: Path) -> Path | None:
             ax.set_xticks(loads)
             ax.set_xticklabels([f"{v:g}" for v in loads])
             ax.set_xlim(loads[0] * 0.9 - 0.05, loads[-1] * 1.1 + 0.05)
-            ax.set_xlabel("offered load")
+            if i == len(workloads) - 1:   # shared x axis: labelled on the bottom row
+                ax.set_xlabel("offered load")
             ax.set_ylabel("mean JCT (h)")
             ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=8)
