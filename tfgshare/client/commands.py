@@ -218,12 +218,14 @@ def status(argv: list[str]) -> int:
     p = _parser("status", "Show jobs.")
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.epilog = tables.help_text(tables.STATUS_LEGEND) + (
-        "\nThe table fits the terminal (100 columns when not one): MOVES, WAITED, OWNER and "
-        "\nWHERE go first, in that order; --wide shows every column.")
+        "\ntimes as 42s, 3m12s, 1h05m. The table fits the terminal (100 columns when not"
+        "\none): MOVES, WAITED, OWNER and WHERE go first, in that order; --wide shows every"
+        "\ncolumn. --report explains its columns under its table.")
     p.add_argument("job", nargs="?", help="one job's id")
     p.add_argument("--wide", action="store_true",
                    help="every column, however wide the table")
-    p.add_argument("--report", action="store_true", help="the run's metrics report")
+    p.add_argument("--report", action="store_true", help="the run's metrics report (JCT, waits, utilisation, moves; a legend "
+                        "under it says what each column means)")
     p.add_argument("--active", action="store_true",
                    help="only jobs not finished, failed or cancelled")
     p.add_argument("--json", action="store_true", help="print the raw answer as JSON")
@@ -290,8 +292,8 @@ def watch(argv: list[str]) -> int:
     p = _parser("watch", "Live progress per job.")
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.epilog = tables.help_text(tables.WATCH_LEGEND) + (
-        "\nThe table fits the terminal (100 columns when not one): the bar narrows, then "
-        "\nWHERE goes; --wide shows every column.")
+        "\ntimes as 42s, 3m12s, 1h05m. The table fits the terminal (100 columns when not"
+        "\none): the bar narrows, then WHERE goes; --wide shows every column.")
     p.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes")
     p.add_argument("--once", action="store_true", help="draw once and exit")
     p.add_argument("--all", action="store_true", help="show done jobs too")
