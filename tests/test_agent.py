@@ -16,6 +16,8 @@ from tfgshare.agent.node import Agent, AgentConfig
 from tfgshare.agent.gpus import VirtualGpus, parse_virtual_gpus
 from tfgshare.agent.supervisor import Supervisor
 
+NOT_REGISTERED = schema.ErrorCode.NOT_REGISTERED
+
 
 class FakeCoordinator:
     """A ROUTER that records what agents send and answers ``ok`` unless told otherwise."""
@@ -30,7 +32,7 @@ class FakeCoordinator:
         self.address = address
         self.peer: bytes | None = None
         self.got: list[schema.Message] = []
-        self.refuse: dict[str, str] = {}     # message type -> error reason
+        self.refuse: dict[str, tuple[schema.ErrorCode, str]] = {}   # type -> (code, reason)
 
     def drain(self) -> None:
         while self.sock.poll(0, zmq.POLLIN):
@@ -40,8 +42,8 @@ class FakeCoordinator:
             if isinstance(msg, (schema.Ok, schema.Error)):
                 continue
             self.peer = peer
-            reason = self.refuse.get(msg.TYPE)
-            reply = (schema.reply_error(msg, reason) if reason else
+            refusal = self.refuse.get(msg.TYPE)
+            reply = (schema.reply_error(msg, refusal[1], code=refusal[0]) if refusal else
                      schema.reply_ok(msg, heartbeat_s=0.2, checkpoint_root="/tmp")
                      if msg.TYPE == "register" else schema.reply_ok(msg))
             self.sock.send_multipart([peer, schema.encode(reply)])
@@ -158,10 +160,12 @@ def test_suspend_checkpoints_and_wrong_attempt_is_refused(setup, tmp_path):
     coord.send(stale)
     pump(agent, coord, lambda: coord.reply_to(stale))
     assert "attempt 1" in coord.reply_to(stale).reason
+    assert coord.reply_to(stale).code is schema.ErrorCode.INVALID
     unknown = schema.CancelJob(job="nope", attempt=1)
     coord.send(unknown)
     pump(agent, coord, lambda: coord.reply_to(unknown))
     assert coord.reply_to(unknown).reason == "no runner for job nope on node n1"
+    assert coord.reply_to(unknown).code is schema.ErrorCode.NOT_FOUND
     coord.send(schema.SuspendJob(job="j1", attempt=1))
     (ex,) = pump(agent, coord, lambda: exits(coord))
     assert (ex.exit_code, ex.reason) == (75, "suspended")
@@ -177,6 +181,7 @@ def test_start_on_a_gpu_the_node_lacks_is_refused(setup, tmp_path):
     pump(agent, coord, lambda: coord.reply_to(msg))
     assert coord.reply_to(msg).TYPE == "error"
     assert "GPU 5 is not on node n1" in coord.reply_to(msg).reason
+    assert coord.reply_to(msg).code is schema.ErrorCode.INVALID
 
 
 def test_forgotten_agent_reregisters_with_live_runners_and_is_adopted(setup, tmp_path):
@@ -185,7 +190,7 @@ def test_forgotten_agent_reregisters_with_live_runners_and_is_adopted(setup, tmp
     pump(agent, coord, lambda: agent.registered)
     coord.send(start_msg(tmp_path, steps=100000))
     pump(agent, coord, lambda: step_of(agent, "j1") >= 1)
-    coord.refuse["heartbeat"] = "node is not registered"
+    coord.refuse["heartbeat"] = (NOT_REGISTERED, "node is not registered")
     pump(agent, coord, lambda: len(coord.of_type("register")) >= 2)
     del coord.refuse["heartbeat"]
     rejoin = coord.of_type("register")[-1]
@@ -202,8 +207,8 @@ def test_forgotten_agent_reregisters_with_live_runners_and_is_adopted(setup, tmp
 def test_exit_while_coordinator_forgot_us_is_resent_after_rejoin(setup, tmp_path):
     agent, coord = setup
     pump(agent, coord, lambda: agent.registered)
-    coord.refuse["job_exit"] = "node is not registered"
-    coord.refuse["job_event"] = "node is not registered"
+    coord.refuse["job_exit"] = (NOT_REGISTERED, "node is not registered")
+    coord.refuse["job_event"] = (NOT_REGISTERED, "node is not registered")
     coord.send(start_msg(tmp_path, steps=3))
     pump(agent, coord, lambda: exits(coord))
     del coord.refuse["job_exit"], coord.refuse["job_event"]
@@ -226,9 +231,28 @@ def test_kill_is_quiet(setup, tmp_path):
 
 def test_refused_key_stops_the_agent(setup):
     agent, coord = setup
-    coord.refuse["register"] = "unknown key: ask its admin"
+    coord.refuse["register"] = (schema.ErrorCode.UNKNOWN_KEY, "unknown key: ask its admin")
     assert agent.run(should_stop=lambda: coord.drain() or False) == 1
     assert "unknown key" in agent.fatal
+
+
+def test_the_agent_decides_by_the_code_never_by_the_reason_text(setup):
+    """Words like 'registered' or 'key' in a reason change nothing; the code does."""
+    agent, coord = setup
+    coord.refuse["register"] = (schema.ErrorCode.INVALID, "no GPUs; is the key registered?")
+    pump(agent, coord, lambda: len(coord.of_type("register")) >= 2)   # retried, not fatal
+    assert agent.fatal is None
+    del coord.refuse["register"]
+    pump(agent, coord, lambda: agent.registered)
+    coord.refuse["heartbeat"] = (schema.ErrorCode.UNKNOWN, "node is not registered")
+    n, joins = len(coord.of_type("heartbeat")), len(coord.of_type("register"))
+    pump(agent, coord, lambda: len(coord.of_type("heartbeat")) >= n + 3)
+    assert agent.registered and len(coord.of_type("register")) == joins   # no re-join
+    coord.refuse["heartbeat"] = (NOT_REGISTERED, "words that say nothing")
+    pump(agent, coord, lambda: len(coord.of_type("register")) > joins)   # the code: re-join
+    coord.refuse["register"] = (schema.ErrorCode.FORBIDDEN, "refused")
+    pump(agent, coord, lambda: agent.fatal)
+    assert agent.fatal == "coordinator refused registration: refused"
 
 
 def test_silent_coordinator_makes_the_agent_kill_its_runners_and_reconnect(ctx, tmp_path):
@@ -316,5 +340,5 @@ def test_paths_from_the_wire_are_confined_to_the_roots(setup, tmp_path, where):
     reply = pump(agent, coord, lambda: coord.reply_to(msg))
     what = "dataset dir" if where == "dataset" else "train dir"
     assert reply.TYPE == "error" and f"{what} " in reply.reason
-    assert "outside the allowed roots" in reply.reason
+    assert "outside the allowed roots" in reply.reason and reply.code is schema.ErrorCode.INVALID
     assert not agent.sup.runners and not (tmp_path / "elsewhere" / "j1").exists()

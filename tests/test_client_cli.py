@@ -127,6 +127,7 @@ def test_submit_refuses_flags_that_override_fields_or_are_unknown(capsys, cluste
         client.send_raw(frame)
         reply = s.decode(client.recv_raw())
     assert isinstance(reply, s.Error) and words in reply.reason and reply.id == "r1"
+    assert reply.code is s.ErrorCode.INVALID
     assert not ct.coord.cluster.jobs
 
 

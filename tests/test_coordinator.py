@@ -141,18 +141,22 @@ def test_two_jobs_share_one_gpu(make, agents):
 def test_impossible_submits_are_refused_with_a_reason(make, agents):
     ct, client = make()
     agents(ct.address, "n1", gpus=((0, 16384), (1, 16384))).register()
-    with pytest.raises(Refused, match="asks for 3 GPUs but the cluster.s nodes have 2 in all"):
+    with pytest.raises(Refused, match="asks for 3 GPUs but the cluster.s nodes have 2") as refused:
         client.submit([spec(num_gpus=3)])
-    with pytest.raises(Refused, match="nosuchnet"):
+    assert refused.value.code is s.ErrorCode.INVALID
+    with pytest.raises(Refused, match="nosuchnet") as refused:
         client.submit([spec("nosuchnet")])
-    with pytest.raises(Refused, match=r"memory_fraction must be in \(0, 1\]"):
+    assert refused.value.code is s.ErrorCode.INVALID
+    with pytest.raises(Refused, match=r"memory_fraction must be in \(0, 1\]") as refused:
         client.request(s.Submit(jobs=[spec(memory_fraction=1.5)]))
+    assert refused.value.code is s.ErrorCode.INVALID
     with pytest.raises(Refused, match=r"memory_fraction must be in \(0, 1\]"):
         client.request(s.Submit(jobs=[spec(memory_fraction=0.0)]))
     with pytest.raises(Refused, match="job 2 .*nosuchnet"):
         client.submit([spec(), spec("nosuchnet")])
-    with pytest.raises(Refused, match="at least one job"):
+    with pytest.raises(Refused, match="at least one job") as refused:
         client.submit([])
+    assert refused.value.code is s.ErrorCode.INVALID
     assert client.jobs() == []   # a refused batch queues nothing
     assert client.submit([spec(num_gpus=2)]) == ["j1"]
 
@@ -184,6 +188,7 @@ def test_node_timeout_requeues_its_jobs_elsewhere(make, agents):
     # the lost agent's late reports are refused until it registers again
     reply = a1.request(s.Heartbeat(node="n1"))
     assert isinstance(reply, s.Error) and "registered" in reply.reason
+    assert reply.code is s.ErrorCode.NOT_REGISTERED
 
 
 def test_stale_attempt_reports_are_ignored(make, agents):
@@ -230,21 +235,26 @@ def test_manual_suspend_resume_and_migrate(make, agents):
     assert info["migrations"] == 1 and info["fragments"][0][0] == other
     assert gpu_from in (0, 1)
 
-    with pytest.raises(Refused, match="no up GPU 'n9:0'"):
+    with pytest.raises(Refused, match="no up GPU 'n9:0'") as refused:
         client.migrate(jid, "n9:0")
-    with pytest.raises(Refused, match="NODE:INDEX"):
+    assert refused.value.code is s.ErrorCode.INVALID
+    with pytest.raises(Refused, match="NODE:INDEX") as refused:
         client.migrate(jid, "garbage")
-    with pytest.raises(Refused, match="already runs on"):
+    assert refused.value.code is s.ErrorCode.INVALID
+    with pytest.raises(Refused, match="already runs on") as refused:
         client.migrate(jid, other)
+    assert refused.value.code is s.ErrorCode.CONFLICT
 
     client.cancel(jid)
     agent.wait_command(s.CancelJob, jid)
     agent.exit(jid, -9, "killed")
     assert client.job(jid)["state"] == "cancelled"
-    with pytest.raises(Refused, match="already cancelled"):
+    with pytest.raises(Refused, match="already cancelled") as refused:
         client.cancel(jid)
-    with pytest.raises(Refused, match="no job 'j42'"):
+    assert refused.value.code is s.ErrorCode.CONFLICT
+    with pytest.raises(Refused, match="no job 'j42'") as refused:
         client.job("j42")
+    assert refused.value.code is s.ErrorCode.NOT_FOUND
 
 
 def test_migrate_refused_when_the_fragment_does_not_fit(make, agents):
@@ -254,8 +264,9 @@ def test_migrate_refused_when_the_fragment_does_not_fit(make, agents):
     a, b = client.submit([spec(), spec()])
     agent.wait_command(s.StartJob, a)
     gpu_b = agent.wait_command(s.StartJob, b).fragments[0].gpu_index
-    with pytest.raises(Refused, match="does not fit on n1:"):
+    with pytest.raises(Refused, match="does not fit on n1:") as refused:
         client.migrate(a, f"n1:{gpu_b}")
+    assert refused.value.code is s.ErrorCode.INVALID
 
 
 def test_crash_retries_then_fails_and_bad_input_fails_at_once(make, agents):
@@ -311,7 +322,7 @@ def test_agent_refusing_a_start_requeues_the_job(make, agents):
     agent.auto_ack = False
     (jid,) = client.submit([spec()])
     start = agent.wait_command(s.StartJob, jid)
-    agent.send(s.reply_error(start, "no such GPU"))
+    agent.send(s.reply_error(start, "no such GPU", code=s.ErrorCode.INVALID))
     again = agent.wait_command(s.StartJob, jid)
     assert again.attempt == 2
     assert any("agent refused to start it: no such GPU" in ln for ln in client.logs(jid))
@@ -465,7 +476,7 @@ def test_agent_that_cannot_suspend_a_job_sends_it_back_to_the_queue(make, agents
     agent.auto_ack = False
     client.suspend(a)
     cmd = agent.wait_command(s.SuspendJob, a)
-    agent.send(s.reply_error(cmd, f"no runner for {a}"))
+    agent.send(s.reply_error(cmd, f"no runner for {a}", code=s.ErrorCode.NOT_FOUND))
     deadline = time.monotonic() + 5
     while client.job(a)["state"] != "suspended (held)" and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -484,6 +495,7 @@ def test_malformed_runner_event_is_refused_and_the_job_keeps_running(make, agent
     agent.wait_command(s.StartJob, jid)
     reply = agent.event(jid, "progress", step="seven")
     assert isinstance(reply, s.Error) and "step must be a number" in reply.reason
+    assert reply.code is s.ErrorCode.INVALID
     reply = agent.event(jid, "sample", step_time_mean_s=None, peak_memory_mb=1.0)
     assert isinstance(reply, s.Error) and "step_time_mean_s" in reply.reason
     agent.event(jid, "progress", step=8, predicted_remaining_s=1.5)

@@ -58,8 +58,9 @@ def test_user_cannot_touch_another_users_job_but_admin_can(keyed):
     before = ct.coord.cluster.jobs[jid].to_record()
     for call in (lambda c: c.cancel(jid), lambda c: c.suspend(jid), lambda c: c.resume(jid),
                  lambda c: c.migrate(jid, "n1:1")):
-        with pytest.raises(Refused, match=f"not your job: {jid} belongs to alice"):
+        with pytest.raises(Refused, match=f"not your job: {jid} belongs to alice") as refused:
             call(clients["bob"])
+        assert refused.value.code is s.ErrorCode.FORBIDDEN
     assert ct.coord.cluster.jobs[jid].to_record() == before
     assert clients["bob"].job(jid)["owner"] == "alice"      # status shows the owner
     assert clients["root"].cancel(jid)["state"] == "cancelling"
@@ -70,9 +71,12 @@ def test_unknown_and_revoked_keys_are_refused(keyed, tmp_path):
     _, stranger = zmq.auth.create_certificates(str(tmp_path), "stranger")
     with Client(ct.address, timeout_s=5, key=stranger,
                 server_key=str(keys_dir / "coordinator.key")) as c:
-        with pytest.raises(Refused, match="unknown key"):
+        with pytest.raises(Refused, match="unknown key") as refused:
             c.submit([s.JobSpec("lenet")])
+        assert refused.value.code is s.ErrorCode.UNKNOWN_KEY
     assert not ct.coord.cluster.jobs
+    assert ct.coord.metrics.registry.get_sample_value("tfgshare_bad_frames_total",
+                                                      {"reason": "unknown_key"}) >= 1
     clients["alice"].jobs()
     assert keys.main(["--keys-dir", str(keys_dir), "revoke", "alice"]) == 0
     deadline = time.monotonic() + 5
@@ -80,7 +84,7 @@ def test_unknown_and_revoked_keys_are_refused(keyed, tmp_path):
         try:
             clients["alice"].jobs()
         except Refused as exc:
-            assert "unknown key" in str(exc)
+            assert "unknown key" in str(exc) and exc.code is s.ErrorCode.UNKNOWN_KEY
             break
         assert time.monotonic() < deadline, "revoked key still accepted"
         time.sleep(0.05)
@@ -97,16 +101,20 @@ def test_another_agent_key_cannot_take_over_a_node(keyed):
         reply = thief.register()
         assert reply.TYPE == "error"
         assert "agent key 'n2' may register only node 'n2', not 'n1'" in reply.reason
+        assert reply.code is s.ErrorCode.FORBIDDEN   # the agent stops: no retry helps
         assert node.identity == identity and ct.coord.cluster.jobs[jid].node == "n1"
         assert ct.coord.cluster.jobs[jid].state.value in ("sampling", "running")
         # a user key may not speak the agent protocol, an agent key not the client API
         user = FakeAgent(ct.address, "alice", key=secret(keys_dir, "alice"))
         try:
-            assert "may not send 'register'" in user.register().reason
+            reply = user.register()
+            assert "may not send 'register'" in reply.reason
+            assert reply.code is s.ErrorCode.FORBIDDEN
         finally:
             user.close()
-        reason = thief.request(s.Submit(jobs=[s.JobSpec("lenet")])).reason
-        assert reason == "an agent key (n2) may not send 'submit'"
+        reply = thief.request(s.Submit(jobs=[s.JobSpec("lenet")]))
+        assert reply.reason == "an agent key (n2) may not send 'submit'"
+        assert reply.code is s.ErrorCode.FORBIDDEN
     finally:
         thief.close()
 

@@ -54,3 +54,12 @@ def confine(path: str, roots: list[Path], what: str) -> Path:
             return resolved
     raise ValueError(f"{what} {path} is outside the allowed roots "
                      f"({', '.join(str(Path(r)) for r in roots)})")
+
+
+def existing_parent(path: str) -> str:
+    """``path`` if it exists, else its nearest ancestor that does (to test access before
+    the folder is made)."""
+    p = Path(path)
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return str(p)

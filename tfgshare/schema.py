@@ -9,7 +9,7 @@ Each message type is a msgspec ``Struct`` below, tagged by its ``type`` field.
 the type, then lets msgspec validate every field (types, ranges, lengths) in
 one pass, and raises ``SchemaError`` with a message naming the field and the
 problem. Replies carry the request's ``id`` and are ``ok`` (free-form fields)
-or ``error`` (``reason``).
+or ``error`` (``reason`` for people, ``code`` for programs: ``ErrorCode``).
 
 Who sends what:
 
@@ -34,14 +34,10 @@ from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origi
 import msgspec
 from msgspec import UNSET, Meta, Struct, field
 
-from .schema_errors import in_our_words
+from .schema_errors import ErrorCode, FrameProblem, SchemaError, in_our_words
 
 VERSION = 1
 MAX_MESSAGE_BYTES = 1 << 20   # larger frames are dropped by ZMQ (ZMQ_MAXMSGSIZE)
-
-
-class SchemaError(ValueError):
-    """A message that is not valid under this schema; the text says why."""
 
 
 def new_id() -> str:
@@ -470,9 +466,10 @@ class Ok(Message, tag="ok"):
 
 
 class Error(Message, tag="error"):
-    """A refused or failed request, with the reason."""
+    """A refused or failed request: ``code`` for programs, ``reason`` for people."""
 
     reason: Text
+    code: ErrorCode = ErrorCode.UNKNOWN
 
 
 _STRUCTS = (Register, Heartbeat, JobEvent, JobExit,
@@ -501,6 +498,7 @@ class _Envelope(Struct):
     id: Any = ""
 
 
+_P = FrameProblem   # what a SchemaError from decode says for programs
 _encoder = msgspec.json.Encoder()
 _envelope = msgspec.json.Decoder(_Envelope)
 _any = msgspec.json.Decoder()
@@ -526,27 +524,28 @@ def decode(data: bytes | str, max_bytes: int | None = MAX_MESSAGE_BYTES) -> Mess
     jobs can be large) pass None.
     """
     if max_bytes is not None and len(data) > max_bytes:
-        raise SchemaError(f"message of {len(data)} bytes exceeds {max_bytes}")
+        raise SchemaError(f"message of {len(data)} bytes exceeds {max_bytes}", _P.TOO_LARGE)
     try:
         head = _envelope.decode(data)
     except RecursionError:
-        raise SchemaError("message nested too deeply") from None
+        raise SchemaError("message nested too deeply", _P.TOO_DEEP) from None
     except msgspec.DecodeError as exc:
         if isinstance(exc, msgspec.ValidationError):
             why = in_our_words(exc, "message", "a message must be a JSON object")
-            raise SchemaError(why) from None
-        raise SchemaError(f"malformed JSON: {exc}") from None
+            raise SchemaError(why, _P.NOT_AN_OBJECT) from None
+        raise SchemaError(f"malformed JSON: {exc}", _P.MALFORMED_JSON) from None
     if head.v is UNSET:
-        raise SchemaError("missing version field 'v'")
+        raise SchemaError("missing version field 'v'", _P.BAD_VERSION)
     if type(head.v) is not int or head.v != VERSION:
-        raise SchemaError(f"unsupported version {repr(head.v)[:32]} (this side speaks {VERSION})")
+        raise SchemaError(f"unsupported version {repr(head.v)[:32]} (this side speaks {VERSION})",
+                          _P.BAD_VERSION)
     kind = head.type
     if type(kind) is not str:
-        raise SchemaError("missing or non-string field 'type'")
+        raise SchemaError("missing or non-string field 'type'", _P.BAD_TYPE)
     if kind not in MESSAGES:
-        raise SchemaError(f"unknown message type {kind[:64]!r}")
+        raise SchemaError(f"unknown message type {kind[:64]!r}", _P.BAD_TYPE)
     if type(head.id) is not str:
-        raise SchemaError(f"{kind}: field 'id' must be a string")
+        raise SchemaError(f"{kind}: field 'id' must be a string", _P.BAD_ID)
     try:
         if kind == "ok":
             body = _any.decode(data)
@@ -557,9 +556,9 @@ def decode(data: bytes | str, max_bytes: int | None = MAX_MESSAGE_BYTES) -> Mess
     except msgspec.ValidationError as exc:
         raise SchemaError(in_our_words(exc, kind)) from None
     except msgspec.DecodeError as exc:   # e.g. bad UTF-8 in a field the first pass skipped
-        raise SchemaError(f"malformed JSON: {exc}") from None
+        raise SchemaError(f"malformed JSON: {exc}", _P.MALFORMED_JSON) from None
     except RecursionError:
-        raise SchemaError(f"{kind}: nested too deeply") from None
+        raise SchemaError(f"{kind}: nested too deeply", _P.TOO_DEEP) from None
 
 
 def request_id(data: bytes) -> str:
@@ -594,7 +593,7 @@ def reply_ok(request: Message | str, **fields: Any) -> Ok:
     return Ok(id=rid, fields=fields)
 
 
-def reply_error(request: Message | str, reason: str) -> Error:
-    """An ``error`` reply to ``request`` (a message or its id)."""
+def reply_error(request: Message | str, reason: str, *, code: ErrorCode) -> Error:
+    """An ``error`` reply to ``request`` (a message or its id) with its code."""
     rid = request if isinstance(request, str) else request.id
-    return Error(id=rid, reason=reason)
+    return Error(id=rid, reason=reason, code=code)

@@ -1,13 +1,67 @@
-"""msgspec's validation errors in our words: the field's path and the problem.
+"""What goes wrong on the wire, for people and for programs.
 
-``schema`` raises ``SchemaError`` with these messages; nothing else reads them.
+For people: msgspec's validation errors in our words, the field's path and the
+problem (``in_our_words``); ``schema`` raises ``SchemaError`` with these
+messages, and nothing decides anything from them. For programs: the
+``ErrorCode`` an ``error`` reply carries and the ``FrameProblem`` a
+``SchemaError`` carries (the coordinator counts bad frames by it).
 """
 
 from __future__ import annotations
 
 import re
+from enum import Enum
 
 import msgspec
+
+
+class ErrorCode(str, Enum):
+    """Why a request was refused, for a program to act on (an ``error`` reply's ``code``).
+
+    Like Kubernetes' ``Status.reason``: the receiver decides from the code, never
+    from the reply's text. A reply without one (an older peer) decodes as UNKNOWN.
+    """
+
+    UNKNOWN = "unknown"                # not given (an older peer)
+    BAD_FRAME = "bad_frame"            # not a message: malformed, its version, type or id
+    UNKNOWN_KEY = "unknown_key"        # the sender's key is not registered
+    FORBIDDEN = "forbidden"            # the sender's key may not send this or act on this job
+    NOT_REGISTERED = "not_registered"  # an agent message from a peer not registered as that node
+    UNSUPPORTED = "unsupported"        # a message type this receiver does not serve
+    INVALID = "invalid"                # a field's value is refused, by the schema or the
+    #                                    receiver's own rules (the text names it)
+    NOT_FOUND = "not_found"            # no such job (or runner, on an agent)
+    CONFLICT = "conflict"              # the job's state does not allow it
+    UNAVAILABLE = "unavailable"        # not now: the same request may succeed later
+    INTERNAL = "internal"              # the receiver failed handling it
+
+
+class FrameProblem(str, Enum):
+    """What is wrong with a frame that does not decode (a bounded label for metrics)."""
+
+    TOO_LARGE = "too_large"
+    MALFORMED_JSON = "malformed_json"
+    NOT_AN_OBJECT = "not_an_object"
+    TOO_DEEP = "too_deep"
+    BAD_VERSION = "bad_version"
+    BAD_TYPE = "bad_type"              # missing, not a string, or unknown
+    BAD_ID = "bad_id"
+    INVALID_FIELD = "invalid_field"    # a field fails its type, range or length
+
+
+class SchemaError(ValueError):
+    """A message that is not valid under this schema; the text says why, ``problem`` what."""
+
+    def __init__(self, text: str, problem: FrameProblem = FrameProblem.INVALID_FIELD) -> None:
+        super().__init__(text)
+        self.problem = problem
+
+    @property
+    def code(self) -> ErrorCode:
+        """The error reply's code: INVALID for a field's value, else BAD_FRAME."""
+        if self.problem is FrameProblem.INVALID_FIELD:
+            return ErrorCode.INVALID
+        return ErrorCode.BAD_FRAME
 
 # how a range or value error on these fields reads (the field's rule in words)
 _RULES = {"memory_fraction": "must be in (0, 1] or 'auto'"}

@@ -64,6 +64,8 @@ FENCE_SHARE = 0.5
 # an import of CPU time; two cover the common burst of starts on a node)
 MAX_SPARES = 2
 DEFAULT_GANG_PORTS = (47000, 47999)   # where gang members listen unless --gang-ports says
+# the code of the error reply to a command whose handler raised this (any other: internal)
+_CODES = {KeyError: schema.ErrorCode.NOT_FOUND, ValueError: schema.ErrorCode.INVALID}
 
 
 @dataclass
@@ -272,18 +274,20 @@ class Agent:
                    schema.CancelJob: self._cancel, schema.AdoptJob: self._adopt,
                    schema.KillJob: self._kill}.get(type(msg))
         if handler is None:
-            self._send(schema.reply_error(msg, f"an agent does not serve {msg.TYPE!r}"))
+            self._send(schema.reply_error(msg, f"an agent does not serve {msg.TYPE!r}",
+                                          code=schema.ErrorCode.UNSUPPORTED))
             return
         try:
             reply = handler(msg) or schema.reply_ok(msg)
         except (ValueError, KeyError, OSError) as exc:
-            reply = schema.reply_error(msg, str(exc).strip("'\""))
+            reply = schema.reply_error(msg, str(exc).strip("'\""),
+                                       code=_CODES.get(type(exc), schema.ErrorCode.INTERNAL))
         self._send(reply)
 
     def _on_reply(self, msg: schema.Ok | schema.Error) -> None:
         if msg.id == self.register_id:
             if isinstance(msg, schema.Error):
-                if "key" in msg.reason.lower():
+                if msg.code in (schema.ErrorCode.UNKNOWN_KEY, schema.ErrorCode.FORBIDDEN):
                     self.fatal = f"coordinator refused registration: {msg.reason}"
                 else:
                     log.warning("registration refused: %s (retrying)", msg.reason)
@@ -292,7 +296,7 @@ class Agent:
             return
         sent = self.unacked.pop(msg.id, None)
         if isinstance(msg, schema.Error):
-            if "regist" in msg.reason.lower():       # the coordinator forgot us: re-join
+            if msg.code is schema.ErrorCode.NOT_REGISTERED:   # the coordinator forgot us: re-join
                 if sent is not None:
                     self.unacked[msg.id] = sent
                 if self.registered:
@@ -312,7 +316,7 @@ class Agent:
         if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0:
             self.node_timeout = float(timeout)
         if self.checkpoint_root and not os.access(
-                _existing_parent(self.checkpoint_root), os.W_OK):
+                paths.existing_parent(self.checkpoint_root), os.W_OK):
             log.warning("checkpoint root %s is not writable from this node: mount the "
                         "shared checkpoint directory here", self.checkpoint_root)
         log.info("registered as %s with %d GPU(s); heartbeat %.1fs", self.cfg.node,
@@ -420,13 +424,6 @@ class Agent:
                 self._send(msg)
 
 
-def _existing_parent(path: str) -> str:
-    p = Path(path)
-    while not p.exists() and p != p.parent:
-        p = p.parent
-    return str(p)
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The ``tfgshare agent`` command line."""
     p = argparse.ArgumentParser(prog="tfgshare agent",
@@ -454,8 +451,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--server-key", default=None,
                    help="the coordinator's public key file (default $TFGSHARE_SERVER_KEY, else "
                         "coordinator.key beside --key)")
-    p.add_argument("--threads", type=int, default=1,
-                   help="CPU threads per runner (default 1)")
+    p.add_argument("--threads", type=int, default=1, help="CPU threads per runner (default 1)")
     p.add_argument("--suspend-timeout", type=float, default=60.0, metavar="S",
                    help="seconds a runner has to checkpoint before it is killed")
     p.add_argument("--runner", metavar="CMD",

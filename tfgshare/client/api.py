@@ -36,7 +36,12 @@ class Unreachable(ClientError):
 
 
 class Refused(ClientError):
-    """The coordinator answered with an error; the text is its reason."""
+    """The coordinator answered with an error: the text is its reason, ``code`` what a
+    program decides by (an ``ErrorCode``)."""
+
+    def __init__(self, reason: str, code: s.ErrorCode = s.ErrorCode.UNKNOWN) -> None:
+        super().__init__(reason)
+        self.code = code
 
 
 class AuthFailed(ClientError):
@@ -122,7 +127,7 @@ class Client:
             if reply.id != msg.id:
                 continue   # a late reply to an earlier request
             if isinstance(reply, s.Error):
-                raise Refused(reply.reason)
+                raise Refused(reply.reason, reply.code)
             if not isinstance(reply, s.Ok):
                 raise ClientError(f"unexpected reply type {reply.TYPE!r}")
             return reply.fields

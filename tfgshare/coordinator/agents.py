@@ -14,8 +14,7 @@ from tfgshare.metrics import format_duration
 from tfgshare.policies.base import JobState, SampleRecord
 from tfgshare.policies.prediction import (AHEAD_SCAN, gpu_overhead, outside_slowdown,
                                           promotion_in, sharing_factor, solo_step_s,
-                                          start_spill_s,
-                                          work_ahead_s)
+                                          start_spill_s, work_ahead_s)
 from tfgshare import runner_wire as rp
 
 MARKS_KEPT = 64   # progress marks kept per job (co-tenants' step time while a job samples)
@@ -28,7 +27,7 @@ class AgentProtocol:
         caller = self._caller
         if caller is not None and msg.node != caller.name:
             raise RequestError(f"register refused: agent key {caller.name!r} may register only "
-                               f"node {caller.name!r}, not {msg.node!r}")
+                               f"node {caller.name!r}, not {msg.node!r}", s.ErrorCode.FORBIDDEN)
         if not msg.gpus:
             raise RequestError("register refused: the node offers no GPUs")
         indices = [g.index for g in msg.gpus]
@@ -141,7 +140,8 @@ class AgentProtocol:
     def _agent_node(self, peer: bytes, name: str) -> Node:
         registered = self.peers[peer]
         if name != registered:
-            raise RequestError(f"this agent registered as node {registered!r}, not {name!r}")
+            raise RequestError(f"this agent registered as node {registered!r}, not {name!r}",
+                               s.ErrorCode.NOT_REGISTERED)
         return self.cluster.nodes[registered]
 
     def _current(self, peer: bytes, msg: s.JobEvent | s.JobExit) -> LiveJob | None:

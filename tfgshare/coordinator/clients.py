@@ -157,7 +157,7 @@ class ClientApi:
         self._may_act_on(job)
         now = self.clock()
         if job.state.done:
-            raise RequestError(f"job {job.id} is already {job.state.value}")
+            raise RequestError(f"job {job.id} is already {job.state.value}", s.ErrorCode.CONFLICT)
         if job.state.holds_gpu and not job.unknown:
             job.cancel_requested = True
             self._save(job)
@@ -175,10 +175,10 @@ class ClientApi:
         self._may_act_on(job)
         now = self.clock()
         if job.state.done:
-            raise RequestError(f"job {job.id} is already {job.state.value}")
+            raise RequestError(f"job {job.id} is already {job.state.value}", s.ErrorCode.CONFLICT)
         if job.unknown:
             raise RequestError(f"job {job.id}: its node has not reported since the "
-                               "coordinator restarted; try again shortly")
+                               "coordinator restarted; try again shortly", s.ErrorCode.UNAVAILABLE)
         job.pinned = True
         if job.state in (JobState.RUNNING, JobState.SAMPLING) and not job.cancel_requested:
             self._ask_suspend(job, now, "asked by the user")
@@ -192,11 +192,12 @@ class ClientApi:
         job = self._job(msg.job)
         self._may_act_on(job)
         if job.state.done:
-            raise RequestError(f"job {job.id} is already {job.state.value}")
+            raise RequestError(f"job {job.id} is already {job.state.value}", s.ErrorCode.CONFLICT)
         if not job.pinned:
             if job.state.waiting:
                 return {"state": job.display_state, "note": "not held; it is waiting"}
-            raise RequestError(f"job {job.id} is {job.display_state}, not suspended")
+            raise RequestError(f"job {job.id} is {job.display_state}, not suspended",
+                               s.ErrorCode.CONFLICT)
         job.pinned = False
         self._save(job)
         self._log(job, self.clock(), "released by the user")
@@ -219,24 +220,24 @@ class ClientApi:
                 up = [n.gpu_id(i) for n in self.cluster.up_nodes() for i in sorted(n.gpus)]
                 raise RequestError(f"no up GPU {gpu!r}; up GPUs: {', '.join(up) or 'none'}")
         if job.state.done:
-            raise RequestError(f"job {job.id} is already {job.state.value}")
+            raise RequestError(f"job {job.id} is already {job.state.value}", s.ErrorCode.CONFLICT)
         if len(to) != job.spec.num_gpus:
             raise RequestError(f"job {job.id} uses {job.spec.num_gpus} GPUs: name as many "
                                f"(NODE:GPU,NODE:GPU,...), not {len(to)}")
         if job.unknown or job.cancel_requested or job.state in (JobState.SAMPLING,
                                                                  JobState.SUSPENDING):
             raise RequestError(f"job {job.id} is {job.display_state}; try once it runs or "
-                               "waits")
+                               "waits", s.ErrorCode.CONFLICT)
         running = job.state is JobState.RUNNING
         if running and set(to) == {f.gpu for f in job.fragments}:
-            raise RequestError(f"job {job.id} already runs on {msg.to}")
+            raise RequestError(f"job {job.id} already runs on {msg.to}", s.ErrorCode.CONFLICT)
         fractions = self._migrate_fractions(job, to, running)
         target = tuple(Fragment(gpu, f) for gpu, f in zip(to, fractions))
         # the rule the policy's moves are checked by; a gang moves as one (gangs.py)
         reason, why = self.cluster.placement_problem(job, target, migrate=running)
         if reason == "later":   # room a suspend in flight frees: not now
             raise RequestError(f"job {job.id} does not fit on {msg.to} now ({why}); "
-                               "try again once that move ends")
+                               "try again once that move ends", s.ErrorCode.UNAVAILABLE)
         if reason:
             raise RequestError(f"job {job.id}: {why}")
         if running:

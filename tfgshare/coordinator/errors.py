@@ -4,9 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from tfgshare.schema import ErrorCode
+
 
 class RequestError(Exception):
-    """A request the coordinator refuses; the text is the reason sent back."""
+    """A request the coordinator refuses: the text is the reason sent back, ``code`` its code."""
+
+    def __init__(self, reason: str, code: ErrorCode = ErrorCode.INVALID) -> None:
+        super().__init__(reason)
+        self.code = code
 
 
 REPLIED: Any = object()   # a handler that queued its own reply returns this

@@ -3,7 +3,7 @@
 The Prometheus registry is the coordinator's own (not the process-global one),
 served over HTTP when a port is given: on loopback by default; off loopback only
 to scrapes that carry the bearer token ``tfgshare keys init`` wrote (401 without).
-Its labels are bounded (job states, refusal reasons), none is per job. The
+Its labels are bounded (job states, refusal reasons, bad-frame reasons), none is per job. The
 report covers every job, the done ones read from the database; its per-job table
 shows the newest ``REPORT_ROWS``. The report is the one the simulator
 prints (``tfgshare.metrics``), built from the live jobs' accounts and the
@@ -35,8 +35,11 @@ from tfgshare.metrics import (SIZE_CLASSES, JobRecord, Report, Timeline, compute
                               format_duration, format_table, held_share, kernel_share,
                               size_class)
 from tfgshare.policies.base import JobState
+from tfgshare.schema import FrameProblem
 
 STATES = [s.value for s in JobState] + ["unknown"]
+# why a frame was refused before any handler saw it: it did not decode, or its key is unknown
+BAD_FRAME_REASONS = [p.value for p in FrameProblem] + ["unknown_key"]
 
 
 class Usage(NamedTuple):
@@ -114,6 +117,11 @@ class CoordinatorMetrics:
                                "Policy actions the coordinator refused, by reason",
                                ["reason"], registry=r)
         self.node_losses = Counter("tfgshare_node_losses", "Nodes declared lost", registry=r)
+        self.bad_frames = Counter("tfgshare_bad_frames",
+                                  "Frames refused before handling (not a valid message, or "
+                                  "an unknown key), by reason", ["reason"], registry=r)
+        for reason in BAD_FRAME_REASONS:   # each reason shows, at 0 until one comes
+            self.bad_frames.labels(reason)
         self.rounds = Histogram("tfgshare_scheduling_round_seconds",
                                 "Time of one scheduling round", registry=r,
                                 buckets=(.0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1))

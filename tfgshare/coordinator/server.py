@@ -56,7 +56,7 @@ from tfgshare.coordinator.errors import REPLIED, RequestError
 from tfgshare.coordinator.exporter import (CoordinatorMetrics, job_record, prediction_error,
                                            report_fields, stored_report)
 from tfgshare.coordinator.gangs import Gang, GangControl, PortBook
-from tfgshare.coordinator.logs import TurnHandler, flush_logs, log
+from tfgshare.coordinator.logs import BadFrames, TurnHandler, flush_logs, log
 from tfgshare.coordinator.rounds import Rounds
 from tfgshare.coordinator.store import StateStore
 from tfgshare.coordinator.transitions import Transitions
@@ -102,6 +102,7 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, GangControl, Rounds):
         self._db_refused_at: float | None = None   # when a commit was last refused and said
         self.cluster = Cluster(config.reserve_mb)
         self.metrics = CoordinatorMetrics()
+        self.bad_frames = BadFrames(self.metrics.bad_frames)   # a line per reason per 10 s
         self.peers: dict[bytes, str] = {}            # agent routing id -> node name
         # command id -> (job, attempt, type, node), until the agent answers
         self.pending: dict[str, tuple[str, int, str, str]] = {}
@@ -326,6 +327,7 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, GangControl, Rounds):
                                         f"{timeout:g}s of the restart")
             self._gangs_not_readopted(now, f"not reported within {timeout:g}s of the restart")
         self._dirty = True
+        self.bad_frames.log.flush()
         self._record_usage(now)
         # Long-lived jobs and views would make every full garbage collection walk
         # them all (tens of ms at 10,000 jobs, right inside a round): collect the
@@ -351,14 +353,15 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, GangControl, Rounds):
         if self.registry is not None:
             caller = self.registry.get(user)
             if caller is None:
-                self._out.append((envelope, s.reply_error(s.request_id(data), _UNKNOWN_KEY)))
+                self._out.append((envelope, self.bad_frames.refuse(
+                    peer, data, "unknown_key", _UNKNOWN_KEY, s.ErrorCode.UNKNOWN_KEY)))
                 return
         self._caller = caller
         try:
             msg = s.decode(data)
         except s.SchemaError as exc:
-            log.warning("bad frame from peer %s: %s", peer.hex(), exc)
-            self._out.append((envelope, s.reply_error(s.request_id(data), str(exc))))
+            self._out.append((envelope, self.bad_frames.refuse(
+                peer, data, exc.problem.value, str(exc), exc.code)))
             return
         kind = msg.TYPE
         if kind in s.REPLY_TYPES:
@@ -366,15 +369,16 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, GangControl, Rounds):
                 self._on_reply(peer, msg)
             return
         if kind in s.COMMAND_TYPES:
-            reply: s.Message = s.reply_error(
-                msg, f"{kind} is a command the coordinator sends to agents, not a request")
+            reply: s.Message = s.reply_error(msg, f"{kind} is a command the coordinator sends to "
+                                             "agents, not a request", code=s.ErrorCode.UNSUPPORTED)
         elif caller is not None and (kind in _AGENT_SENDS) != (caller.role == "agent"):
             article = "an" if caller.role[0] in "aeiou" else "a"   # an admin, an agent
             reply = s.reply_error(msg, f"{article} {caller.role} key ({caller.name}) may not "
-                                       f"send {kind!r}")
+                                       f"send {kind!r}", code=s.ErrorCode.FORBIDDEN)
         elif kind in s.AGENT_TYPES and peer not in self.peers:
             reply = s.reply_error(
-                msg, f"unauthenticated type {kind!r}: this peer has not registered as an agent")
+                msg, f"unauthenticated type {kind!r}: this peer has not registered as an agent",
+                code=s.ErrorCode.NOT_REGISTERED)
         else:
             try:
                 fields = getattr(self, "_on_" + kind)(peer, msg)
@@ -382,17 +386,18 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, GangControl, Rounds):
                     return
                 reply = s.reply_ok(msg, **(fields or {}))
             except RequestError as exc:
-                reply = s.reply_error(msg, str(exc))
+                reply = s.reply_error(msg, str(exc), code=exc.code)
             except Exception as exc:   # keep serving whatever one request does
                 log.exception("internal error on %s", kind)
-                reply = s.reply_error(msg, f"internal error: {exc}")
+                reply = s.reply_error(msg, f"internal error: {exc}", code=s.ErrorCode.INTERNAL)
         self._out.append((envelope, reply))
 
     def _may_act_on(self, job: LiveJob) -> None:
         """Raise RequestError unless the caller owns ``job`` or is an admin (or keys are off)."""
         caller = self._caller
         if caller is not None and caller.role != "admin" and job.owner != caller.name:
-            raise RequestError(f"not your job: {job.id} belongs to {job.owner or 'nobody'}")
+            raise RequestError(f"not your job: {job.id} belongs to {job.owner or 'nobody'}",
+                               s.ErrorCode.FORBIDDEN)
 
     def _log(self, job: LiveJob, now: float, line: str, decision: bool = True) -> None:
         second = int(now)
@@ -418,7 +423,7 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, GangControl, Rounds):
         if job is None:
             rec = self.store.load_job(job_id) if isinstance(job_id, str) else None
             if rec is None:
-                raise RequestError(f"no job {job_id!r}")
+                raise RequestError(f"no job {job_id!r}", s.ErrorCode.NOT_FOUND)
             job = LiveJob.from_record(rec)
         return job
 
