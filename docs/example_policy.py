@@ -13,7 +13,7 @@ from typing import ClassVar, Sequence
 
 from sortedcontainers import SortedList
 
-from tfgshare.policies.base import Action, ClusterSnapshot, JobView, Start
+from tfgshare.policies.base import Action, ClusterSnapshot, JobView, Policy, Start
 from tfgshare.policies.freemap import FreeMap
 from tfgshare.policies.memo import Memo
 from tfgshare.policies.placement import fraction_for, to_fragments
@@ -35,7 +35,7 @@ class FewestStepsMemo(Memo):
 
 
 @dataclass
-class FewestSteps:
+class FewestSteps(Policy):
     name: ClassVar[str] = "fewest-steps"
     tick_s: ClassVar[float | None] = None   # decisions change only at arrivals and ends
     share: float = 0.45                     # fraction of a GPU given to a job

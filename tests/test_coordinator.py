@@ -9,6 +9,7 @@ import pytest
 from coordinator_fakes import CoordinatorThread, FakeAgent
 from tfgshare import schema as s
 from tfgshare.client.api import Client, Refused
+from tfgshare.policies.base import Policy
 from tfgshare.policies.registry import POLICY_NAMES, get_policy
 
 SHARING_POLICY = "fgs" if "fgs" in POLICY_NAMES else "gandiva"
@@ -449,7 +450,7 @@ def test_bad_coordinator_flags_and_state_file_are_named(tmp_path, capsys):
 
 
 def test_a_failing_policy_does_not_stop_the_coordinator(tmp_path, agents):
-    class Broken:
+    class Broken(Policy):
         name = "broken"
 
         def decide(self, now, cluster, jobs):
@@ -506,7 +507,7 @@ def test_malformed_runner_event_is_refused_and_the_job_keeps_running(make, agent
 def test_requests_are_answered_while_a_slow_policy_decides(tmp_path, agents):
     import threading
 
-    class Slow:
+    class Slow(Policy):
         name = "slow"
         deciding = threading.Event()
 

@@ -20,7 +20,7 @@ from tfgshare.coordinator.cluster import LiveJob
 from tfgshare.coordinator.exporter import job_record, run_report
 from tfgshare.coordinator.server import Coordinator, CoordinatorConfig
 from tfgshare.metrics import JobRecord, Timeline, compute_report
-from tfgshare.policies.base import Fragment, JobState, Start, Suspend
+from tfgshare.policies.base import Fragment, JobState, Policy, Start, Suspend
 from tfgshare.sim.cluster import load_cluster
 from tfgshare.sim.config import SimConfig
 from tfgshare.sim.engine import simulate
@@ -45,7 +45,7 @@ A_STEPS, B_STEPS, B_ARRIVES = 100, 10, 50.0
 DEVICE_READ = UTIL               # what the agent's telemetry reads while a job trains alone
 
 
-class Script:
+class Script(Policy):
     """The same decisions on both sides, from the job states alone."""
 
     name = "script"

@@ -9,7 +9,7 @@ import pytest
 from coordinator_fakes import CoordinatorThread
 from tfgshare import schema as s
 from tfgshare.client.api import Client, Refused
-from tfgshare.policies.base import Fragment, Migrate, Start
+from tfgshare.policies.base import Fragment, Migrate, Policy, Start
 from tfgshare.policies.registry import get_policy
 from test_coordinator import agents, make, spec  # noqa: F401 (fixtures)
 
@@ -240,7 +240,7 @@ def test_a_late_exit_of_the_old_gang_does_not_touch_the_migrated_one(make, agent
     assert ct.coord.gangs[jid].attempt == new["a"].attempt
 
 
-class Scripted:
+class Scripted(Policy):
     """A policy that plans what the test gives it, once each."""
 
     name = "scripted"

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from philly.jobs import TraceJob
+from tfgshare.policies.base import Policy
 from tfgshare.policies.registry import get_policy
 from tfgshare.sim.cluster import load_cluster
 from tfgshare.sim.config import SimConfig
@@ -73,7 +74,7 @@ def test_every_job_finishes_fewest_steps_first_and_two_to_a_gpu(toy):
     assert res.report.util_allocated <= 1.0
 
 
-class FreshMemo:
+class FreshMemo(Policy):
     """The example without ``new_memo``: every round then decides from a fresh memo."""
 
     name = "fewest-steps (fresh memo)"

@@ -17,7 +17,7 @@ from tfgshare import schema as s
 from tfgshare.client.api import Client
 from tfgshare.coordinator.cluster import LiveJob
 from tfgshare.policies import movecost
-from tfgshare.policies.base import Fragment, JobState, Start, Suspend
+from tfgshare.policies.base import Fragment, JobState, Policy, Start, Suspend
 from tfgshare.policies.builders import make_cluster, make_job
 from tfgshare.policies.registry import get_policy
 from tfgshare.schema import JobSpec
@@ -101,7 +101,7 @@ models:
 SAVE = 1e6 * 8 / 2**20 / 250.0
 
 
-class Script:
+class Script(Policy):
     """A test policy: sample ``a``, run it, suspend it when ``b`` arrives, resume it."""
 
     name = "script"

@@ -103,7 +103,7 @@ def test_validate_catches_overcommit():
     c = make_cluster(1, 1)
     jobs = [make_job("r", on={"n0:0": 0.6}), make_job("q")]
     errs = validate([Start("q", (Fragment("n0:0", 0.4),))], c, jobs)
-    assert len(errs) == 1 and "n0:0 overcommitted" in errs[0] and "q" in errs[0]
+    assert len(errs) == 1 and "does not fit on n0:0" in errs[0] and "Start q" in errs[0]
 
 
 def test_validate_catches_duplicates_and_bad_states():
@@ -118,7 +118,7 @@ def test_validate_catches_duplicates_and_bad_states():
     assert "more than one action" in text
     assert "Start r: job is running, not waiting" in text
     assert "busy (sampling)" in text
-    assert "unknown job 'zz'" in text
+    assert "unknown or finished job 'zz'" in text
     errs = validate([Start("q", (f0, Fragment("n9:0", 0.3)))], c, jobs)
     assert any("unknown GPU 'n9:0'" in e for e in errs)
     errs = validate([Start("q", (f0,))], c, jobs)

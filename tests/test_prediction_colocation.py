@@ -14,7 +14,7 @@ import pytest
 
 from philly.jobs import TraceJob
 from tfgshare import schema as s
-from tfgshare.policies.base import Fragment, JobState, Start
+from tfgshare.policies.base import Fragment, JobState, Policy, Start
 from tfgshare.policies.prediction import (ColocationForecast, outside_slowdown,
                                           predict_remaining_s, run_time_s, sharing_factor,
                                           solo_step_s, work_ahead_s)
@@ -150,7 +150,7 @@ def test_simulated_burst_is_predicted_within_20_percent(tmp_path):
     assert max(errors) < 0.6
 
 
-class BesideScript:
+class BesideScript(Policy):
     """j1 samples, then runs on a third of the GPU; j2 samples beside it."""
 
     name = "beside"

@@ -18,7 +18,7 @@ import pytest
 
 from tfgshare import schema as s
 from tfgshare.coordinator.server import Coordinator, CoordinatorConfig
-from tfgshare.policies.base import Fragment, JobState, Start
+from tfgshare.policies.base import Fragment, JobState, Policy, Start
 from tfgshare.policies.fgs import Fgs
 from tfgshare.policies.fifo import Fifo
 from tfgshare.policies.prediction import (ColocationForecast, packed_tenants,
@@ -81,7 +81,7 @@ def test_remaining_s_runs_the_rest_at_the_placed_co_location():
         pytest.approx(3.0 + shared + (300 - shared / 0.4) * 0.2 * 1.4)
 
 
-class SampleTwo:
+class SampleTwo(Policy):
     """Samples j1 and j2 at once, one on each virtual GPU of the node; j3 waits."""
 
     name = "sample-two"

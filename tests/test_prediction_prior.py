@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from tfgshare import schema as s
-from tfgshare.policies.base import Fragment, JobState, Start
+from tfgshare.policies.base import Fragment, JobState, Policy, Start
 from tfgshare.policies.prediction import ColocationForecast, expected_sharing
 
 from test_prediction_colocation import LENET_100, SAMPLE_FIELDS, send_progress
@@ -62,7 +62,7 @@ def test_a_resume_is_predicted_at_the_measured_resumes():
     assert f.restart_s("vgg_16", 9.0) == pytest.approx(9.0)
 
 
-class PromoteScript:
+class PromoteScript(Policy):
     """j1 samples alone; every other job waits queued; a sampled job would be
     promoted at once (fgs's promotion bound, here 0)."""
 
@@ -130,7 +130,7 @@ def test_live_first_job_of_a_burst_is_predicted_beside_the_sampling_runs(tmp_pat
         4.0 + shared + (90 - shared / 1.5) * 0.5 * after)
 
 
-class ResumeScript:
+class ResumeScript(Policy):
     """j1 samples, then resumes; j2 samples beside it."""
 
     name = "resume"

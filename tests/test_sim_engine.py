@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from philly.jobs import TraceJob
-from tfgshare.policies.base import Fragment, JobState, Migrate, Start, Suspend
+from tfgshare.policies.base import Fragment, JobState, Migrate, Policy, Start, Suspend
 from tfgshare.policies.registry import get_policy
 from tfgshare.sim.cluster import load_cluster
 from tfgshare.sim.colocation import Colocation
@@ -40,7 +40,7 @@ def job(id, submit, steps, gpus=1, batch=1):
                     total_steps=steps)
 
 
-class Script:
+class Script(Policy):
     """A test policy: ``fn(now, jobs_by_id)`` returns the actions; it records every view."""
 
     name = "script"

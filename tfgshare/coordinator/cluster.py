@@ -14,15 +14,17 @@ import dataclasses
 import functools
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from tfgshare.metrics import JobAccount
 from tfgshare.policies.base import (GPU, Action, ClusterSnapshot, Fragment, JobState, JobView,
-                                    Migrate, SampleRecord, Start, Suspend)
+                                    SampleRecord)
 from tfgshare.policies.jobset import JobSet
 from tfgshare.policies.movecost import move_cost_s
 from tfgshare.policies.placement import GpuUse, fits
 from tfgshare.policies.prediction import ColocationForecast, predict_remaining_s
+from tfgshare.policies.validate import (Checked, Occupancy, check_actions, fragments_problem,
+                                       touched_gpus)
 from tfgshare.schema import GpuInfo, JobSpec, plain
 
 # LiveJob fields that are saved to the database (the rest is volatile)
@@ -409,64 +411,40 @@ class Cluster:
         self._given = out
         return out
 
-    def check_actions(self, actions: Sequence[Action]) -> "Checked":
+    def check_actions(self, actions: Sequence[Action]) -> Checked:
         """Which actions can be carried out now, which must wait, and why the others cannot.
 
-        The rule is the policy's (``placement.fits``) on the cluster as the
-        coordinator holds it: a suspended or migrating job keeps its memory
-        until its runner exits, a migration target and a start in flight are
-        reserved, and a job across nodes needs each node's gang address and
-        ports. A start onto room that a suspend or migration in this list (or in
-        flight) will free is deferred: its fragments are reserved and it starts
-        once they are free.
+        The policies' one check (``policies.validate.check_actions``) on the
+        cluster as the coordinator holds it now (``occupancy``). A start onto
+        room that a suspend or migration in this list (or in flight) will free is
+        deferred: its fragments are reserved and it starts once they are free.
         """
-        use: dict[str, GpuUse] = {}
-        freeing: dict[str, GpuUse] = {}
-        out = Checked()
-        seen: set[str] = set()
-        for a in actions:
-            reason, why = self._why_not(a, use, freeing, seen)
-            if reason == "later" and isinstance(a, Start):
-                out.deferred.append(a)
-            elif reason == "later" and isinstance(a, Migrate):
-                out.ok.append(a)    # the migration completes once the target frees
-            elif reason:
-                out.refused.append((a, reason, f"{type(a).__name__} {a.job}: {why}"))
-                continue
-            else:
-                out.ok.append(a)
-            seen.add(a.job)
-            for f in getattr(a, "fragments", ()):
-                u = use[f.gpu]
-                u.used += f.fraction
-                u.tenants += 1
-            if isinstance(a, (Suspend, Migrate)):
-                for f in self.active[a.job].fragments:
-                    u = freeing.setdefault(f.gpu, GpuUse())
-                    u.used += f.fraction
-                    u.tenants += 1
-        return out
+        jobs = {a.job: j.view() for a in actions if (j := self.active.get(a.job)) is not None}
+        return check_actions(actions, self.snapshot(), jobs,
+                             self.occupancy(touched_gpus(actions), jobs))
 
-    def _why_not(self, a: Action, use: dict[str, GpuUse], freeing: dict[str, GpuUse],
-                 seen: set[str]) -> tuple[str, str]:
-        """("", "") if ``a`` can be done now, ("later", why) once moves in flight
-        free its room, else (reason key, why not)."""
-        job = self.active.get(a.job)
-        if job is None:
-            return "unknown_job", "no such active job"
-        if a.job in seen:
-            return "duplicate", "more than one action for this job"
-        if job.unknown:
-            return "not_adopted", "job not re-adopted yet"
-        if isinstance(a, Start):
-            if not job.state.waiting or job.pinned or job.reserved is not None:
-                return "not_waiting", f"job is {job.display_state}, not waiting"
-        elif job.state is not JobState.RUNNING or job.cancel_requested \
-                or job.migrate_to is not None:
-            return "not_running", f"job is {job.display_state}, not running"
-        if isinstance(a, Suspend):
-            return "", ""
-        return self._placement_problem(job, a.fragments, isinstance(a, Migrate), use, freeing)
+    def occupancy(self, gpus: Iterable[str], jobs: Iterable[str] = ()) -> Occupancy:
+        """What these GPUs hold now, with the moves in flight, and which of these jobs
+        the policy may not act on though their views allow it (the check's data).
+
+        A suspended or migrating job keeps its memory until its runner exits; a
+        migration target and a start in flight are reserved.
+        """
+        held, exiting = {}, {}
+        for gid in gpus:
+            held[gid] = self._gpu_use(gid)
+            for j in self.tenants.get(gid, {}).values():
+                if j.state is JobState.SUSPENDING:   # in flight: its runner is exiting
+                    for f in j.fragments:
+                        if f.gpu == gid:
+                            u = exiting.setdefault(gid, GpuUse())
+                            u.used += f.fraction
+                            u.tenants += 1
+        live = [self.active[jid] for jid in jobs if jid in self.active]
+        return Occupancy(held, exiting,
+                         unadopted=frozenset(j.id for j in live if j.unknown),
+                         pinned=frozenset(j.id for j in live if j.pinned),
+                         shown={j.id: j.display_state for j in live})
 
     def placement_problem(self, job: LiveJob, frags: Sequence[Fragment],
                           migrate: bool) -> tuple[str, str]:
@@ -474,56 +452,9 @@ class Cluster:
         by the rule ``check_actions`` applies to the policy's actions: ("", "") if
         it can, ("later", why) once moves in flight free the room, else (reason
         key, why not)."""
-        return self._placement_problem(job, frags, migrate, {}, {})
-
-    def _placement_problem(self, job: LiveJob, frags: Sequence[Fragment], migrate: bool,
-                           use: dict[str, GpuUse], freeing: dict[str, GpuUse]
-                           ) -> tuple[str, str]:
-        if len(frags) != job.spec.num_gpus:
-            return "bad_fragments", f"{len(frags)} fragments for a {job.spec.num_gpus}-GPU job"
-        gpus = [f.gpu for f in frags]
-        if len(set(gpus)) != len(gpus):
-            return "bad_fragments", f"two fragments on one GPU {gpus}"
-        if migrate and set(gpus) & {f.gpu for f in job.fragments}:
-            return "bad_fragments", "a migration target is a GPU it already holds"
-        try:
-            nodes = {split_gpu_id(g)[0] for g in gpus}
-        except ValueError as exc:
-            return "bad_fragments", str(exc)
-        if len(nodes) > 1:   # a gang: one runner per node (coordinator.gangs)
-            closed = sorted(n for n in nodes if n in self.nodes and
-                            not (self.nodes[n].address and self.nodes[n].ports))
-            if closed:
-                return "spans_nodes", (f"placement spans nodes {', '.join(sorted(nodes))} but "
-                                       f"{', '.join(closed)} offers no gang address and ports")
-        later = False
-        for f in frags:
-            info = self.gpu(f.gpu)
-            if info is None:
-                return "gpu_down", f"GPU {f.gpu} is not up"
-            if not 0.0 < f.fraction <= 1.0:
-                return "bad_fragments", f"fraction {f.fraction} on {f.gpu} is outside (0, 1]"
-            if f.gpu not in use:
-                use[f.gpu] = self._gpu_use(f.gpu)
-            gpu = GPU(f.gpu, info_node(f.gpu), 0, info.memory_mb)
-            u = use[f.gpu]
-            if fits(gpu, u, f.fraction, self.reserve_mb):
-                continue
-            planned = freeing.get(f.gpu)
-            gone = GpuUse(planned.used, planned.tenants) if planned else GpuUse()
-            for j in self.tenants.get(f.gpu, {}).values():
-                if j.state is JobState.SUSPENDING:   # in flight: its runner is exiting
-                    for x in j.fragments:
-                        if x.gpu == f.gpu:
-                            gone.used += x.fraction
-                            gone.tenants += 1
-            after = GpuUse(u.used - gone.used, u.tenants - gone.tenants)
-            if gone.tenants and fits(gpu, after, f.fraction, self.reserve_mb):
-                later = True
-                continue
-            return "no_room", (f"fraction {f.fraction:.3f} does not fit on {f.gpu} "
-                               f"({u.tenants} tenants hold {u.used:.3f})")
-        return ("later", "its room frees when a move in flight ends") if later else ("", "")
+        frags = tuple(frags)
+        return fragments_problem(job.view(), frags, migrate, self.snapshot(),
+                                 self.occupancy({f.gpu for f in frags}))
 
     def _gpu_use(self, gpu_id: str, skip: str | None = None) -> GpuUse:
         """What the tenants, migration targets and starts in flight hold on one GPU now."""
@@ -563,12 +494,3 @@ class Cluster:
             return False
         gpu = GPU(gpu_id, info_node(gpu_id), 0, info.memory_mb)
         return fits(gpu, self._gpu_use(gpu_id, skip), fraction, self.reserve_mb)
-
-
-@dataclass
-class Checked:
-    """A list of actions sorted by ``Cluster.check_actions``."""
-
-    ok: list[Action] = field(default_factory=list)        # carry out now
-    deferred: list[Start] = field(default_factory=list)   # reserve; start once room frees
-    refused: list[tuple[Action, str, str]] = field(default_factory=list)  # (action, reason, text)

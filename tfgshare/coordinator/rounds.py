@@ -1,4 +1,15 @@
-"""Scheduling rounds: snapshot the cluster, ask the policy, carry out what still holds."""
+"""Scheduling rounds: snapshot the cluster, ask the policy, carry out what still holds.
+
+A round runs after any event that can change a decision and at least every
+``--tick`` (1 s by default: ``Coordinator.tick`` marks one due), spaced by its
+own length under a stream of events. So the policy's ``tick_s`` and ``wake_at``
+are not read here: a timed event of the policy (a demotion, a promotion, a
+minimum run ending) is met by the next round, at most one tick late, which the
+rounds' own spacing already allows; the simulator, which has no such tick,
+calls a policy with ``tick_s`` None at its ``wake_at`` instead. The actions are
+checked by the policies' one check (``policies.validate.check_actions``) on the
+cluster with its moves in flight (``Cluster.check_actions``).
+"""
 
 from __future__ import annotations
 
@@ -40,8 +51,7 @@ class Rounds:
             else:
                 plan.actions = self.policy.decide(plan.now, plan.snapshot, list(plan.views))
         except Exception:   # a policy bug must not take the cluster down
-            log.exception("policy %s failed; no actions this round",
-                          getattr(self.policy, "name", "?"))
+            log.exception("policy %s failed; no actions this round", self.policy.name)
         plan.decided = time.perf_counter()
         plan.decide_s = plan.decided - t1
         plan.decide_cpu_s = time.thread_time() - c1
@@ -58,7 +68,7 @@ class Rounds:
         now = self.clock()
         self._start_reserved(now)
         checked = self.cluster.check_actions(plan.actions)
-        name = getattr(self.policy, "name", "?")
+        name = self.policy.name
         for action, reason, text in checked.refused:
             self._refuse(action, reason, text, now)
         actions = checked.ok
@@ -96,7 +106,7 @@ class Rounds:
 
     def _refuse(self, action, reason: str, text: str, now: float) -> None:
         """Record an action the cluster could not take: a log line, a job event, a count."""
-        name = getattr(self.policy, "name", "?")
+        name = self.policy.name
         log.warning("policy %s: refused: %s", name, text)
         self.refusals[reason] = self.refusals.get(reason, 0) + 1
         self.metrics.refused.labels(reason).inc()

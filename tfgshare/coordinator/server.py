@@ -74,9 +74,8 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, GangControl, Rounds):
             from tfgshare.policies.registry import get_policy
             policy = get_policy(config.policy, **config.policy_params)
         self.policy = policy
-        new_memo = getattr(policy, "new_memo", None)
         # what the policy carries between rounds; ours to keep, used only by the policy worker
-        self.policy_memo = new_memo() if new_memo is not None else None
+        self.policy_memo = policy.new_memo()
         self.checkpoint_root = Path(config.checkpoint_root or
                                     Path(config.state).parent / "checkpoints").absolute()
         self.heartbeat_s = config.heartbeat_s or max(0.1, config.node_timeout / 4)

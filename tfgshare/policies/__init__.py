@@ -1,6 +1,7 @@
 """Scheduling policies: pure functions of a cluster snapshot and the jobs.
 
-- ``base``: the interface (JobView, ClusterSnapshot, Start/Suspend/Migrate, Policy).
+- ``base``: the interface (JobView, ClusterSnapshot, Start/Suspend/Migrate, and Policy,
+  the base class every policy subclasses: ``new_memo``, ``wake_at``, ``tick_s`` defaults).
 - ``jobset``: ``JobSet``, the caller's job views with a change log; ``Tracker`` and
   ``Holdings``, how a memo follows it.
 - ``memo``: ``Memo``, what a policy carries between rounds (the caller owns it:
@@ -11,7 +12,9 @@
   and the cluster's layout.
 - ``freemap``: ``FreeMap``, the free room of every GPU sorted for placement
   (``best_fit``, ``gang_place``).
-- ``validate``: ``validate``, a round's actions checked against the placement rule.
+- ``validate``: ``check_actions``, the one check of a round's actions that the simulator
+  and the coordinator (its moves in flight passed as an ``Occupancy``) both apply, and
+  ``validate``, its refusals as messages.
 - ``exclusive``: whole-GPU placement for fifo, sjf and tiresias.
 - ``interference``: the predicted co-location slowdown model.
 - ``prediction``, ``queueing``: remaining time, waiting time, arrival order.

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence
+from typing import Any, ClassVar, Sequence
 
 
 class JobState(str, enum.Enum):
@@ -162,19 +162,36 @@ class Migrate:
 Action = Start | Suspend | Migrate
 
 
-class Policy(Protocol):
-    """A scheduling policy. ``decide`` is deterministic; it changes nothing but its memo.
+class Tick(enum.Enum):
+    """``Policy.tick_s``'s default: call the policy at the caller's own tick."""
 
-    Optional attributes the callers read: ``tick_s`` (how often to call it while
-    jobs wait; None: only on events and at ``wake_at(now, memo)``, the next time
-    it wants to be called even if nothing happens, or None).
+    CALLER = "caller"   # the simulator's ``SimConfig.tick_s`` (``tfgshare simulate --tick``)
+
+
+class Policy:
+    """A scheduling policy: subclass it and write ``decide``; the rest has defaults.
+
+    ``decide`` is deterministic and changes nothing but its memo. The callers
+    (the simulator and the coordinator) read the attributes and methods below
+    directly, never through ``getattr``.
     """
 
-    name: str
+    name: ClassVar[str] = "policy"
+    # how often to call it while jobs wait: seconds, None (only on events and at
+    # ``wake_at``) or Tick.CALLER (the caller's tick); the simulator reads it, the
+    # coordinator decides after every event and at least every second anyway
+    tick_s: ClassVar[float | None | Tick] = Tick.CALLER
+    acts_when_idle: ClassVar[bool] = False   # call it even when no job waits
 
     def new_memo(self) -> Any:
-        """An empty memo for this policy, owned by the caller."""
-        ...
+        """An empty memo for this policy, owned by the caller (None: it keeps none,
+        and is called with a plain list of views and no memo)."""
+        return None
+
+    def wake_at(self, now: float, memo: Any) -> float | None:
+        """The next time it wants to be called though nothing happens (None: never);
+        read when ``tick_s`` is None."""
+        return None
 
     def decide(self, now: float, cluster: ClusterSnapshot, jobs: Sequence[JobView],
                memo: Any = None) -> list[Action]:
@@ -182,4 +199,4 @@ class Policy(Protocol):
 
         ``memo``: this policy's memo from earlier calls (None: a fresh one).
         """
-        ...
+        raise NotImplementedError

@@ -46,7 +46,7 @@ from sortedcontainers import SortedList
 from tfgshare import sampling
 
 from . import movecost
-from .base import Action, ClusterSnapshot, JobState, JobView
+from .base import Action, ClusterSnapshot, JobState, JobView, Policy
 from .fgs_consolidate import ConsolidateMixin
 from .fgs_queues import FgsMemo, Rest, SizedWalk
 from .fgs_room import RoomMixin
@@ -61,7 +61,7 @@ __all__ = ["Fgs", "FgsMemo", "util_of"]
 
 
 @dataclass
-class Fgs:
+class Fgs(Policy):
     """Sampling, shortest-remaining-first with aging, best-fit fragments, suspend/migrate."""
 
     name: ClassVar[str] = "fgs"

@@ -19,7 +19,7 @@ from typing import ClassVar, Sequence
 
 from sortedcontainers import SortedList
 
-from .base import Action, ClusterSnapshot, JobView
+from .base import Action, ClusterSnapshot, JobView, Policy
 from .exclusive import IdleMap, start_exclusive
 from .memo import Memo
 from .placement import up_gpus
@@ -43,7 +43,7 @@ class FifoMemo(Memo):
 
 
 @dataclass
-class Fifo:
+class Fifo(Policy):
     """First in, first out on exclusive GPUs, with head-of-line blocking."""
 
     name: ClassVar[str] = "fifo"

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Sequence
 
-from .base import Action, ClusterSnapshot, JobView, Start
+from .base import Action, ClusterSnapshot, JobView, Policy, Start
 from .freemap import FreeMap
 from .memo import Memo, WaitQueue
 from .placement import EPS, fraction_for, to_fragments
@@ -47,7 +47,7 @@ class GandivaMemo(Memo):
 
 
 @dataclass
-class Gandiva:
+class Gandiva(Policy):
     """Greedy memory packing onto the least loaded GPU, in arrival order."""
 
     name: ClassVar[str] = "gandiva"

@@ -29,7 +29,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from .base import Action, ClusterSnapshot, Fragment, JobState, JobView, Start
+from .base import Action, ClusterSnapshot, Fragment, JobState, JobView, Policy, Start
 from .memo import Memo
 from .placement import EPS, exclusive_fraction, fraction_for, up_gpus
 from .prediction import remaining_s
@@ -87,7 +87,7 @@ class ShareMemo(Memo):
 
 
 @dataclass
-class ShareOrder:
+class ShareOrder(Policy):
     """Jobs in ``order``, each placed by the rule ``placement`` (see the module doc)."""
 
     order: str = "fifo"

@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar, Sequence
 
-from .base import Action, ClusterSnapshot, JobState, JobView
+from .base import Action, ClusterSnapshot, JobState, JobView, Policy
 from .exclusive import IdleMap, start_exclusive
 from .memo import Memo, WaitQueue
 from .placement import up_gpus
@@ -51,7 +51,7 @@ class SjfMemo(Memo):
 
 
 @dataclass
-class Sjf:
+class Sjf(Policy):
     """Shortest predicted job first on exclusive GPUs, sampling new jobs first."""
 
     name: ClassVar[str] = "sjf"

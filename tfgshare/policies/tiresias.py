@@ -49,7 +49,7 @@ from typing import Callable, ClassVar, Iterable, Sequence
 
 from sortedcontainers import SortedList
 
-from .base import Action, ClusterSnapshot, JobState, JobView, Suspend
+from .base import Action, ClusterSnapshot, JobState, JobView, Policy, Suspend
 from .exclusive import IdleMap, start_exclusive
 from .memo import Memo
 from .placement import up_gpus
@@ -124,7 +124,7 @@ class TiresiasMemo(Memo):
 
 
 @dataclass
-class Tiresias:
+class Tiresias(Policy):
     """Discretised 2D-LAS on exclusive GPUs, preemptive, queues kept as ordered lists."""
 
     name: ClassVar[str] = "tiresias"

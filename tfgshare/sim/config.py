@@ -35,7 +35,8 @@ class SimConfig:
     tick_s: float | None = 60.0          # call the policy at least this often while jobs wait
     refresh_s: float = 300.0             # running jobs report progress this often ...
     refresh_share: float = 0.10          # ... or this share of their predicted remaining time
-    check: bool = False                  # validate every action list and invariant (slow)
+    check: bool = False                  # check the invariants after every round (slow; the
+                                         # actions are always checked: policies.validate)
     startup_s: float | None = None       # every (re)start's start-up time; None: the profile's
     checkpoint_s: float | None = None    # each checkpoint save or restore; None: by bandwidth
     # the live runner's own checkpoints, each holding the job's GPUs while written: the last

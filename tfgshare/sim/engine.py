@@ -9,7 +9,10 @@ timestamp are handled together, then the policy is asked once for actions,
 given only the live jobs. A job's training progresses at
 ``1 / step_time`` steps per second where ``step_time`` is its profile's step
 time x the co-location slowdown on its most loaded GPU / that GPU's speed (x a
-penalty if its GPUs span nodes). How actions are carried out:
+penalty if its GPUs span nodes). Every action list first goes through the
+policies' one check (``policies.validate.check_actions``, which the live
+coordinator applies too); a list it refuses stops the run. How actions are
+carried out:
 
 * ``Start`` on a QUEUED job pays the model's start-up time; on a SAMPLED or
   SUSPENDED job also a checkpoint restore. ``sample_only`` runs the sampling
@@ -37,11 +40,13 @@ from typing import Callable, Iterable, Sequence
 
 from tfgshare.metrics import JobRecord, Timeline, compute_report, held_share, kernel_share
 from tfgshare.policies.base import (ClusterSnapshot, Fragment, JobState, JobView, Migrate,
-                                    Policy, SampleRecord, Start, Suspend)
+                                    Policy, SampleRecord, Start, Suspend, Tick)
 from tfgshare.policies.jobset import JobSet
 from tfgshare.policies.movecost import move_cost_s
+from tfgshare.policies.placement import GpuUse
 from tfgshare.policies.prediction import ColocationForecast, predict_remaining_s, solo_step_s
 from tfgshare.policies.queueing import WAITING
+from tfgshare.policies.validate import Occupancy, check_actions, touched_gpus
 
 from .cluster import SimCluster
 from .config import SimConfig
@@ -80,8 +85,8 @@ class Simulator:
         self.busy_until: dict[str, float] = {}
         self.jobs = admit(jobs, profiles, cluster)
         self.rng = random.Random(self.config.seed)
-        self.tick_s = getattr(policy, "tick_s", self.config.tick_s)
-        self.acts_when_idle = bool(getattr(policy, "acts_when_idle", False))
+        self.tick_s = self.config.tick_s if policy.tick_s is Tick.CALLER else policy.tick_s
+        self.acts_when_idle = policy.acts_when_idle
         self.sample_steps = int(getattr(policy, "sample_steps", self.config.sample_steps))
         self.costs = AttemptCosts(self.config, self.sample_steps)
         # measured sharing factors and sampling runs, for sampled jobs' predictions
@@ -112,8 +117,7 @@ class Simulator:
         self.live: dict[str, SimJob] = {}
         self.window = LiveWindow(n)             # what the forecast reads of the oldest live jobs
         self.views = JobSet()                   # the policy's view of each live job
-        new_memo = getattr(self.policy, "new_memo", None)
-        self.memo = new_memo() if new_memo is not None else None   # the policy's, ours to keep
+        self.memo = self.policy.new_memo()      # the policy's (None: it keeps none), ours to keep
         self.dirty: dict[SimJob, None] = {}     # live jobs whose view is out of date (ordered)
         self.heap: list = []
         self.refresh: list = []
@@ -457,39 +461,41 @@ class Simulator:
             actions = self.policy.decide(now, self.snapshot, list(views))
         self.decide_s.append(time.perf_counter() - t0)
         views.trim()   # the memo has read the changes
-        wake_at = getattr(self.policy, "wake_at", None)
-        if wake_at is not None and self.memo is not None and not self.tick_s:
-            w = wake_at(now, self.memo)
+        if self.memo is not None and not self.tick_s:
+            w = self.policy.wake_at(now, self.memo)
             self.wake = math.inf if w is None else max(w, now + 1e-6)
         if not actions:
             return False
-        if self.config.check:
-            from tfgshare.policies.validate import validate
-            errors = validate(actions, self.snapshot, views)
-            if errors:
-                raise SimulationError(f"policy {self.policy.name!r} at t={now:.1f}: "
-                                      + "; ".join(errors))
+        # the one check the coordinator also applies; room a suspend or migration in
+        # the list frees counts as free, as it frees at once here
+        checked = check_actions(actions, self.snapshot, views, self._occupancy(actions))
+        if checked.refused:
+            raise SimulationError(f"policy {self.policy.name!r} at t={now:.1f}: "
+                                  + "; ".join(text for _, _, text in checked.refused))
         self._apply(actions)
         if self.config.check:
             check_invariants(self)
         return True
 
-    def _job_for(self, action) -> SimJob:
-        job = self.live.get(action.job)
-        if job is None:
-            raise SimulationError(f"policy {self.policy.name!r} returned "
-                                  f"{type(action).__name__} for unknown or finished job "
-                                  f"{action.job!r}")
-        return job
+    def _occupancy(self, actions) -> Occupancy:
+        """What the GPUs these actions place on hold now (the check's data)."""
+        held = {}
+        for g in touched_gpus(actions):
+            u = held[g] = GpuUse()
+            for j in self.tenants.get(g, ()):
+                for f in j.fragments:
+                    if f.gpu == g:
+                        u.used += f.fraction
+                        u.tenants += 1
+        return Occupancy(held)
 
     def _apply(self, actions) -> None:
-        # suspends and migrations free their fragments before anything is placed
+        """Carry out checked actions: suspends and migrations free their fragments
+        before anything is placed."""
+        live = self.live
         for a in actions:
             if isinstance(a, (Suspend, Migrate)):
-                job = self._job_for(a)
-                if job.state is not JobState.RUNNING:
-                    raise SimulationError(f"{type(a).__name__} {job.id}: job is "
-                                          f"{job.state.value}, not running")
+                job = live[a.job]
                 self._checkpoint_out(job, suspend=isinstance(a, Suspend))
                 if isinstance(a, Suspend):
                     job.suspends += 1
@@ -497,19 +503,12 @@ class Simulator:
                     self._to_waiting(job, JobState.SUSPENDED)
         for a in actions:
             if isinstance(a, Start):
-                job = self._job_for(a)
-                if not job.state.waiting:
-                    raise SimulationError(f"Start {job.id}: job is {job.state.value}, "
-                                          "not waiting")
-                self._start(job, a.fragments, a.sample_only)
+                self._start(live[a.job], a.fragments, a.sample_only)
             elif isinstance(a, Migrate):
-                job = self.live[a.job]
+                job = live[a.job]
                 job.migrations += 1
                 job.fragments = ()
                 self._start(job, a.fragments, False, migrating=True)
-            elif not isinstance(a, Suspend):
-                raise SimulationError(f"policy {self.policy.name!r} returned an unknown "
-                                      f"action {a!r}")
 
     def _checkpoint_out(self, job: SimJob, suspend: bool) -> None:
         """Save a running job's checkpoint and free its GPUs (they stay busy while saving).
@@ -535,12 +534,6 @@ class Simulator:
     def _start(self, job: SimJob, fragments: tuple[Fragment, ...], sample_only: bool,
                migrating: bool = False) -> None:
         now = self.now
-        if len(fragments) != job.num_gpus or len({f.gpu for f in fragments}) != job.num_gpus:
-            raise SimulationError(f"Start {job.id}: needs {job.num_gpus} fragments on distinct "
-                                  f"GPUs, got {[f.gpu for f in fragments]}")
-        for f in fragments:
-            if f.gpu not in self.gpu_mem:
-                raise SimulationError(f"Start {job.id}: unknown GPU {f.gpu!r}")
         prof = job.prof
         startup, restore = self.costs.start_s(job)
         resuming = False
