@@ -669,7 +669,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--blocks", type=int, default=16)
     parser.add_argument("--steps", type=int, default=20)
     args = parser.parse_args(argv)
-    runner._import_tensorflow_quietly()
+    runner.import_tensorflow_quietly()
     import tensorflow as tf
 
     print(f"# runner benchmark: {platform.node()}, {os.cpu_count()} CPUs, "

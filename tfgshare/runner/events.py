@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Callable
@@ -40,3 +41,9 @@ class EventSink:
         if self.on_event is not None:
             self.on_event(event)
         return event
+
+
+def warn(sink: EventSink, message: str) -> None:
+    """Print ``message`` as a warning on stderr and send it as a ``warning`` event."""
+    print(f"warning: {message}", file=sys.stderr, flush=True)
+    sink.emit("warning", message=message)

@@ -8,14 +8,11 @@ with the agent (exit codes, signals, events) is in ``runner_protocol``.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import resource
 import sys
 import threading
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -23,10 +20,13 @@ from typing import Callable
 from tfgshare.runner import protocol as rp
 from tfgshare.runner.config import TrainConfig, parse_args
 from tfgshare.runner.cpu import cpu_share, cpu_times, usable_cores
-from tfgshare.runner.events import EventSink
+from tfgshare.runner.events import EventSink, warn
 from tfgshare.runner.neighbours import Neighbours
 from tfgshare.runner.stop import StopRequest, install_stop_signals
 from tfgshare.runner.timing import StepTimer
+from tfgshare.runner.tf_setup import (gpu_peak_mb, import_tensorflow_quietly, op_determinism,
+                                      peak_memory)
+from tfgshare.runner import train_dir as train_dirs
 from tfgshare.sampling import SamplePlan, plan_sampling
 
 SAMPLE_FILE = rp.SAMPLE_FILE
@@ -51,83 +51,6 @@ class TrainResult:
     devices: list[str] = field(default_factory=list)
 
 
-@contextlib.contextmanager
-def _stderr_muted():
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "wb") as devnull:
-            os.dup2(devnull.fileno(), 2)
-            yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-
-
-def _import_tensorflow_quietly() -> None:
-    """Import TensorFlow and find its devices with the C++ start-up chatter muted.
-
-    TensorFlow writes some lines (CUDA probing, CPU features) before its log level
-    applies; they are noise on a CPU node. Later messages obey TF_CPP_MIN_LOG_LEVEL.
-    """
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    for message in ("`layer.apply` is deprecated", "`tf.layers.flatten` is deprecated"):
-        warnings.filterwarnings("ignore", message=message)
-    if "tensorflow" in sys.modules:
-        return
-    with _stderr_muted():
-        import tensorflow as tf
-
-        tf.config.list_physical_devices("GPU")
-    tf.get_logger().setLevel("ERROR")
-
-
-def peak_memory(devices: list[str]) -> tuple[float, str]:
-    """Peak memory in MB: the GPU allocator's peak with GPUs, else the process's peak RSS."""
-    import tensorflow as tf
-
-    gpus = sorted({d for d in devices if d.startswith("/gpu")})
-    if gpus:
-        try:
-            peaks = [tf.config.experimental.get_memory_info(d.replace("/gpu", "GPU"))["peak"]
-                     for d in gpus]
-            return max(peaks) / 2**20, "gpu_allocator_peak"
-        except (ValueError, RuntimeError):
-            pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "process_rss_peak"
-
-
-@contextlib.contextmanager
-def _op_determinism(enabled: bool):
-    """TensorFlow op determinism on (when ``enabled``) for the block, then as it was.
-
-    Restoring matters to in-process callers: determinism makes unseeded random
-    ops raise, which would break their later TensorFlow work.
-    """
-    if not enabled:
-        yield
-        return
-    import tensorflow as tf
-
-    try:
-        from tensorflow.python.util import _pywrap_determinism as switch
-    except ImportError:  # a TensorFlow without the switch: enable and leave it on
-        switch = None
-    was_on = switch.is_enabled() if switch else True
-    env_before = os.environ.get("TF_DETERMINISTIC_OPS")
-    os.environ["TF_DETERMINISTIC_OPS"] = "1"
-    tf.config.experimental.enable_op_determinism()
-    try:
-        yield
-    finally:
-        if switch and not was_on:
-            switch.enable(False)
-            if env_before is None:
-                os.environ.pop("TF_DETERMINISTIC_OPS", None)
-            else:
-                os.environ["TF_DETERMINISTIC_OPS"] = env_before
-
-
 def train(config: TrainConfig, on_event: Callable[[dict], None] | None = None,
           stop_event: threading.Event | None = None) -> TrainResult:
     """Train ``config`` from its train_dir's latest checkpoint (or from scratch).
@@ -138,42 +61,47 @@ def train(config: TrainConfig, on_event: Callable[[dict], None] | None = None,
     CheckpointError on bad flags or an unusable checkpoint.
     """
     config.check()
-    _import_tensorflow_quietly()
+    train_dirs.refuse_unrelated(config.train_dir, config.events_file)
+    began = time.perf_counter()
+    import_tensorflow_quietly()
     stop_event = stop_event or StopRequest()
     sink = EventSink(config.events_file, on_event, config.job_id)
     Path(config.train_dir).mkdir(parents=True, exist_ok=True)
-    with _op_determinism(config.deterministic):
+    with op_determinism(config.deterministic):
         from tfgshare.runner import graph as runner_graph
 
         not_applied = runner_graph.make_devices(config)
         if not_applied:
-            _warn(sink, not_applied)
+            warn(sink, not_applied)
         if config.in_gang:
             from tfgshare.runner import replicas
             return replicas.train_member(config, sink, stop_event)
-        return _build_and_train(config, sink, stop_event)
+        return _build_and_train(config, sink, stop_event, began)
 
 
 def _build_and_train(config: TrainConfig, sink: EventSink,
-                     stop_event: threading.Event) -> TrainResult:
+                     stop_event: threading.Event, began: float) -> TrainResult:
     import tensorflow as tf
 
     from tfgshare.runner import checkpoint as ckpt
     from tfgshare.runner import graph as runner_graph
 
     start_s = _process_age_s()
+    held = train_dirs.newest_held(config)   # another model's checkpoint: refused unchanged
     ckpt.claim(config.train_dir, config.epoch)   # no older attempt may save from now on
+    if held is not None and held.step >= config.max_number_of_steps:
+        return _already_finished(config, sink, held)
     candidates = ckpt.candidates(config.train_dir)
     tick = time.perf_counter()
-    built, source = _training_graph(config, sink)
+    built, source = train_dirs.training_graph(config, sink)
     graph_s = time.perf_counter() - tick
     proto = runner_graph.session_config(config)
     with tf.compat.v1.Session(graph=built.graph, config=proto) as session:
         tick = time.perf_counter()
         # a restore sets every variable, so only a fresh start runs the initializers; it
         # starts the input stream in the same run, at the position the checkpoint holds
-        restored = _restore_newest_good(config, built, session, candidates, sink,
-                                        start_input=True)
+        restored = train_dirs.restore_newest_good(config, built, session, candidates, sink,
+                                                  start_input=True)
         restore_s = time.perf_counter() - tick if restored else 0.0
         if restored is None:
             session.run(built.init_op)
@@ -181,72 +109,32 @@ def _build_and_train(config: TrainConfig, sink: EventSink,
             step = int(session.run(built.global_step))
         else:
             step = restored.global_step
+            print(f"resuming from step {step} of {config.max_number_of_steps} "
+                  f"({restored.path})", flush=True)
         latest = restored.path if restored else None
         sink.emit("started", global_step=step, restored=latest is not None,
                   device=",".join(built.devices), memory_fraction=config.memory_fraction)
         phases = {"start_s": start_s, "graph_s": graph_s, "graph_source": source,
                   "restore_s": restore_s, "restored_from": latest}
-        return train_loop(config, built, session, sink, stop_event, step, latest, phases)
+        return train_loop(config, built, session, sink, stop_event, step, latest, phases,
+                          began)
 
 
-def _training_graph(config: TrainConfig, sink: EventSink):
-    """The job's graph, imported from its train dir when it matches, else built and exported."""
-    from tfgshare.runner import graph as runner_graph
-    from tfgshare.runner import graph_file
-
-    key = graph_file.graph_key(config, runner_graph.tower_devices(config.num_gpus))
-    built, why = graph_file.load(key, config)
-    if built is not None:
-        return built, "imported"
-    if why != "no graph file":
-        _warn(sink, f"graph file not used, rebuilding: {why}")
-    built = runner_graph.build_training_graph(config)
-    try:
-        graph_file.export(built, key, config.train_dir)
-    except OSError as exc:   # a full disk: the file only spares a resume the rebuild
-        _warn(sink, f"cannot write the graph file: {exc}; a resume rebuilds the graph")
-    return built, "built"
-
-
-def _restore_newest_good(config: TrainConfig, built, session, candidates: list[str],
-                         sink: EventSink, start_input: bool = False):
-    """Restore the newest checkpoint that reads back whole; its CheckpointInfo (with the
-    global step it holds), or None for a fresh start.
-
-    With ``start_input``, the input stream starts at the checkpoint's position in the
-    restore's own ``session.run``. A corrupt or partial checkpoint is skipped with a
-    warning (and dropped from the kept list); one written for another job, or no
-    readable one at all, is an error.
-    """
-    from tfgshare.runner import checkpoint as ckpt
+def _already_finished(config: TrainConfig, sink: EventSink, held) -> TrainResult:
+    """A run on a train dir whose checkpoint holds all its steps: say so, build nothing."""
     from tfgshare.runner import graph as runner_graph
 
-    expected = runner_graph.job_spec(config, built.image_size, built.num_classes)
-    bad: list[str] = []
-    for path in candidates:
-        try:
-            info = ckpt.inspect_checkpoint(path, expected, built.global_step.op.name)
-            built.checkpoint.restore(
-                session, path, also=[built.input_init] if start_input else [],
-                feed={built.start_example: info.input_position} if start_input else None)
-        except ckpt.CorruptCheckpointError as exc:
-            bad.append(path)
-            _warn(sink, f"{exc}; falling back to an older checkpoint")
-            continue
-        if bad:
-            kept = [p for p in reversed(candidates) if p not in bad]
-            ckpt.set_current(config.train_dir, kept, config.epoch)
-            _warn(sink, f"resuming from {path}, not the newest ({bad[0]}), which is unreadable")
-        return info
-    if bad:
-        raise rp.CheckpointError(f"no readable checkpoint in {config.train_dir}: "
-                                 f"{', '.join(bad)} are corrupt or partial")
-    return None
+    print(f"already finished: {config.train_dir} holds step {held.step} of "
+          f"{config.max_number_of_steps}; nothing to do", flush=True)
+    sink.emit("started", global_step=held.step, restored=True,
+              device=",".join(runner_graph.tower_devices(config.num_gpus)),
+              memory_fraction=config.memory_fraction)
+    sink.emit("finished", step=held.step, loss=None)
+    if EXIT_AT_FINAL_EVENT is not None:
+        EXIT_AT_FINAL_EVENT(rp.EXIT_OK)
+    return TrainResult("finished", rp.EXIT_OK, held.step, None, held.path, held.path, None)
 
 
-def _warn(sink: EventSink, message: str) -> None:
-    print(f"warning: {message}", file=sys.stderr, flush=True)
-    sink.emit("warning", message=message)
 
 
 _job_start: float | None = None   # monotonic time a warm runner was handed its job
@@ -279,13 +167,14 @@ def _default_size(model_name: str) -> int:
 
 def train_loop(config: TrainConfig, built, session, sink: EventSink,
                stop_event: threading.Event, step: int, latest: str | None,
-               phases: dict | None = None) -> TrainResult:
+               phases: dict | None = None, began: float | None = None) -> TrainResult:
     """Run ``built``'s steps in ``session`` from ``step`` until done or asked to stop.
 
     Samples, reports progress, checkpoints after the sample (on a fresh start only),
     periodically and at the end. ``latest`` is the checkpoint the session was
     restored from (None for a fresh start). ``phases``, when given, is sent as the
-    ``start_phases`` event with the first step's time added.
+    ``start_phases`` event with the first step's time added. ``began`` (perf_counter
+    time, default the loop's start) is when the run began, for its closing line.
     """
     saver = built.checkpoint
     train_dir = Path(config.train_dir)
@@ -306,6 +195,7 @@ def train_loop(config: TrainConfig, built, session, sink: EventSink,
     last_saved_path = latest
     last_save_time = time.monotonic()
     run_start = tick = time.perf_counter()
+    first_step = step
 
     def save(final: bool = False) -> None:
         """Checkpoint now. A failed periodic save (a full disk) is a warning: training goes
@@ -323,7 +213,7 @@ def train_loop(config: TrainConfig, built, session, sink: EventSink,
             step = max(step, int(session.run(built.global_step)))
 
         saved = save_patiently(lambda: saver.save(session, step), step, final,
-                               (tf.errors.OpError, OSError), lambda m: _warn(sink, m))
+                               (tf.errors.OpError, OSError), lambda m: warn(sink, m))
         if saved is None:
             last_save_time = time.monotonic()
             return
@@ -365,7 +255,7 @@ def train_loop(config: TrainConfig, built, session, sink: EventSink,
                     _write_json(train_dir / SAMPLE_FILE, {**sample, "step": step,
                                                           "job_id": config.job_id})
                 except OSError as exc:   # a full disk: the event above still carries it
-                    _warn(sink, f"cannot write {SAMPLE_FILE}: {exc}; a resume samples again")
+                    warn(sink, f"cannot write {SAMPLE_FILE}: {exc}; a resume samples again")
             # a sampling run ends with its sample; a gang's with its chief's (a member
             # counts its own steps, so it may finish its sample first: were it to leave
             # then, the chief's next step would wait for its gradients for ever). A
@@ -389,7 +279,13 @@ def train_loop(config: TrainConfig, built, session, sink: EventSink,
     stopped_at = time.monotonic()
     if last_saved_step != step:
         save(final=True)
+    took = time.perf_counter() - (run_start if began is None else began)
+    where = Path(last_saved_path).parent if last_saved_path else train_dir
     if step >= total:
+        done = f"{step - first_step} steps in {took:.1f} s"
+        if first_step:
+            done += f" (resumed at step {first_step}, now {step} of {total})"
+        print(f"finished: {done}, checkpoint in {where}", flush=True)
         sink.emit("finished", step=step, loss=loss)
         if EXIT_AT_FINAL_EVENT is not None:
             EXIT_AT_FINAL_EVENT(rp.EXIT_OK)
@@ -398,6 +294,8 @@ def train_loop(config: TrainConfig, built, session, sink: EventSink,
     requested = getattr(stop_event, "set_at", None)
     sink.emit("stop_phases", stop_wait_s=None if requested is None else stopped_at - requested,
               save_s=time.monotonic() - stopped_at)
+    print(f"suspended at step {step} of {total} after {took:.1f} s, checkpoint in {where}; "
+          "the same command resumes it", flush=True)
     sink.emit("suspended", step=step)
     if EXIT_AT_FINAL_EVENT is not None:
         EXIT_AT_FINAL_EVENT(rp.EXIT_SUSPENDED)
@@ -489,7 +387,7 @@ def _main(config: TrainConfig) -> int:
         except rp.BadInputError as exc:
             return _fail(EventSink(config.events_file, None, config.job_id),
                          f"bad input: {exc}", exc.exit_code)
-        _import_tensorflow_quietly()
+        import_tensorflow_quietly()
         from tfgshare.runner import replicas
         return replicas.serve_ps(config)
     stop_event = StopRequest()
@@ -507,29 +405,13 @@ def _main(config: TrainConfig) -> int:
     except Exception as exc:
         if type(exc).__name__ != "ResourceExhaustedError":   # TensorFlow's out of memory
             raise
-        peak = _gpu_peak_mb()
+        peak = gpu_peak_mb()
         print(f"tfgshare train: out of memory (peak {peak:.0f} MiB): {exc}".splitlines()[0],
               file=sys.stderr, flush=True)
         sink.emit("out_of_memory", peak_memory_mb=peak, limit_mb=None,
                   message=str(exc).splitlines()[0][:500])
         return rp.EXIT_OUT_OF_MEMORY
     return result.exit_code
-
-
-def _gpu_peak_mb() -> float:
-    """The peak MiB TensorFlow's allocator reached on the visible GPUs (else peak RSS)."""
-    import tensorflow as tf
-
-    peak = 0.0
-    for i, _ in enumerate(tf.config.list_logical_devices("GPU")):
-        try:
-            info = tf.config.experimental.get_memory_info(f"GPU:{i}")
-        except (ValueError, RuntimeError):
-            continue
-        peak = max(peak, info["peak"] / 2**20)
-    if peak == 0.0:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return peak
 
 
 def _fail(sink: EventSink, message: str, code: int) -> int:

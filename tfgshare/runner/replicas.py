@@ -99,6 +99,7 @@ def train_member(config: TrainConfig, sink: EventSink, stop_event: threading.Eve
     from tfgshare.runner import checkpoint as ckpt
     from tfgshare.runner import graph as runner_graph
     from tfgshare.runner import main as runner_main
+    from tfgshare.runner.train_dir import restore_newest_good
 
     start_s = runner_main._process_age_s()
     cluster, proto = cluster_spec(config), _session_config(config)
@@ -119,7 +120,7 @@ def train_member(config: TrainConfig, sink: EventSink, stop_event: threading.Eve
     tick = time.perf_counter()
     latest = None
     if config.is_chief:
-        restored = runner_main._restore_newest_good(config, built, session, candidates, sink)
+        restored = restore_newest_good(config, built, session, candidates, sink)
         latest = restored.path if restored else None
         if latest is None:
             session.run(built.init_op)

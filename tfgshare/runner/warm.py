@@ -22,6 +22,7 @@ import time
 
 from tfgshare.runner import main as runner_main
 from tfgshare.runner import protocol as rp
+from tfgshare.runner.tf_setup import stderr_muted
 
 READY = rp.WARM_READY
 
@@ -29,7 +30,7 @@ READY = rp.WARM_READY
 def preload() -> None:
     """Import what every job needs, with the import chatter muted, touching no device."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    with runner_main._stderr_muted():
+    with stderr_muted():
         import tensorflow as tf  # noqa: F401
         import tf_slim  # noqa: F401
 
@@ -60,7 +61,7 @@ def serve(stdin=None) -> int:
         _redirect_output(log)
     import tensorflow as tf
 
-    with runner_main._stderr_muted():   # the first device use: CUDA starts here
+    with stderr_muted():   # the first device use: CUDA starts here
         tf.config.list_physical_devices("GPU")
     return runner_main.main(argv)
 
