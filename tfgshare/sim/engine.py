@@ -9,10 +9,8 @@ timestamp are handled together, then the policy is asked once for actions,
 given only the live jobs. A job's training progresses at
 ``1 / step_time`` steps per second where ``step_time`` is its profile's step
 time x the co-location slowdown on its most loaded GPU / that GPU's speed (x a
-penalty if its GPUs span nodes). Every action list first goes through the
-policies' one check (``policies.validate.check_actions``, which the live
-coordinator applies too); a list it refuses stops the run. How actions are
-carried out:
+penalty if its GPUs span nodes). Each action list passes the check the live
+coordinator applies too (``policies.validate``; ``decide``), then is carried out:
 
 * ``Start`` on a QUEUED job pays the model's start-up time; on a SAMPLED or
   SUSPENDED job also a checkpoint restore. ``sample_only`` runs the sampling
@@ -39,20 +37,17 @@ from array import array
 from typing import Callable, Iterable, Sequence
 
 from tfgshare.metrics import JobRecord, Timeline, compute_report, held_share, kernel_share
-from tfgshare.policies.base import (ClusterSnapshot, Fragment, JobState, JobView, Migrate,
-                                    Policy, SampleRecord, Start, Suspend, Tick)
+from tfgshare.policies.base import (ClusterSnapshot, Fragment, JobState, Migrate, Policy,
+                                    SampleRecord, Start, Suspend, Tick)
 from tfgshare.policies.jobset import JobSet
-from tfgshare.policies.movecost import move_cost_s
-from tfgshare.policies.placement import GpuUse
 from tfgshare.policies.prediction import ColocationForecast, predict_remaining_s, solo_step_s
 from tfgshare.policies.queueing import WAITING
-from tfgshare.policies.validate import Occupancy, check_actions, touched_gpus
 
 from .cluster import SimCluster
 from .config import SimConfig
 from .costs import AttemptCosts
+from .decide import decide
 from .forecast import forecast_step_s, sharing_beside
-from .invariants import check_invariants
 from .job import SimJob, SimResult, SimulationError, admit
 from .live_window import LiveWindow
 from .profiles import Profiles
@@ -164,7 +159,7 @@ class Simulator:
                     self._set_contrib([job])
             if changed and (self.n_waiting or self.acts_when_idle or woke):
                 rounds += 1
-                acted = self._decide()
+                acted = decide(self)
                 if self.tick_s:
                     next_tick = t + self.tick_s
                 if not acted and self.n_holding == 0 and i == n and self.n_waiting:
@@ -219,7 +214,7 @@ class Simulator:
         cfg = self.config
         measured = self.noisy(self.step_s(job))
         peak = job.prof.memory_mb * (1.0 + abs(self.rng.gauss(0.0, cfg.memory_noise)))
-        self._measure_start(job)
+        self.measure_start(job)
         # how much the running jobs beside it were slowed meanwhile, as they report
         sharing = sharing_beside(self, job)
         self.forecast.note_sharing(sharing)
@@ -272,7 +267,7 @@ class Simulator:
         """A measurement of ``value`` with the configured relative noise."""
         return value * max(0.5, 1.0 + self.rng.gauss(0.0, self.config.step_noise))
 
-    def _measure_start(self, job: SimJob) -> None:
+    def measure_start(self, job: SimJob) -> None:
         """Measure what the job's current start cost, once (as the live coordinator does)."""
         if not job.start_measured:
             job.restart_s = self.noisy(job.start_cost_s)
@@ -293,7 +288,7 @@ class Simulator:
                 return 1.0 + self.config.cross_node_slowdown
         return 1.0
 
-    def _settle(self, job: SimJob) -> None:
+    def settle(self, job: SimJob) -> None:
         """Bring ``job.steps`` up to now at its current rate."""
         now = self.now
         start = job.t_prog if job.t_prog > job.stall_until else job.stall_until
@@ -345,7 +340,7 @@ class Simulator:
         self._set_contrib(affected.values(), extra_gpus=gpus)
 
     def _rerate(self, job: SimJob) -> None:
-        self._settle(job)
+        self.settle(job)
         worst = 1.0
         for f in job.fragments:
             g = f.gpu
@@ -402,96 +397,10 @@ class Simulator:
         if not self.eff:
             self.eff_total = 0.0
 
-    # ---- the policy --------------------------------------------------------
+    # ---- the policy's actions (its round: ``decide.decide``) -----------------
 
-    def view(self, job: SimJob) -> JobView:
-        """The policy's view of a job, its progress brought up to now."""
-        holds = job.state.holds_gpu
-        if holds:
-            # running jobs report progress: their view is rebuilt when it is due
-            job.view_version += 1
-            cfg = self.config
-            self._settle(job)
-            # what the job reports: its current step time, measured (with noise), and
-            # the measured cost of its start once it is past it; never the true values
-            if self.now >= job.stall_until:
-                self._measure_start(job)
-                job.measured_step_s = self.noisy(self.step_s(job))
-                restarts = 0
-            else:
-                restarts = 1   # still starting: as if waiting to start
-            left = None if job.measured_step_s is None else predict_remaining_s(
-                job.total_steps - job.steps, job.measured_step_s, restarts,
-                job.restart_s or 0.0)
-            attained = job.run_until(self.now) * job.num_gpus
-            due = self.now + max(cfg.refresh_s, cfg.refresh_share * (left or 0.0))
-            self.seq += 1
-            heapq.heappush(self.refresh, (due, self.seq, job, job.view_version))
-        else:
-            step = job.measured_step_s
-            left = None if step is None else predict_remaining_s(
-                job.total_steps - job.steps, step, 1, job.restart_s or 0.0)
-            attained = job.run_time_s * job.num_gpus
-        return JobView(
-            id=job.id, submit_time=job.submit_time, num_gpus=job.num_gpus, state=job.state,
-            model=job.model, total_steps=job.total_steps, steps_done=int(job.steps + EPS),
-            sample=job.sample, predicted_remaining_s=left, fragments=job.fragments,
-            attained_service_s=attained, attained_at=self.now if holds else None,
-            last_start=job.last_start, waited_s=job.waited_s,
-            last_wait_start=job.last_wait_start, suspends=job.suspends,
-            min_memory_mb=job.min_memory_mb, move_cost_s=move_cost_s(job.restart_s, job.save_s),
-            requested_fraction=job.requested_fraction, gpu_types=job.gpu_types)
-
-    def _decide(self) -> bool:
-        now = self.now
-        refresh = self.refresh
-        while refresh and refresh[0][0] <= now:
-            _, _, job, version = heapq.heappop(refresh)
-            if version == job.view_version and job.state.holds_gpu:
-                self.dirty[job] = None
-        views = self.views
-        if self.dirty:
-            for job in self.dirty:
-                views.put(self.view(job))
-            self.dirty.clear()
-        t0 = time.perf_counter()
-        if self.memo is not None:
-            actions = self.policy.decide(now, self.snapshot, views, self.memo)
-        else:
-            actions = self.policy.decide(now, self.snapshot, list(views))
-        self.decide_s.append(time.perf_counter() - t0)
-        views.trim()   # the memo has read the changes
-        if self.memo is not None and not self.tick_s:
-            w = self.policy.wake_at(now, self.memo)
-            self.wake = math.inf if w is None else max(w, now + 1e-6)
-        if not actions:
-            return False
-        # the one check the coordinator also applies; room a suspend or migration in
-        # the list frees counts as free, as it frees at once here
-        checked = check_actions(actions, self.snapshot, views, self._occupancy(actions))
-        if checked.refused:
-            raise SimulationError(f"policy {self.policy.name!r} at t={now:.1f}: "
-                                  + "; ".join(text for _, _, text in checked.refused))
-        self._apply(actions)
-        if self.config.check:
-            check_invariants(self)
-        return True
-
-    def _occupancy(self, actions) -> Occupancy:
-        """What the GPUs these actions place on hold now (the check's data)."""
-        held = {}
-        for g in touched_gpus(actions):
-            u = held[g] = GpuUse()
-            for j in self.tenants.get(g, ()):
-                for f in j.fragments:
-                    if f.gpu == g:
-                        u.used += f.fraction
-                        u.tenants += 1
-        return Occupancy(held)
-
-    def _apply(self, actions) -> None:
-        """Carry out checked actions: suspends and migrations free their fragments
-        before anything is placed."""
+    def apply(self, actions) -> None:
+        """Carry out checked actions; suspends and migrations free their GPUs first."""
         live = self.live
         for a in actions:
             if isinstance(a, (Suspend, Migrate)):
@@ -516,7 +425,7 @@ class Simulator:
         The move starts now: a suspend's ends when the save is done; a
         migration's when the job trains again on its new fragments.
         """
-        self._settle(job)
+        self.settle(job)
         save = self.costs.checkpoint_s(job.prof)
         job.save_s = save
         done = self.now + save

@@ -12,6 +12,7 @@ from tfgshare.policies.base import JobState
 from tfgshare.policies.prediction import (AHEAD_SCAN, gpu_overhead, promotion_in,
                                           sharing_factor, work_ahead_s)
 
+from .decide import job_view
 from .job import SimJob
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ def forecast_step_s(sim: "Simulator", job: SimJob, restart: float) -> float:
     after = after_sampling(sim, job, steps * solo + restart)
     total = sim.forecast.remaining_s(steps, solo, restart, sim.unsampled,
                                       sim.cluster.num_gpus,
-                                      promotion_in(sim.policy, sim.view(job), sim.now),
+                                      promotion_in(sim.policy, job_view(sim, job), sim.now),
                                       ahead, prior, after)
     return max(0.0, total - restart) / steps
 
