@@ -12,7 +12,8 @@ from tfgshare.policies.builders import make_cluster, make_job
 from tfgshare.policies.registry import POLICY_NAMES, get_policy
 from tfgshare.policies.freemap import FreeMap, best_fit, gang_place
 from tfgshare.policies.placement import exclusive_fraction, fraction_for, free_fraction, usage
-from tfgshare.policies.validate import validate
+from tfgshare.policies.placement import GpuUse
+from tfgshare.policies.validate import Occupancy, check_actions, validate
 
 R = 300.0 / 16000  # one context reserve as a fraction of a 16 GB GPU
 
@@ -123,6 +124,39 @@ def test_validate_catches_duplicates_and_bad_states():
     assert any("unknown GPU 'n9:0'" in e for e in errs)
     errs = validate([Start("q", (f0,))], c, jobs)
     assert any("1 fragments for a 2-GPU job" in e for e in errs)
+
+
+def test_one_check_takes_the_callers_moves_in_flight_as_data():
+    # the coordinator's view: "r" (0.6 on n0:0) has been asked to stop and its runner is
+    # exiting; "u" waits to be re-adopted after a restart; "h" waits, held by its user
+    c = make_cluster(1, 2)
+    jobs = {j.id: j for j in [make_job("r", state=JobState.SUSPENDING, on={"n0:0": 0.6}),
+                              make_job("q"), make_job("u", on={"n0:1": 0.2}), make_job("h")]}
+    whole = Fragment("n0:0", 0.9)
+    held = {"n0:0": GpuUse(0.6, 1), "n0:1": GpuUse(0.2, 1)}
+    live = Occupancy(held, exiting={"n0:0": GpuUse(0.6, 1)}, unadopted=frozenset({"u"}),
+                     pinned=frozenset({"h"}), shown={"r": "cancelling"})
+    out = check_actions([Start("q", (whole,)), Suspend("u"), Start("h", (Fragment("n0:1", 0.1),)),
+                         Suspend("r")], c, jobs, live)
+    assert out.deferred == [Start("q", (whole,))] and out.ok == []   # once r's runner exits
+    assert [(a.job, reason) for a, reason, _ in out.refused] == [
+        ("u", "not_adopted"), ("h", "not_waiting"), ("r", "not_running")]
+    assert "job is busy (cancelling), not running" in out.refused[2][2]
+    # without the runner exiting (the simulator's data), the start has no room at all
+    out = check_actions([Start("q", (whole,))], c, jobs, Occupancy(held))
+    assert [reason for _, reason, _ in out.refused] == ["no_room"]
+
+
+def test_a_move_frees_its_room_for_the_whole_list():
+    # fgs may list a migration before the move that clears its target
+    c = make_cluster(1, 2)
+    jobs = [make_job("a", on={"n0:0": 0.5}), make_job("b", on={"n0:1": 0.9})]
+    acts = [Migrate("a", (Fragment("n0:1", 0.5),)), Migrate("b", (Fragment("n0:0", 0.9),))]
+    assert validate(acts, c, jobs) == []
+    acts = [Migrate("a", (Fragment("n0:1", 0.5),))]   # nothing frees n0:1
+    assert any("does not fit on n0:1" in e for e in validate(acts, c, jobs))
+    acts = [Migrate("a", (Fragment("n0:0", 0.2),))]
+    assert any("a GPU it already holds" in e for e in validate(acts, c, jobs))
 
 
 def test_validate_checks_cotenant_cap_and_down_nodes():

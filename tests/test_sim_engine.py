@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from philly.jobs import TraceJob
-from tfgshare.policies.base import Fragment, JobState, Migrate, Policy, Start, Suspend
+from tfgshare.policies.base import Fragment, JobState, Migrate, Policy, Start, Suspend, Tick
 from tfgshare.policies.registry import get_policy
 from tfgshare.sim.cluster import load_cluster
 from tfgshare.sim.colocation import Colocation
 from tfgshare.sim.config import SimConfig
-from tfgshare.sim.engine import SimulationError, simulate
+from tfgshare.sim.engine import SimulationError, Simulator, simulate
 from tfgshare.sim.profiles import load_profiles
 
 # One model: 1 s per step, 10 s start-up, 1000 MB, checkpoint 1e6 * 4 B * 2 = 7.63 MiB.
@@ -230,6 +230,20 @@ def test_undersized_fragment_fails_start_and_the_job_learns_the_peak_it_reached(
 def test_policy_that_never_starts_a_job_is_reported(toy):
     with pytest.raises(SimulationError, match="cannot finish"):
         simulate(load_cluster("1x1"), [job("a", 0, 10)], toy, Script(lambda now, jobs: []))
+
+
+def test_a_policy_that_writes_only_decide_gets_the_defaults(toy):
+    class OnlyDecide(Policy):
+        name = "only-decide"
+
+        def decide(self, now, cluster, jobs):
+            return []
+
+    pol = OnlyDecide()
+    assert pol.new_memo() is None and pol.wake_at(0.0, None) is None
+    assert pol.tick_s is Tick.CALLER and pol.acts_when_idle is False
+    sim = Simulator(load_cluster("1x1"), [], toy, pol, SimConfig(tick_s=7.0))
+    assert sim.tick_s == 7.0   # the caller's tick
 
 
 def test_bad_actions_and_jobs_are_named(toy):

@@ -3,7 +3,7 @@
 The one rule: on each GPU, ``sum(fraction) + tenants * reserve_mb / memory_mb``
 must not pass 1 (each process also pays a CUDA context reserve). Policies plan
 placements on a :class:`tfgshare.policies.freemap.FreeMap`; the coordinator and
-the simulator check a list of actions with :func:`tfgshare.policies.validate.validate`.
+the simulator check a list of actions with :func:`tfgshare.policies.validate.check_actions`.
 Imports only ``base`` and ``queueing``.
 """
 
