@@ -31,7 +31,8 @@ BUSY = (JobState.SAMPLING, JobState.SUSPENDING)
 class Views(Protocol):
     """Jobs by id: a dict of views, or a ``JobSet``."""
 
-    def get(self, job_id: str) -> JobView | None: ...
+    def get(self, job_id: str) -> JobView | None:
+        """The view of job ``job_id``, None if it is not live."""
 
 
 @dataclass(frozen=True)
