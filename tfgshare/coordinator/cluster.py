@@ -419,17 +419,18 @@ class Cluster:
         room that a suspend or migration in this list (or in flight) will free is
         deferred: its fragments are reserved and it starts once they are free.
         """
-        jobs = {a.job: j.view() for a in actions if (j := self.active.get(a.job)) is not None}
+        jobs = {}
+        for a in actions:   # their views from their fields now, never a stale cached one
+            if (j := self.active.get(a.job)) is not None:
+                j.touch()
+                jobs[a.job] = j.view()
         return check_actions(actions, self.snapshot(), jobs,
                              self.occupancy(touched_gpus(actions), jobs))
 
     def occupancy(self, gpus: Iterable[str], jobs: Iterable[str] = ()) -> Occupancy:
-        """What these GPUs hold now, with the moves in flight, and which of these jobs
-        the policy may not act on though their views allow it (the check's data).
-
-        A suspended or migrating job keeps its memory until its runner exits; a
-        migration target and a start in flight are reserved.
-        """
+        """What these GPUs hold now (a stopping runner keeps its memory until it exits;
+        a migration target and a start in flight are reserved) and which of these jobs
+        the policy may not act on though their views allow it: the check's data."""
         held, exiting = {}, {}
         for gid in gpus:
             held[gid] = self._gpu_use(gid)
@@ -453,6 +454,7 @@ class Cluster:
         it can, ("later", why) once moves in flight free the room, else (reason
         key, why not)."""
         frags = tuple(frags)
+        job.touch()
         return fragments_problem(job.view(), frags, migrate, self.snapshot(),
                                  self.occupancy({f.gpu for f in frags}))
 
