@@ -96,3 +96,48 @@ def wait_warm(root: Path, nodes: set[str], spares: int = 1, timeout_s: float = 1
             return True
         time.sleep(0.2)
     return False
+
+
+def run_report_of(metrics: dict, run: LiveRun) -> tuple[Report, int]:
+    """The live row for ``run``'s jobs only, and how many other jobs the coordinator's
+    report (``Client.metrics()``) also counted (0: its report is the row as it is).
+
+    With other jobs, the job figures (count, JCT, waits, makespan, moves, prediction
+    error) are taken over ``run.jobs`` by ``metrics.compute_report``'s definitions; the
+    utilisations stay the coordinator's, over its whole run.
+    """
+    import dataclasses
+    import math
+    import statistics
+
+    report = live_report(metrics)
+    others = report.jobs - len(run.ids)
+    if others <= 0:
+        return report, 0
+    done = [j for j in run.jobs if j["state"] == "finished" and j.get("finish_time")]
+    jcts = sorted(j["finish_time"] - j["submit_time"] for j in done)
+    errors = sorted(abs(j["prediction_error"]) for j in done
+                    if isinstance(j.get("prediction_error"), (int, float)))
+
+    def pct(values: list[float], q: float) -> float:   # numpy's linear percentile
+        at = (len(values) - 1) * q
+        lo = math.floor(at)
+        return values[lo] + (values[min(lo + 1, len(values) - 1)] - values[lo]) * (at - lo)
+
+    first = min((j["submit_time"] for j in run.jobs), default=0.0)
+    nan = math.nan
+    return dataclasses.replace(
+        report, jobs=len(run.jobs), finished=len(done),
+        jct_mean=statistics.fmean(jcts) if jcts else nan,
+        jct_median=statistics.median(jcts) if jcts else nan,
+        jct_p95=pct(jcts, 0.95) if jcts else nan,
+        wait_mean=statistics.fmean(j["waited_s"] for j in done) if done else nan,
+        makespan=max(j["finish_time"] for j in done) - first if done else 0.0,
+        suspends=sum(j["suspends"] for j in run.jobs),
+        resumes=sum(j["resumes"] for j in run.jobs),
+        migrations=sum(j["migrations"] for j in run.jobs),
+        move_cost_s=float(sum(j.get("move_cost_s") or 0.0 for j in run.jobs)),
+        pred_error_mean=statistics.fmean(errors) if errors else None,
+        pred_error_median=statistics.median(errors) if errors else None,
+        pred_error_p90=pct(errors, 0.9) if errors else None,
+        jct_by_size={}, jobs_by_size={}), others

@@ -10,9 +10,10 @@ shrink the jobs to one step. GPU
 counts are capped at ``--max-gpus-per-job`` (default 1: on virtual GPUs a job's
 towers share the one CPU, so a wider job would not run at the profile's speed) and at
 the live cluster's size. Each job is submitted to the running coordinator at its
-compressed arrival time and followed to the end; then the same jobs run through the
-simulator with the same profile, the coordinator's policy and a cluster of the live
-cluster's shape, and both reports are printed side by side with their difference.
+compressed arrival time and followed to the end; the same jobs run through the
+simulator with the same profile, the coordinator's policy and the live cluster's GPUs
+(``replay_plan``): before the replay, to print its expected wall time (``--within``
+chooses the speed-up from it), and after, beside the live figures of the replayed jobs.
 """
 
 from __future__ import annotations
@@ -30,85 +31,11 @@ from pathlib import Path
 
 from tfgshare.metrics import Report, format_table, table_rows
 
-# LocalCluster's coordinator tick: the simulator calls the policy as often (but fifo,
-# tiresias and fgs, called at events and their own timed events: tick_s None, wake_at)
-RUNNER_TICK_S = 0.5
-
-
-def compressed_jobs(trace: str, profiles, speedup: float, *, num_jobs: int | None = None,
-                    start=None, end=None, vcs: list[str] | None = None, seed: int = 0,
-                    max_gpus: int = 1, as_model: tuple[str, int] | None = None,
-                    shares: dict[str, float] | None = None) -> list:
-    """The slice's jobs, mapped and compressed by ``speedup`` (see the module doc).
-
-    ``as_model`` (model, batch size) runs every job as that profiled model instead of its
-    mapped one, with the step count its duration needs (a quick stand-in, e.g. lenet).
-    ``shares`` (each model's ``cpu_share`` in a CPU profile) turns the profile's step
-    times into a whole core's (step x share) before the step counts are chosen, so the
-    counts do not depend on the load the profile was measured at.
-    """
-    from philly.filters import compress_time
-    from philly.mapping import assign_models
-    from philly.trace import load_trace
-
-    if not (speedup > 0 and math.isfinite(speedup)):
-        raise ValueError(f"--speedup must be a positive number, got {speedup}")
-    if max_gpus < 1:
-        raise ValueError(f"--max-gpus-per-job must be >= 1, got {max_gpus}")
-    jobs = load_trace(trace, vcs=vcs, start=start, end=end, max_jobs=num_jobs)
-    if not jobs:
-        raise ValueError(f"trace {trace!r} has no jobs left after the filters")
-    mapped = assign_models(jobs, profiles.step_times(), seed)
-    if as_model is not None:
-        profiles.get(*as_model)           # a clear error when it is not profiled
-        mapped = [dataclasses.replace(j, model=as_model[0], batch_size=as_model[1])
-                  for j in mapped]
-    out = []
-    for job in compress_time(mapped, speedup, durations=True):
-        step = profiles.get(job.model, job.batch_size).step_time_s * (shares or {}).get(
-            job.model, 1.0)
-        out.append(dataclasses.replace(job, num_gpus=min(job.num_gpus, max_gpus),
-                                       total_steps=max(1, round(job.duration / step))))
-    return out
-
-
-def job_specs(jobs: list, profiles) -> list[tuple[float, "object"]]:
-    """``(arrival time, JobSpec)`` for each job, arrivals counted from the first."""
-    from tfgshare.schema import JobSpec
-
-    first = min(j.submit_time for j in jobs)
-    return [(j.submit_time - first,
-             JobSpec(model_name=j.model, name=f"replay-{j.id}", batch_size=j.batch_size,
-                     max_number_of_steps=j.total_steps, num_gpus=j.num_gpus,
-                     image_size=profiles.get(j.model, j.batch_size).image_size))
-            for j in jobs]
-
-
-def cluster_shape(nodes: list[dict]) -> str:
-    """An ``NxG:MEM`` simulator spec of the live cluster's up nodes (equal nodes assumed)."""
-    up = [n for n in nodes if n["state"] == "up" and n["gpus"]]
-    if not up:
-        raise ValueError("the coordinator has no node up with GPUs")
-    per_node = max(len(n["gpus"]) for n in up)
-    memory = min(int(g["memory_mb"]) for n in up for g in n["gpus"])
-    return f"{len(up)}x{per_node}:{memory}"
-
-
-def simulate_same(jobs: list, profiles, policy_name: str, spec: str, seed: int = 0):
-    """The same jobs through the simulator (the profile's measured costs, the live tick,
-    the runner's default sampling warm-up and share, and its final checkpoint)."""
-    from tfgshare.policies.registry import get_policy
-    from tfgshare.sim.cluster import load_cluster
-    from tfgshare.sim.config import SimConfig
-    from tfgshare.sim.engine import simulate
-
-    from tfgshare.runner.config import TrainConfig
-
-    # the live runner's sampling phase: its default warm-up and share of the job
-    config = SimConfig(seed=seed, tick_s=RUNNER_TICK_S, warmup_steps=TrainConfig.warmup_steps,
-                       sample_share=TrainConfig.max_sample_share, runner_checkpoints=True,
-                       **profiles.sim_overrides())
-    return simulate(load_cluster(spec), jobs, profiles, get_policy(policy_name), config)
+from tfgshare.repro.replay_plan import (RUNNER_TICK_S, cap_gpus, choose_speedup,  # noqa: F401
+                                        compress, compressed_jobs, expected_line,
+                                        expected_wall_s, job_specs, live_cluster,
+                                        mapped_slice, parse_as_model, parse_duration,
+                                        simulate_same)
 
 
 _STAMP = r"^(\d\d):(\d\d):(\d\d)\.(\d{3}) "
@@ -330,8 +257,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--trace", default="philly", help="'philly' or a trace file")
     p.add_argument("--coordinator", default=None, help="coordinator address "
                    "(default $TFGSHARE_COORDINATOR or tcp://127.0.0.1:5555)")
-    p.add_argument("--speedup", type=float, required=True,
-                   help="K: arrivals and durations are divided by K")
+    pace = p.add_mutually_exclusive_group(required=True)
+    pace.add_argument("--speedup", type=float,
+                      help="K: arrivals and durations are divided by K")
+    pace.add_argument("--within", metavar="DURATION",
+                      help="choose K so that the simulator expects the replay to finish "
+                           "within DURATION (e.g. 10m, 90s, 1h)")
     p.add_argument("--jobs", type=int, default=None, help="the N earliest jobs of the slice")
     p.add_argument("--start", default=None, help="jobs submitted from here (s or ISO date)")
     p.add_argument("--end", default=None, help="jobs submitted before this")
@@ -342,7 +273,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of the model mapping")
     p.add_argument("--as-model", default=None, metavar="MODEL:BATCH",
                    help="run every job as this profiled model and batch size (a fast "
-                        "stand-in such as lenet:4; durations are kept)")
+                        "stand-in such as lenet:8; MODEL alone: its smallest profiled "
+                        "batch; durations are kept)")
     p.add_argument("--max-gpus-per-job", type=int, default=1,
                    help="cap on a job's GPU count (default 1, see the module doc)")
     p.add_argument("--timeout", type=float, default=3600.0,
@@ -375,16 +307,12 @@ def main(argv: list[str] | None = None, share_probe=None) -> int:
         profiles = load_profiles(profile_path)
         shares = profile_shares(profile_path)
         vcs = [v.strip() for v in args.vc.split(",")] if args.vc else None
-        as_model = None
-        if args.as_model:
-            name, _, batch = args.as_model.partition(":")
-            if not batch.isdigit():
-                raise ValueError(f"--as-model takes MODEL:BATCH, got {args.as_model!r}")
-            as_model = (name, int(batch))
-        jobs = compressed_jobs(args.trace, profiles, args.speedup, num_jobs=args.jobs,
-                               start=time_arg(args.start), end=time_arg(args.end), vcs=vcs,
-                               seed=args.seed, max_gpus=args.max_gpus_per_job,
-                               as_model=as_model, shares=shares)
+        as_model = parse_as_model(args.as_model, profiles) if args.as_model else None
+        within_s = parse_duration(args.within) if args.within else None
+        compress([], profiles, args.speedup or 1.0, max_gpus=args.max_gpus_per_job)  # checks
+        mapped = mapped_slice(args.trace, profiles, num_jobs=args.jobs,
+                              start=time_arg(args.start), end=time_arg(args.end), vcs=vcs,
+                              seed=args.seed, as_model=as_model)
     except (ValueError, KeyError, FileNotFoundError) as err:
         msg = err.args[0] if isinstance(err, KeyError) and err.args else err
         print(f"tfgshare replay: error: {msg}", file=sys.stderr)
@@ -392,15 +320,27 @@ def main(argv: list[str] | None = None, share_probe=None) -> int:
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="tfgshare-replay-"))
     try:
         with Client(args.coordinator, timeout_s=10.0) as client:
-            spec = cluster_shape(client.nodes())
+            cluster = live_cluster(client.nodes())
+            spec = cluster.spec
             policy = client.status()["policy"]
-            ngpus = int(spec.split("x")[0]) * int(spec.split("x")[1].split(":")[0])
-            jobs = [dataclasses.replace(j, num_gpus=min(j.num_gpus, ngpus)) for j in jobs]
-            print(f"replaying {len(jobs)} jobs at speed-up {args.speedup:g} on {client.address} "
-                  f"({spec}, policy {policy}); trace time "
+
+            def plan(speedup: float) -> list:
+                return cap_gpus(compress(mapped, profiles, speedup,
+                                         max_gpus=args.max_gpus_per_job, shares=shares),
+                                cluster.num_gpus)
+
+            if within_s is not None:
+                args.speedup, _ = choose_speedup(within_s, lambda k: expected_wall_s(
+                    simulate_same(plan(k), profiles, policy, cluster, args.seed)))
+            jobs = plan(args.speedup)
+            sim = simulate_same(jobs, profiles, policy, cluster, args.seed)
+            print(f"replaying {len(jobs)} jobs at speed-up {args.speedup:g} on {client.address}"
+                  f": {cluster.text}, policy {policy}; trace time "
                   f"{sum(j.duration for j in jobs) * args.speedup / 3600:.1f} GPU-h",
                   file=sys.stderr)
-            from .live import live_report, run_schedule
+            print(expected_line(expected_wall_s(sim), args.speedup, args.within),
+                  file=sys.stderr, flush=True)
+            from .live import run_report_of, run_schedule
             if share_probe is not None:
                 share_probe.start()
             try:
@@ -412,14 +352,16 @@ def main(argv: list[str] | None = None, share_probe=None) -> int:
     except (ClientError, ValueError) as err:
         print(f"tfgshare replay: error: {err}", file=sys.stderr)
         return 2
-    live = live_report(metrics)
-    sim = simulate_same(jobs, profiles, policy, spec, args.seed)
-    calibrated = simulate_same(jobs, with_startups(profiles, startups, resumed), policy, spec,
-                               args.seed)
+    live, others = run_report_of(metrics, run)
+    if others:
+        print(f"the coordinator also ran {others} other jobs: the live row counts the "
+              f"{len(run.ids)} replayed ones (its utilisations are over its whole run)")
+    calibrated = simulate_same(jobs, with_startups(profiles, startups, resumed), policy,
+                               cluster, args.seed)
     at_live = None
     if live_share and shares:
-        at_live = simulate_same(jobs, at_share(profiles, shares, live_share), policy, spec,
-                                args.seed)
+        at_live = simulate_same(jobs, at_share(profiles, shares, live_share), policy,
+                                cluster, args.seed)
         used = sorted({j.model for j in jobs})
         print(f"CPU share of the live runners: {live_share:.3f} ({share_probe.ran:.0f} CPU s "
               f"run, {share_probe.waited:.0f} s waited while other work ran on their cores, "
@@ -517,7 +459,8 @@ def write_report(out: Path, args, jobs: list, run, metrics: dict, live: Report, 
         "live_startups_s": startups or {},
         "live_restarts_s": resumed or {},
         "live_time_spent": spent or [],
-        "live": {"report": live.as_dict(), "jobs": metrics["jobs"]},
+        "live": {"report": live.as_dict(),
+                 "jobs": [r for r in metrics["jobs"] if r.get("job") in set(run.ids)]},
         "sim": {"report": sim.report.as_dict(),
                 "jobs": [dataclasses.asdict(r) for r in sim.records]},
         "sim_live_share": None if at_live is None else {
