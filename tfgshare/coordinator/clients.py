@@ -91,7 +91,7 @@ class ClientApi:
             counts[j.display_state] = counts.get(j.display_state, 0) + 1
         return {"jobs": [self.describe(j, now) for j in page], "counts": counts,
                 "next_cursor": page[-1].seq if more else None,
-                "policy": getattr(self.policy, "name", "?"), "time": now,
+                "policy": self.policy.name, "time": now,
                 "prediction_error": error_stats(self.cluster.prediction_errors),
                 "refused": dict(self.refusals)}
 
@@ -293,7 +293,7 @@ class ClientApi:
         self._logs.clear()
         done = self.store.done_summary()
         newest = [self._stored(i, d) for _, i, d in self.store.jobs_page(0, REPORT_ROWS, True)]
-        answer = run_report(self.cluster, self.metrics, getattr(self.policy, "name", "?"), now,
+        answer = run_report(self.cluster, self.metrics, self.policy.name, now,
                             done=done, newest=newest[::-1])
         answer["rounds"] = round_stats(self.round_times[msg.since_round:])
         answer["decide"] = round_stats(self.decide_times[msg.since_round:])

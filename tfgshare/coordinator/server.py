@@ -201,7 +201,7 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, GangControl, Rounds):
                          " (bearer token: %s)" % (self.keys_dir / keys_mod.METRICS_TOKEN)
                          if self.metrics_token else " (loopback: no token)")
             log.info("listening on %s (policy %s, state %s, checkpoints %s)", self.endpoint,
-                     getattr(self.policy, "name", "?"), self.config.state, self.checkpoint_root)
+                     self.policy.name, self.config.state, self.checkpoint_root)
             if self.registry is None:
                 log.warning("authentication OFF: loopback only and no keys in %s; anyone on "
                             "this host may submit, cancel or move any job", self.keys_dir)

@@ -182,6 +182,7 @@ class Policy:
     # coordinator decides after every event and at least every second anyway
     tick_s: ClassVar[float | None | Tick] = Tick.CALLER
     acts_when_idle: ClassVar[bool] = False   # call it even when no job waits
+    sample_steps: int | None = None          # steps a sampling run measures (None: the caller's)
 
     def new_memo(self) -> Any:
         """An empty memo for this policy, owned by the caller (None: it keeps none,
