@@ -60,6 +60,7 @@ VARIANTS = [(name, {}) for name in POLICY_NAMES] + [
     (f"{order}/{rule}", {}) for order in ("fifo", "sjf")
     for rule in ("fgd", "best-fit", "packing", "clustering", "random-fit")] + [
     ("fgs", {"min_run_s": 0.0, "max_reservations": 3}),       # moves happen more often
+    ("fgs", {"frag_measure": True}),                           # FGD's measure picks places
     ("tiresias", {"min_run_s": 0.0, "thresholds": (100.0, 5000.0)}),
 ]
 

@@ -145,6 +145,10 @@ class Fgs(Policy):
     # scan of all GPUs) and, under overload, keeps the others in shortest-first
     # order instead of degrading to FIFO; each promoted job gets its turn
     max_reservations: int = 1
+    # choose between the places that fit by FGD's fragmentation measure (Weng et al.,
+    # ATC '23; policies.frag_choice) against the requests of the jobs sampled so far,
+    # the tightest place on a tie; off: the tightest place that fits
+    frag_measure: bool = False
 
     def __post_init__(self) -> None:
         checks = [
@@ -237,6 +241,7 @@ class Fgs(Policy):
                 else:
                     base.use.pop(gid, None)
             base.total_free()   # worked out once per change, kept by the copies
+            base.chooser = memo.fragmentation_chooser() if self.frag_measure else None
             return base.copy()
         cap, overhead = self.slowdown_cap, self.interference_overhead
 
@@ -248,6 +253,7 @@ class Fgs(Policy):
                        empty_band=BANDS)
         memo.free = (key, cluster.gpus, base)
         base.total_free()
+        base.chooser = memo.fragmentation_chooser() if self.frag_measure else None
         return base.copy()
 
     def new_memo(self) -> "FgsMemo":

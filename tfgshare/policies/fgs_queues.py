@@ -14,16 +14,19 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import Counter
 
 from sortedcontainers import SortedList
 
 from .base import JobState, JobView
+from .frag_choice import LeastFragmenting, request_of, target_types
 from .memo import Memo
 from .placement import fraction_for
 from .prediction import remaining_s
 from .queueing import WAITING
 
 BANDS = 20       # steps of utilisation room by which GPUs are indexed for search
+REFRESH = 0.05   # FGD's target workload is made again when the requests seen grow 5 %
 SIZE_STEPS = 32  # a size bucket holds the jobs whose fraction is in [i, i + 1) / SIZE_STEPS
 
 
@@ -98,6 +101,11 @@ class FgsMemo(Memo):
         self.stamp = 0
         self.quiet: tuple | None = None
         self._keyed: dict[str, tuple[JobView, dict]] = {}   # id -> (view, its keys by name)
+        # FGD's target workload (``Fgs.frag_measure``): every sampled job's request, once
+        self.asked: Counter = Counter()     # (GPUs, fraction step) -> jobs seen asking
+        self.asked_ids: set[str] = set()
+        self.chooser = LeastFragmenting(())
+        self.chosen_at = 0                  # how many requests its types were made from
         self._clear()
 
     def _clear(self) -> None:
@@ -119,6 +127,21 @@ class FgsMemo(Memo):
         self.expiries: list[tuple] = []
         self.pushed = 0
         self.stamp += 1
+
+    def see_request(self, jid: str, k: int, fraction: float) -> None:
+        """Count a sampled job's request into the target workload (once per job)."""
+        self.asked_ids.add(jid)
+        self.asked[request_of(k, fraction)] += 1
+
+    def fragmentation_chooser(self) -> LeastFragmenting:
+        """The chooser by FGD's measure against the requests seen, its types made again
+        once they have grown by ``REFRESH`` since (so not on every new job)."""
+        n = len(self.asked_ids)
+        if n > self.chosen_at and n >= self.chosen_at * (1 + REFRESH):
+            self.chooser.types = target_types(self.asked)
+            self.chosen_at = n
+            self.stamp += 1   # placements may differ: a quiet walk kept is void
+        return self.chooser
 
     def rebuild(self, config: tuple) -> None:
         """Refill the queues from every waiting view, for these settings."""
@@ -193,6 +216,8 @@ class FgsMemo(Memo):
         u = new.sample.gpu_util if new.sample is not None else 1.0
         size = (math.inf if rep is None else fraction_for(new, rep, headroom, reserve), u)
         key = (math.inf if left is None else left, new.submit_time, jid)
+        if jid not in self.asked_ids and size[0] != math.inf:
+            self.see_request(jid, new.num_gpus, size[0])
         self.stamp += 1
         self.ordinary.add(key)
         self.fs.add((size[0], jid))

@@ -272,6 +272,8 @@ class FreeMap:
                 best = cand
         return None if best is None else (best[2], best[3])
 
+    chooser = None   # picks between the places that fit (``frag_choice``); None: tightest
+
     def gang_place(self, k: int, need: float | Need,
                    ok: Callable[[str], bool] | None = None,
                    min_band: int | None = None) -> list[tuple[str, float]] | None:
@@ -282,8 +284,14 @@ class FreeMap:
         ``GANG_LOOKAHEAD`` further), and the node with the fewest candidates wins
         (best fit at node level: whole nodes stay whole for bigger gangs). If
         no node can hold the gang it spans the fewest nodes. Returns (gpu id,
-        fraction) pairs, or None.
+        fraction) pairs, or None. With a ``chooser``, it picks the node (and GPUs) among
+        every place that fits on one node.
         """
+        if self.chooser is not None and self.chooser.active:
+            need = as_need(need)
+            got = self.chooser.choose(self, max(1, k), self.fitting(need, ok, min_band))
+            if got is not None or k <= 1:
+                return got    # a gang no one node holds spans nodes as below
         if k <= 1:
             one = self.best_fit(need, ok=ok, min_band=min_band)
             return None if one is None else [one]
@@ -329,6 +337,20 @@ class FreeMap:
             chosen += take
             left -= len(take)
         return chosen
+
+    def fitting(self, need: Need, ok: Callable[[str], bool] | None = None,
+                min_band: int | None = None) -> dict[str, list[tuple[str, float]]]:
+        """Every open GPU that fits ``need`` (``ok`` and ``min_band`` as in ``best_fit``),
+        by node, tightest first: (GPU id, fraction) pairs."""
+        by_node: dict[str, list[tuple[float, int, str, float]]] = {}
+        gpus = self.gpus
+        for mem, band, keys in self._searched(min_band):
+            f = need(self._rep[mem])
+            check = ok if (min_band is None or band == min_band) else None
+            for free, order, gid in keys[bisect_left(keys, (f - EPS,)):]:
+                if check is None or check(gid):
+                    by_node.setdefault(gpus[gid].node, []).append((free * mem, order, gid, f))
+        return {n: [(c[2], c[3]) for c in sorted(cs)] for n, cs in by_node.items()}
 
     # ---- updates ---------------------------------------------------------
 

@@ -18,14 +18,17 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from tfgshare.policies.base import GPU, ClusterSnapshot
+from tfgshare.policies.frag_choice import LeastFragmenting, sigmoid_score
 from tfgshare.policies.freemap import FreeMap
-from tfgshare.policies.share_rules import (MILLI, Ask, Fragmentation, NodeRoom, Workload,
-                                           feasible, make_rule, take)
+from tfgshare.policies.share_rules import (MAX_NODE_CPU, MAX_NODE_GPU, MILLI, Ask,
+                                           Fragmentation, NodeRoom, Workload, feasible,
+                                           make_rule, take)
 
 from .alibaba import Node, Pod
 
 DEFAULT_RATIO = 1.3
-FILL_RULES = ("random-fit", "best-fit", "dot-product", "packing", "clustering", "fgd", "fgs")
+FILL_RULES = ("random-fit", "best-fit", "dot-product", "packing", "clustering", "fgd", "fgs",
+              "fgs-frag")
 
 
 @dataclass(frozen=True)
@@ -72,27 +75,69 @@ def arrivals(pods: Sequence[Pod], nodes: Sequence[Node], seed: int,
     return order
 
 
+class NodeFragmentation(LeastFragmenting):
+    """fgs's chooser on the fill's nodes: FGD's measure as its authors' simulator takes
+    it (the node's CPU too, the target workload's types, in milli), ties to the place
+    that leaves the least CPU and GPU on the node (best fit, as the rule ``best-fit``
+    weighs them)."""
+
+    per_gpu = float(MILLI)
+
+    def __init__(self, nodes: Sequence[NodeRoom], frag: Fragmentation) -> None:
+        super().__init__(())    # the types are the workload's, in ``frag``
+        self.nodes, self.frag = nodes, frag
+        self.ask = Ask()
+
+    @property
+    def active(self) -> bool:
+        """Always: the workload is ``frag``'s."""
+        return True
+
+    def fragmentation(self, node: str, frees: list[float], placed: bool) -> float:
+        """FGD's fragmentation (milli) of the node with these free fractions and its
+        CPU, less the task's when ``placed``."""
+        n = self.nodes[int(node)]
+        cpu = n.cpu - (self.ask.cpu if placed else 0)
+        return self.frag.of(n.kind, cpu, [round(f * MILLI) for f in frees])
+
+    def left(self, node: str, frees: list[float]) -> float:
+        """The node's CPU and GPU left after the placement, over the largest node's."""
+        n = self.nodes[int(node)]
+        return ((n.cpu - self.ask.cpu) / MAX_NODE_CPU
+                + sum(round(f * MILLI) for f in frees) / MAX_NODE_GPU)
+
+
 class FgsPlacement:
-    """fgs's own placement (``FreeMap.gang_place``: the tightest GPUs that fit, on one node
-    where it can, whole nodes kept whole) on the fill's nodes, a GPU's memory counted in
-    milli (1000 per GPU, no context reserve), limited to nodes with the CPU and memory."""
+    """fgs's own placement on the fill's nodes, ``FreeMap.gang_place``: as fgs places by
+    default (the tightest GPUs that fit, on one node where it can, whole nodes kept
+    whole), or with ``measure`` as with ``Fgs.frag_measure`` (its chooser,
+    :mod:`tfgshare.policies.frag_choice`: FGD's measure, then the tightest place); a
+    GPU's memory counted in milli (1000 per GPU, no context reserve), limited to nodes
+    with the CPU and memory."""
 
-    name = "fgs"
-
-    def __init__(self, nodes: Sequence[NodeRoom]) -> None:
+    def __init__(self, nodes: Sequence[NodeRoom], frag: Fragmentation,
+                 measure: bool = False) -> None:
+        self.name = "fgs-frag" if measure else "fgs"
         gpus = tuple(GPU(f"{k}:{i}", str(k), i, MILLI, n.kind)
                      for k, n in enumerate(nodes) for i in range(len(n.gpus)))
         self.free = FreeMap(ClusterSnapshot(gpus, reserve_mb=0.0))
+        self.chooser = NodeFragmentation(nodes, frag) if measure else None
+        self.free.chooser = self.chooser
+        self.frag = frag
 
     def choose(self, nodes: Sequence[NodeRoom], ask: Ask, rng: random.Random,
                rank: Sequence[int] | None = None) -> tuple[int, tuple[int, ...]] | None:
         """(node index, GPU indexes), as the rules' ``choose`` (fgs breaks ties by
-        cluster order, as FreeMap does)."""
-        if ask.num_gpu == 0:    # a CPU-only task: fgs places GPUs only; the first node
-            return next(((k, ()) for k, n in enumerate(nodes) if feasible(n, ask)), None)
+        cluster order, as FreeMap does). A CPU-only task, which fgs itself never places
+        (it places GPUs), goes where the chooser's measure puts it (by default: on the
+        first node that holds it, as before the chooser)."""
+        if ask.num_gpu == 0:
+            return self.cpu_only(nodes, ask)
         ok = {str(k) for k, n in enumerate(nodes) if feasible(n, ask)}
         if not ok:
             return None
+        if self.chooser is not None:
+            self.chooser.ask = ask
         got = self.free.gang_place(ask.num_gpu, ask.milli / MILLI,
                                    ok=lambda gid: gid.partition(":")[0] in ok)
         if got is None or len({g.partition(":")[0] for g, _ in got}) != 1:
@@ -100,6 +145,24 @@ class FgsPlacement:
         self.free.take(got)
         k = int(got[0][0].partition(":")[0])
         return k, tuple(int(g.partition(":")[2]) for g, _ in got)
+
+    def cpu_only(self, nodes: Sequence[NodeRoom], ask: Ask) -> tuple[int, tuple] | None:
+        """The node for a task that asks for no GPU: the least fragmenting (FGD's
+        measure of its CPU left), then the tightest, then the first."""
+        fits = (k for k, n in enumerate(nodes) if feasible(n, ask))
+        if self.chooser is None:
+            return next(((k, ()) for k in fits), None)
+        c, frag = self.chooser, self.frag
+        c.ask = ask
+        best = None
+        for k in fits:
+            n = nodes[k]
+            frees = [g / MILLI for g in n.gpus]
+            key = (-sigmoid_score(frag.node(n), c.fragmentation(str(k), frees, True),
+                                  c.per_gpu), c.left(str(k), frees), k)
+            if best is None or key < best:
+                best = key
+        return None if best is None else (best[2], ())
 
 
 def fill(nodes: Sequence[Node], sequence: Sequence[Pod], rule_name: str, *,
@@ -115,8 +178,9 @@ def fill(nodes: Sequence[Node], sequence: Sequence[Pod], rule_name: str, *,
         random.Random(f"order:{seed}").shuffle(order)
     place = {name: i for i, name in enumerate(order)}
     rank = [place.get(n.sn, len(place) + i) for i, n in enumerate(nodes)]
-    rule = FgsPlacement(cluster) if rule_name == "fgs" else make_rule(rule_name, rng, workload)
     frag = Fragmentation(workload)
+    rule = (FgsPlacement(cluster, frag, rule_name == "fgs-frag")
+            if rule_name.startswith("fgs") else make_rule(rule_name, rng, workload))
     node_frag = [frag.node(n) for n in cluster]
     total_frag = sum(node_frag)
     used = [0] * len(cluster)
