@@ -32,9 +32,9 @@ then takes its job as one line on stdin (``warm_job_line``); see ``runner.warm``
 
 A job's first run warms up and samples its step time over the sampled steps
 only (``tfgshare.sampling``); the ``sample`` event (with ``window_start``, the
-wall time the sampled steps began, ``cpu_util``, the runner's CPU demand (time run plus
-time waited runnable, ``runner.cpu.cpu_demand_s``) over them as a share of its
-cores, ``cpu_wait_s``, the time it waited runnable then, ``cpu_run_s``, the time it
+wall time the sampled steps began, ``cpu_util``, the share of its cores it would have
+used alone over them (its CPU time over the window less its busiest thread's waits for a
+core, ``runner.cpu.solo_share``), ``cpu_wait_s``, the time it waited runnable then, ``cpu_run_s``, the time it
 ran over its cores, and ``cluster_runnable``, the agent's other runners competing for
 its cores, ``runner.neighbours``) is also written to
 ``<train_dir>/sample.json``

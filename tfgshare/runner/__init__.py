@@ -4,7 +4,7 @@
 - ``config``: TF-Slim's training flags; ``graph``: the training graph; ``checkpoint``:
   ``tf.train.Checkpoint`` save and restore; ``timing``: step timing and the sampling plan;
   ``rng``: keyed randomness for exact resume; ``events``: the JSON-lines event sink;
-  ``stop``: the suspend signals, timed on arrival; ``cpu``: the CPU demand a sample reports;
+  ``stop``: the suspend signals, timed on arrival; ``cpu``: the CPU use a sample reports;
   ``replicas``: one job across processes (parameter servers, synchronous replicas).
 - ``protocol``: the contract with the agent (exit codes, signals, events). It, ``config``,
   ``timing``, ``events``, ``stop`` and ``cpu`` import no TensorFlow, so the agent and

@@ -1,24 +1,14 @@
-"""A runner's CPU demand: time run plus time waited runnable, and its share of the cores.
+"""A runner's CPU use: time run and time waited runnable, and the share of its cores it
+would use alone.
 
 No TensorFlow: the sampled ``cpu_util`` (a virtual GPU's single-tenant utilisation) is
-made from these.
+made from these (``solo_share``).
 """
 
 from __future__ import annotations
 
 import os
 import time
-
-
-def cpu_demand_s() -> float:
-    """CPU seconds this process has wanted so far: run on a core plus waited runnable for one.
-
-    On a machine shared with other work a compute-bound job gets only part of
-    its cores, so its CPU time alone would read as a light job; the time it
-    waited to run is demand too (``cpu_times``).
-    """
-    ran, waited = cpu_times()
-    return ran + waited
 
 
 def cpu_times() -> tuple[float, float]:
@@ -43,6 +33,47 @@ def cpu_times() -> tuple[float, float]:
         except (OSError, ValueError):
             continue   # a thread that just exited
     return (ran_s, waited_s) if seen else (time.process_time(), 0.0)
+
+
+def thread_times() -> dict[str, tuple[float, float]]:
+    """Each thread's CPU seconds run on a core and waited runnable for one, so far, by
+    thread id (Linux's schedstat; empty where it is not available)."""
+    out: dict[str, tuple[float, float]] = {}
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return out
+    for tid in tasks:
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                ran, waited = f.read().split()[:2]
+            out[tid] = (int(ran) / 1e9, int(waited) / 1e9)
+        except (OSError, ValueError):
+            continue   # a thread that just exited
+    return out
+
+
+def solo_share(wall_s: float, ran_s: float, before: dict[str, tuple[float, float]],
+               after: dict[str, tuple[float, float]]) -> float:
+    """The share of its cores the process would have used alone over a window, in [0, 1].
+
+    ``ran_s`` CPU seconds were run in ``wall_s`` seconds; ``before`` and
+    ``after`` are ``thread_times()`` at the window's ends. Alone, the window
+    would have been shorter by the time its busiest thread (the one that ran
+    most: the steps' critical path) waited for a core, which a neighbour's
+    start-up or a co-tenant caused, and no shorter than its CPU time spread
+    over the cores or run by that thread. Time other threads waited is not
+    counted as demand: threads waiting at once would not all have run at once.
+    """
+    cores = usable_cores()
+    if wall_s <= 0:
+        return 1.0
+    busiest = (0.0, 0.0)
+    for tid, (ran, waited) in after.items():
+        r0, w0 = before.get(tid, (0.0, 0.0))
+        busiest = max(busiest, (ran - r0, waited - w0))
+    alone = max(wall_s - max(0.0, busiest[1]), ran_s / cores, busiest[0])
+    return min(1.0, max(0.0, ran_s / (cores * alone))) if alone > 0 else 1.0
 
 
 def cpu_share(wall_s: float, cpu_s: float) -> float:

@@ -19,7 +19,7 @@ from typing import Callable
 
 from tfgshare.runner import protocol as rp
 from tfgshare.runner.config import TrainConfig, parse_args
-from tfgshare.runner.cpu import cpu_share, cpu_times, usable_cores
+from tfgshare.runner.cpu import cpu_times, solo_share, thread_times, usable_cores
 from tfgshare.runner.events import EventSink, warn
 from tfgshare.runner.neighbours import Neighbours
 from tfgshare.runner.stop import StopRequest, install_stop_signals
@@ -186,7 +186,8 @@ def train_loop(config: TrainConfig, built, session, sink: EventSink,
         # checkpoint; the warm-up is still left out of the running step time
         plan = SamplePlan(plan.warmup, 0)
     timer = StepTimer(plan, built.images_per_step)
-    window = None   # (wall time, process CPU run, CPU wait) when the sampled steps began
+    # (wall time, process CPU run, CPU wait, each thread's) when the sampled steps began
+    window = None
     fetches = built.train_tensor
     key = built.step_key
     loss = None
@@ -230,7 +231,7 @@ def train_loop(config: TrainConfig, built, session, sink: EventSink,
     sampled_only = False
     while step < total and not stop_event.is_set() and not sampled_only:
         if window is None and timer.steps_seen == timer.plan.warmup:
-            window = (time.time(), *cpu_times())
+            window = (time.time(), *cpu_times(), thread_times())
             neighbours = Neighbours()
         if built.step_after is None:
             loss = float(session.run(fetches, feed_dict={key: step}))
@@ -341,7 +342,7 @@ def _periodic_save_due(config: TrainConfig, step: int, last_save_time: float) ->
 
 
 def _sample_event(timer: StepTimer, built, remaining_steps: int, elapsed_s: float,
-                  window: tuple[float, float, float], neighbours: Neighbours) -> dict:
+                  window: tuple, neighbours: Neighbours) -> dict:
     stats = timer.sample_stats()
     ran, waited = cpu_times()
     peak_mb, source = peak_memory(built.devices)
@@ -349,7 +350,10 @@ def _sample_event(timer: StepTimer, built, remaining_steps: int, elapsed_s: floa
     return {**stats, "peak_memory_mb": peak_mb, "memory_source": source,
             "predicted_remaining_s": remaining, "predicted_total_s": elapsed_s + remaining,
             "window_start": window[0],
-            "cpu_util": cpu_share(time.time() - window[0], ran + waited - window[1] - window[2]),
+            # what it would use of its cores alone: its busiest thread's waits for a
+            # core (a neighbour's start-up, a co-tenant) taken out (runner.cpu.solo_share)
+            "cpu_util": solo_share(time.time() - window[0], ran - window[1], window[3],
+                                   thread_times()),
             # over the sampled steps, the time its threads waited for a core, and the
             # time they ran over the cores it may use: its steps alone are that much
             # shorter, and no shorter than that (tfgshare.policies.prediction.solo_step_s)
