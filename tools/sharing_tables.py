@@ -11,7 +11,7 @@ Two settings, each with the measured workload model (``--workload measured``):
 
 Policies: fifo and sjf with whole GPUs (the traditional baselines), tiresias, gandiva,
 fgs, fgs with one tenant per GPU (``max_cotenants=1``: fgs's ordering without its
-sharing), and fifo and sjf under each sharing placement (FGD and its baselines). Ratios
+sharing), fgs placing by FGD's fragmentation measure (``frag_measure``), and fifo and sjf under each sharing placement (FGD and its baselines). Ratios
 are against fifo in the same run. Writes ``docs/results/sharing_<setting>.csv``.
 
     tools/sharing_tables.py [--settings philly,alibaba] [--placements fgd,best-fit,packing]
@@ -44,13 +44,16 @@ SETTINGS = {
     "alibaba": dict(trace="alibaba-2023", cluster="4x8:32768", start=100 * 86400.0,
                     jobs=None),
 }
-BASE = ("fifo", "sjf", "tiresias", "gandiva", "fgs", "fgs-1")
+BASE = ("fifo", "sjf", "tiresias", "gandiva", "fgs", "fgs-1", "fgs-frag")
 
 
 def policy(name: str):
-    """A policy by its row name (``fgs-1``: fgs with one tenant per GPU)."""
+    """A policy by its row name (``fgs-1``: fgs with one tenant per GPU; ``fgs-frag``: fgs
+    placing by FGD's measure)."""
     if name == "fgs-1":
         return get_policy("fgs", max_cotenants=1)
+    if name == "fgs-frag":
+        return get_policy("fgs", frag_measure=True)
     return get_policy(name)
 
 
