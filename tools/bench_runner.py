@@ -83,6 +83,7 @@ def bench_overhead(model: str, batch: int, blocks: int, steps: int, work: Path,
     counted in step times); sampling is off so blocks do not also checkpoint
     after their sample.
     """
+    from tfgshare.runner import attempt
     from tfgshare.runner import graph as runner_graph
 
     config = TrainConfig(train_dir=str(work / f"overhead-{model}"), model_name=model,
@@ -119,19 +120,19 @@ def bench_overhead(model: str, batch: int, blocks: int, steps: int, work: Path,
         times: list[float] = []
         cpu_marks: list[float] = []
         config.max_number_of_steps = step + steps
-        timer_add = runner.StepTimer.add
+        timer_add = attempt.StepTimer.add
 
         def recording_add(self, seconds, _add=timer_add):
             times.append(seconds)
             cpu_marks.append(time.process_time())
             return _add(self, seconds)
 
-        runner.StepTimer.add = recording_add
+        attempt.StepTimer.add = recording_add
         try:
-            result = runner.train_loop(config, built, session, sink, threading.Event(), step,
-                                       latest=None)
+            result = attempt.train_loop(config, built, session, sink, threading.Event(), step,
+                                        latest=None)
         finally:
-            runner.StepTimer.add = timer_add
+            attempt.StepTimer.add = timer_add
         step = result.global_step
         runner_times.extend(times)
         runner_cpu.extend(b - a for a, b in zip(cpu_marks, cpu_marks[1:]))

@@ -21,6 +21,7 @@ import tensorflow as tf
 
 from tfgshare.runner.checkpoint import POSITION_VARIABLE, SPEC_VARIABLE, JobCheckpoint
 from tfgshare.runner.config import TrainConfig
+from tfgshare.runner.gang_graph import device_setter, gang_ops
 from tfgshare.runner.protocol import BadInputError
 from tfgshare.runner.rng import KeyedRandomGraph
 
@@ -48,7 +49,7 @@ class TrainingGraph:
     image_size: int
     num_classes: int
     num_samples: int
-    # a gang member only (see runner.replicas): the global step read after the step ran,
+    # a gang member only (see runner.gang_graph): the global step read after the step ran,
     # and the set-up ops of between-graph replication (local init, readiness, sync tokens)
     step_after: tf.Tensor | None = None
     replicas: dict | None = None
@@ -226,8 +227,7 @@ def build_training_graph(config: TrainConfig, dataset=None) -> TrainingGraph:
     graph = KeyedRandomGraph(config.seed)
     placement = contextlib.nullcontext()
     if config.in_gang:   # variables on the parameter servers, the rest on this worker
-        from tfgshare.runner import replicas
-        placement = graph.device(replicas.device_setter(config))
+        placement = graph.device(device_setter(config))
     with graph.as_default(), placement:
         tf.compat.v1.set_random_seed(config.seed)
         with tf.device("/cpu:0"):
@@ -282,9 +282,7 @@ def build_training_graph(config: TrainConfig, dataset=None) -> TrainingGraph:
         init_op = tf.compat.v1.global_variables_initializer()
         step_after = replica_ops = None
         if config.in_gang:
-            from tfgshare.runner import replicas
-            step_after, replica_ops = replicas.gang_ops(train_tensor, global_step, optimizer,
-                                                        variables)
+            step_after, replica_ops = gang_ops(train_tensor, global_step, optimizer, variables)
     return TrainingGraph(graph, train_tensor, global_step, learning_rate, graph.step_key,
                          position, start_example, input_init, variables, init_op, checkpoint,
                          devices, config.batch_size * towers, image_size, num_classes,

@@ -3,13 +3,17 @@
 A job first runs a warm-up, then a bounded number of sampled steps; their mean
 step time predicts the remaining time (remaining steps x step time). After the
 sample, the prediction follows an exponential moving average of step times.
+``job_age_s`` is how long the job has been starting (its ``start_phases`` event).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import statistics
+import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from tfgshare.sampling import SamplePlan
 
@@ -63,3 +67,25 @@ class StepTimer:
             "step_time_std_s": std,
             "images_per_sec": self.images_per_step / mean if mean > 0 else math.inf,
         }
+
+
+_job_start: float | None = None   # monotonic time a warm runner was handed its job
+
+
+def mark_job_start(at: float) -> None:
+    """Count a job's start from ``at`` (monotonic), not from the process start (warm runner)."""
+    global _job_start
+    _job_start = at
+
+
+def job_age_s() -> float | None:
+    """Seconds since this job started: since its process started (Linux) or it was handed
+    to a warm runner; None where that cannot be read."""
+    if _job_start is not None:
+        return time.monotonic() - _job_start
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")
+        return float(Path("/proc/uptime").read_text().split()[0]) - started
+    except (OSError, ValueError, IndexError):
+        return None

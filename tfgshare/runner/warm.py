@@ -22,6 +22,7 @@ import time
 
 from tfgshare.runner import main as runner_main
 from tfgshare.runner import protocol as rp
+from tfgshare.runner import timing
 from tfgshare.runner.tf_setup import stderr_muted
 
 READY = rp.WARM_READY
@@ -55,7 +56,7 @@ def serve(stdin=None) -> int:
     except (ValueError, KeyError, TypeError) as exc:
         print(f"tfgshare runner --warm: bad job line: {exc}", file=sys.stderr, flush=True)
         return rp.EXIT_BAD_INPUT
-    runner_main.mark_job_start(time.monotonic())
+    timing.mark_job_start(time.monotonic())
     os.environ.update({str(k): str(v) for k, v in env.items()})
     if log:
         _redirect_output(log)
