@@ -112,3 +112,130 @@ def test_no_light_part_imports_the_runner_or_the_zoo_even_lazily(part):
             if under([name], *RUNNER_AND_ZOO):
                 found.append(f"{path.relative_to(REPO)}:{line}: {name}")
     assert found == []
+
+
+# The runner's own modules: no import circle, even through an import inside a function,
+# and no import inside a function but one that keeps TensorFlow out of a module that
+# must load without it (``main`` checks the flags before TensorFlow is imported quietly).
+RUNNER = REPO / "tfgshare" / "runner"
+TF_PACKAGES = {"tensorflow", "tf_slim", "tf_keras", "keras"}
+
+
+def _top_level_statements(body: list) -> list:
+    """The statements a module runs at load: its body, into ``if``/``try``/``with`` blocks,
+    leaving out function and class bodies and ``if TYPE_CHECKING:`` blocks."""
+    found = []
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            found += _top_level_statements(node.orelse)
+            continue
+        found.append(node)
+        for block in ("body", "orelse", "finalbody"):
+            found += _top_level_statements(getattr(node, block, []))
+        for handler in getattr(node, "handlers", []):
+            found += _top_level_statements(handler.body)
+    return found
+
+
+def _imported(node) -> list[str]:
+    """The dotted names one import statement loads (``from a import b``: ``a`` and ``a.b``)."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+        return [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+    return []
+
+
+def runner_imports(root: Path = RUNNER) -> dict[str, dict]:
+    """Per runner module (by file stem): the sibling modules it imports at load
+    (``load``), those it imports only inside a function (``lazy``, with lines), and
+    whether it imports TensorFlow itself at load (``tf``)."""
+    siblings = {p.stem for p in root.glob("*.py") if p.stem != "__init__"}
+    prefix = "tfgshare.runner."
+    table = {}
+    for path in sorted(root.glob("*.py")):
+        if path.stem == "__init__":
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        at_load = {id(n) for n in _top_level_statements(tree.body)}
+        info = {"load": set(), "lazy": {}, "tf": False}
+        for node in ast.walk(tree):
+            for name in _imported(node):
+                top = name.split(".")[0]
+                sibling = name[len(prefix):].split(".")[0] if name.startswith(prefix) else None
+                if id(node) in at_load:
+                    info["tf"] |= top in TF_PACKAGES
+                    if sibling in siblings:
+                        info["load"].add(sibling)
+                elif sibling in siblings:
+                    info["lazy"].setdefault(sibling, []).append(node.lineno)
+        table[path.stem] = info
+    return table
+
+
+def loads_tensorflow(table: dict, module: str, seen: frozenset = frozenset()) -> bool:
+    """Whether importing ``module`` loads TensorFlow, itself or through its siblings."""
+    info = table[module]
+    return info["tf"] or any(loads_tensorflow(table, m, seen | {module})
+                             for m in info["load"] if m not in seen)
+
+
+def import_cycle(table: dict) -> list[str] | None:
+    """One circle of imports among the runner's modules, lazy ones counted; None if none."""
+    edges = {m: info["load"] | set(info["lazy"]) for m, info in table.items()}
+    state: dict[str, str] = {}
+    path: list[str] = []
+
+    def visit(m: str) -> list[str] | None:
+        state[m] = "open"
+        path.append(m)
+        for n in sorted(edges[m]):
+            if state.get(n) == "open":
+                return path[path.index(n):] + [n]
+            if n not in state and (found := visit(n)):
+                return found
+        state[m] = "done"
+        path.pop()
+        return None
+
+    for m in sorted(edges):
+        if m not in state and (found := visit(m)):
+            return found
+    return None
+
+
+def runner_import_problems(root: Path = RUNNER) -> list[str]:
+    """What breaks the runner's import rules: a circle, or an import inside a function
+    that does not keep TensorFlow out of a module that loads without it."""
+    table = runner_imports(root)
+    problems = []
+    cycle = import_cycle(table)
+    if cycle:
+        problems.append("import circle: " + " -> ".join(cycle))
+    for module, info in sorted(table.items()):
+        for sibling, lines in sorted(info["lazy"].items()):
+            if loads_tensorflow(table, module) or not loads_tensorflow(table, sibling):
+                problems.append(f"{module}.py:{lines[0]} imports {sibling} inside a function")
+    return problems
+
+
+def test_the_runner_modules_import_each_other_without_a_circle():
+    table = runner_imports()
+    assert {"main", "attempt", "replicas", "gang_graph", "graph"} <= set(table)
+    assert loads_tensorflow(table, "attempt") and not loads_tensorflow(table, "main")
+    assert runner_import_problems() == []
+
+
+def test_the_runner_import_check_finds_a_circle_and_a_lazy_import(tmp_path):
+    def write(name: str, text: str) -> None:
+        (tmp_path / f"{name}.py").write_text(text)
+
+    write("a", "import tensorflow\nfrom tfgshare.runner import b\n")
+    write("b", "import tensorflow\n\ndef f():\n    from tfgshare.runner import a\n")
+    write("c", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+               "    from tfgshare.runner import a\n\ndef g():\n    from tfgshare.runner import a\n")
+    problems = runner_import_problems(tmp_path)
+    assert problems[0] == "import circle: a -> b -> a"
+    assert problems[1:] == ["b.py:4 imports a inside a function"]   # c's keeps out TF
