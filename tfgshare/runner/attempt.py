@@ -65,7 +65,8 @@ def run(config: TrainConfig, sink: EventSink, stop_event: threading.Event, began
         warn(sink, not_applied)
     start_s = job_age_s()
     member = replicas.Member(config) if config.in_gang else None   # its servers listen now
-    # another model's checkpoint is refused unchanged (a gang's chief restores unchecked)
+    # another model's checkpoint is refused before the train dir changes (a gang's chief
+    # refuses it at its restore)
     held = train_dirs.newest_held(config) if member is None else None
     candidates: list[str] = []
     if config.is_chief:
