@@ -1,6 +1,8 @@
 """The node agent: offers a node's GPUs to the coordinator and runs its job attempts.
 
 - ``node``: the ``Agent`` (register, heartbeat, commands) and ``main`` (``tfgshare agent``).
+- ``config``: ``AgentConfig``, the agent's settings, and their defaults.
+- ``options``: the ``tfgshare agent`` command line (``build_parser``, ``gang_ports``).
 - ``supervisor``: one runner process per job attempt, its events, exits and telemetry.
 - ``gpus``: GPU discovery through NVML, or configured virtual GPUs.
 

@@ -31,26 +31,32 @@ followed) to a folder under the checkpoint root the coordinator named at
 registration, and its dataset dir to a folder under one of the data roots
 (``--data-root``, repeatable; default: the shared data folder, see
 ``tfgshare.paths.shared_dir``, and the checkpoint root). Anything else is refused.
+
+This module owns the ``Agent`` and ``main``; ``AgentConfig`` and its defaults live in
+``tfgshare.agent.config``, the command line's flags in ``tfgshare.agent.options``, and
+both are re-exported here. May import what the ``tfgshare.agent`` package allows.
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import signal
-import socket
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import zmq
 
 from tfgshare import keys, paths, schema
 from tfgshare.agent import gpus as gpus_mod
-from tfgshare.agent.supervisor import SPARE_WAIT_S, EventOut, ExitOut, Supervisor
+# the settings and the command line sit beside this module; re-exported here, where
+# callers have always found them
+from tfgshare.agent.config import (  # noqa: F401  (re-exported)
+    DEFAULT_GANG_PORTS, FENCE_SHARE, MAX_SPARES, AgentConfig)
+from tfgshare.agent.options import build_parser, default_gang_address, gang_ports
+from tfgshare.agent.supervisor import SPARE_WAIT_S, EventOut, ExitOut, Supervisor  # noqa: F401
 from tfgshare.paths import confine   # the rule the coordinator checks at submit too
 
 log = logging.getLogger("tfgshare.agent")
@@ -58,43 +64,8 @@ log = logging.getLogger("tfgshare.agent")
 # runner events that change the coordinator's view; resent if not acknowledged
 _KEY_EVENTS = frozenset({"started", "sample", "checkpoint", "suspended", "finished", "error",
                          "out_of_memory"})
-# share of the coordinator's node timeout after which a silent coordinator's runners are killed
-FENCE_SHARE = 0.5
-# default spare runners: one per GPU up to this (each holds ~0.4 GB of host memory and costs
-# an import of CPU time; two cover the common burst of starts on a node)
-MAX_SPARES = 2
-DEFAULT_GANG_PORTS = (47000, 47999)   # where gang members listen unless --gang-ports says
 # the code of the error reply to a command whose handler raised this (any other: internal)
 _CODES = {KeyError: schema.ErrorCode.NOT_FOUND, ValueError: schema.ErrorCode.INVALID}
-
-
-@dataclass
-class AgentConfig:
-    """How an agent reaches its coordinator and runs its jobs."""
-
-    coordinator: str
-    node: str
-    work_dir: Path
-    heartbeat_s: float | None = None     # None: what the coordinator asks for
-    threads: int = 1                     # CPU threads per runner
-    suspend_timeout_s: float = 60.0
-    register_retry_s: float = 1.0
-    runner_cmd: list[str] | None = None  # None: python -m tfgshare.runner
-    warm_runner: bool = True             # keep spare runners with TensorFlow imported
-    spare_runners: int | None = None     # how many; None: one per GPU, at most MAX_SPARES
-    #                                      (real runners only: not with runner_cmd)
-    spare_wait_s: float = SPARE_WAIT_S   # a used spare is replaced after its job's first
-    #                                      step, or this long after the hand-over; 0: at once
-    lost_after_s: float | None = None    # silence before fencing and reconnecting; None:
-    #                                      FENCE_SHARE x the coordinator's node timeout
-    data_roots: list[Path] | None = None  # where dataset dirs may be; None: the shared
-    #                                       data folder and the checkpoint root
-    key: str | None = None               # CurveZMQ secret key file (None: $TFGSHARE_KEY)
-    server_key: str | None = None        # the coordinator's public key file
-    # a job that spans nodes runs one gang member here (runner.replicas), listening on
-    # ``gang_address`` at a port of ``gang_ports`` the coordinator picks; None: no gangs here
-    gang_address: str = "127.0.0.1"
-    gang_ports: tuple[int, int] | None = DEFAULT_GANG_PORTS
 
 
 class Agent:
@@ -422,82 +393,6 @@ class Agent:
                          out.exit_code, out.reason)
             if self.registered:
                 self._send(msg)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The ``tfgshare agent`` command line."""
-    p = argparse.ArgumentParser(prog="tfgshare agent",
-                                description="Run a node agent: offer this node's GPUs "
-                                            "to a coordinator and run its jobs.")
-    p.add_argument("--coordinator", required=True, metavar="tcp://HOST:PORT",
-                   help="the coordinator's address")
-    p.add_argument("--node", default=socket.gethostname(),
-                   help="this node's name (default: the host name)")
-    p.add_argument("--virtual-gpus", metavar="SPEC",
-                   help="GPUs to offer when NVML finds none, e.g. 2x16GiB or 1x8GiB,1x24GiB "
-                        "(their jobs run on the CPU; each virtual GPU gets its own share of "
-                        "the CPU cores, and its runners are pinned to them, when there are "
-                        "at least as many cores as virtual GPUs)")
-    p.add_argument("--force-virtual", action="store_true",
-                   help="offer the --virtual-gpus even where NVML finds real GPUs")
-    p.add_argument("--work-dir", type=Path,
-                   help="runner events and logs (default: a folder in the temp dir)")
-    p.add_argument("--heartbeat", type=float, metavar="S",
-                   help="seconds between heartbeats (default: the coordinator's choice)")
-    p.add_argument("--token", action=keys.RemovedToken, help=argparse.SUPPRESS)
-    p.add_argument("--key", default=None,
-                   help="this agent's CurveZMQ secret key file (default $TFGSHARE_KEY; made by "
-                        "`tfgshare keys add-agent NODE`)")
-    p.add_argument("--server-key", default=None,
-                   help="the coordinator's public key file (default $TFGSHARE_SERVER_KEY, else "
-                        "coordinator.key beside --key)")
-    p.add_argument("--threads", type=int, default=1, help="CPU threads per runner (default 1)")
-    p.add_argument("--suspend-timeout", type=float, default=60.0, metavar="S",
-                   help="seconds a runner has to checkpoint before it is killed")
-    p.add_argument("--runner", metavar="CMD",
-                   help="command that starts a job runner, split on spaces "
-                        "(default: this Python with -m tfgshare.runner)")
-    p.add_argument("--no-warm-runner", dest="warm_runner", action="store_false",
-                   help="start every runner cold (default: keep spare runners with "
-                        "TensorFlow imported, so starts and resumes skip the import)")
-    p.add_argument("--spare-runners", type=int, default=None, metavar="N",
-                   help=f"spare runners to keep (default: one per GPU, at most {MAX_SPARES})")
-    p.add_argument("--spare-wait", type=float, default=SPARE_WAIT_S, metavar="S",
-                   help="replace a spare a job took once that job reports its first step, "
-                        f"or S seconds after the hand-over (default {SPARE_WAIT_S:g}: at "
-                        "once; waiting was not measured faster, docs/benchmarks.md)")
-    p.add_argument("--data-root", type=Path, action="append", metavar="DIR",
-                   help="a folder job dataset dirs may be under, repeatable (default: the "
-                        "shared data folder and the checkpoint root)")
-    p.add_argument("--gang-address", metavar="HOST",
-                   help="where the other nodes reach this node's part of a job that spans "
-                        "nodes (default: 127.0.0.1 for a loopback coordinator, else the host "
-                        "name)")
-    p.add_argument("--gang-ports", metavar="FIRST-LAST",
-                   default=f"{DEFAULT_GANG_PORTS[0]}-{DEFAULT_GANG_PORTS[1]}",
-                   help="ports those gang members may listen on, or 'none' to take no job "
-                        "that spans nodes (default %(default)s)")
-    p.add_argument("-v", "--verbose", action="store_true", help="log debug detail")
-    return p
-
-
-def gang_ports(text: str) -> tuple[int, int] | None:
-    """``FIRST-LAST`` as a port range, None for 'none'; ValueError naming the problem."""
-    if text.strip().lower() == "none":
-        return None
-    first, sep, last = text.partition("-")
-    if not sep or not first.strip().isdigit() or not last.strip().isdigit():
-        raise ValueError(f"--gang-ports {text!r} must look like 47000-47999 or be 'none'")
-    lo, hi = int(first), int(last)
-    if not 1 <= lo <= hi <= 65535:
-        raise ValueError(f"--gang-ports {text!r} is not a range of ports within 1-65535")
-    return lo, hi
-
-
-def default_gang_address(coordinator: str) -> str:
-    """Loopback for a coordinator on loopback, else this host's name."""
-    host = coordinator.split("://", 1)[-1].rpartition(":")[0].strip("[]")
-    return "127.0.0.1" if host in ("127.0.0.1", "localhost", "::1") else socket.gethostname()
 
 
 def main(argv: list[str] | None = None) -> int:
