@@ -18,6 +18,7 @@
 - ``exclusive``: whole-GPU placement for fifo, sjf and tiresias.
 - ``interference``: the predicted co-location slowdown model.
 - ``prediction``, ``queueing``: remaining time, waiting time, arrival order.
-- Policies: ``fifo``, ``sjf``, ``tiresias`` (and ``tiresias-promote``), ``gandiva``, ``fgs``.
+- Policies: ``fifo``, ``sjf``, ``tiresias`` (and ``tiresias-promote``; its queues, the
+  memo, in ``tiresias_memo``), ``gandiva``, ``fgs``.
 - ``builders``: short constructors for hand-made clusters and jobs.
 """

@@ -38,6 +38,12 @@ caller must pass the same memo to every call. It records what it observed in
 the views (starts, preemptions, crossings), never what it planned, so a
 decision repeated on the same views gives the same actions. A fresh memo puts
 each job in the queue of its attained service, in arrival order.
+
+This module owns the policy: how the queues move and the walk that decides.
+The memo that holds the queues (``TiresiasMemo``, each job's ``Place``) lives in
+``tiresias_memo`` and is re-exported here. May import the policy interface and
+its helpers (``base``, ``exclusive``, ``placement``, ``prediction``, ``queueing``,
+``tiresias_memo``), ``sortedcontainers`` and the standard library only.
 """
 
 from __future__ import annotations
@@ -51,76 +57,13 @@ from sortedcontainers import SortedList
 
 from .base import Action, ClusterSnapshot, JobState, JobView, Policy, Suspend
 from .exclusive import IdleMap, start_exclusive
-from .memo import Memo
 from .placement import up_gpus
 from .prediction import attained_now, total_wait_s
 from .queueing import HOLDING, WAITING
+# the queues it keeps between decisions (its memo) sit beside it
+from .tiresias_memo import RUN, TAIL, WAIT, Place, TiresiasMemo
 
 EPS = 1e-6
-RUN, WAIT, TAIL = 0, 1, 2   # a job's part of its queue: running, waiting, just demoted
-
-
-@dataclass(slots=True)
-class _Place:
-    """Where one job stands: queue, part and position within the part."""
-
-    queue: int
-    part: int
-    key: float
-    base_service: float = 0.0     # attained GPU-seconds at its last promotion
-    base_wait: float | None = None  # total wait when it first ran after that
-    since: float = 0.0              # when it was put at the back (TAIL) of its queue
-
-
-class TiresiasMemo(Memo):
-    """The queues as the authors' code keeps them: each job's place, and counters.
-
-    For ``dlas-gpu`` (no promotion, no ``min_run_s``) it also keeps the walk
-    itself incrementally: the jobs in walk order, the running ones apart, GPU
-    counts, each holding job's next threshold crossing in a heap, and each
-    running job's wake-up moment by GPU count; a decision then costs
-    O(changed jobs x log n) plus the part of the walk it needs.
-    """
-
-    def __init__(self) -> None:
-        self.places: dict[str, _Place] = {}
-        self.seq = 0.0      # last key given at the back of a part
-        self.front = 0.0    # last key given at the front of the waiting part
-        self.wake: float | None = None
-        super().__init__()
-
-    def reset(self) -> None:
-        # the places stay (they are history); the indexes over them are rebuilt
-        self.restarted = True
-        self.pending: set[str] = set()         # views changed, or demoted last time (TAIL)
-        self.order = SortedList()              # (queue, part, key, id): the walk
-        self.running = SortedList()            # the same, running jobs only
-        self.entry: dict[str, tuple] = {}      # id -> its tuple in ``order``
-        self.n_waiting = 0
-        self.n_running = 0
-        self.held_other = 0                    # GPUs of holding jobs that are not running
-        self.crossings: list = []              # heap (about when, n, id, view): next threshold
-        self.pushed = 0
-        self.jumps: dict[int, SortedList] = {} # GPUs -> (moment c, id) of running jobs
-        self.jump_of: dict[str, tuple[int, tuple]] = {}
-
-    def changed(self, jid: str, old: JobView | None, new: JobView | None) -> None:
-        self.pending.add(jid)
-        for v, sign in ((old, -1), (new, 1)):
-            if v is None:
-                continue
-            s = v.state
-            if s is JobState.RUNNING:
-                self.n_running += sign
-            elif s in HOLDING:
-                self.held_other += sign * v.num_gpus
-            elif s in WAITING:
-                self.n_waiting += sign
-
-    def tail(self) -> float:
-        """A key behind every key given so far."""
-        self.seq += 1.0
-        return self.seq
 
 
 @dataclass
@@ -165,7 +108,7 @@ class Tiresias(Policy):
         """Bring every job's place up to date with what the views show now."""
         places = memo.places
         fresh: list[JobView] = []
-        moved: list[tuple[tuple, JobView, _Place]] = []
+        moved: list[tuple[tuple, JobView, Place]] = []
         holding: list[JobView] = []
         waiting: list[JobView] = []
         for j in jobs:
@@ -198,8 +141,8 @@ class Tiresias(Policy):
         return candidates
 
     @staticmethod
-    def _observe(now: float, j: JobView, p: _Place | None, fresh: list[JobView],
-                 moved: list[tuple[tuple, JobView, _Place]]) -> None:
+    def _observe(now: float, j: JobView, p: Place | None, fresh: list[JobView],
+                 moved: list[tuple[tuple, JobView, Place]]) -> None:
         """Note a job new to the queues, or one that started or stopped since the last
         decision (with its place then: the order it is settled in)."""
         if p is None:
@@ -210,7 +153,7 @@ class Tiresias(Policy):
             moved.append(((p.queue, p.part, p.key), j, p))
 
     def _settle(self, now: float, memo: TiresiasMemo, fresh: list[JobView],
-                moved: list[tuple[tuple, JobView, _Place]]) -> None:
+                moved: list[tuple[tuple, JobView, Place]]) -> None:
         """Move the jobs ``_observe`` noted to their new places."""
         places = memo.places
         # what happened since the last decision, in that decision's walk order
@@ -233,10 +176,10 @@ class Tiresias(Policy):
         for j in fresh:
             runs = j.state is JobState.RUNNING
             q = self._level(attained_now(j, now))
-            places[j.id] = _Place(q, RUN if runs else WAIT, memo.tail(),
+            places[j.id] = Place(q, RUN if runs else WAIT, memo.tail(),
                                   base_wait=total_wait_s(j, now) if runs else None)
 
-    def _demote(self, now: float, p: _Place, service: float, memo: TiresiasMemo) -> None:
+    def _demote(self, now: float, p: Place, service: float, memo: TiresiasMemo) -> None:
         """A holding job reached its queue's threshold: to the back of a lower queue."""
         p.queue = max(p.queue + 1, self._level(service))
         p.part, p.key, p.since = TAIL, memo.tail(), now
@@ -340,7 +283,7 @@ class Tiresias(Policy):
         touched = memo.pending
         memo.pending = set()
         fresh: list[JobView] = []
-        moved: list[tuple[tuple, JobView, _Place]] = []
+        moved: list[tuple[tuple, JobView, Place]] = []
         for jid in touched:
             j = views.get(jid)
             if j is None:
@@ -446,7 +389,7 @@ class Tiresias(Policy):
                         best = t
         return best
 
-    def _jump_time(self, now: float, j: JobView, p: _Place) -> float | None:
+    def _jump_time(self, now: float, j: JobView, p: Place) -> float | None:
         """When this running job crosses its threshold, as ``_next_jump`` computes it."""
         service = attained_now(j, now) - p.base_service
         if self.authors_wake:
