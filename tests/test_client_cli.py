@@ -11,30 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from coordinator_fakes import CoordinatorThread, FakeAgent
+from cli_helpers import fake_cluster, run
 from tfgshare.client import commands as cli
 from tfgshare.client.api import Client
 from tfgshare import schema as s
-from tfgshare.cli import main as tfgshare
-from tfgshare.policies.registry import get_policy
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
 def cluster(tmp_path):
-    ct = CoordinatorThread(tmp_path / "state.db", policy=get_policy("fifo"))
-    agent = FakeAgent(ct.address, "n1", gpus=((0, 16384), (1, 16384)))
-    agent.register()
-    yield ct, agent
-    agent.close()
-    ct.close()
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = tfgshare(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+    with fake_cluster(tmp_path) as both:
+        yield both
 
 
 def unused_address() -> str:

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator_fakes import CoordinatorThread, FakeAgent
+from cli_helpers import fake_cluster, run
 from tfgshare import schema as s
 from tfgshare.cli import main as tfgshare
 from tfgshare.client import tables
 from tfgshare.demo import Script, demo_jobs
 from tfgshare.metrics import Report, format_duration, format_table
-from tfgshare.policies.registry import get_policy
 
 
 @pytest.fixture(autouse=True)
@@ -22,18 +21,8 @@ def _not_a_terminal(monkeypatch):
 
 @pytest.fixture
 def cluster(tmp_path):
-    ct = CoordinatorThread(tmp_path / "state.db", policy=get_policy("fifo"))
-    agent = FakeAgent(ct.address, "n1", gpus=((0, 16384), (1, 16384)))
-    agent.register()
-    yield ct, agent
-    agent.close()
-    ct.close()
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = tfgshare(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+    with fake_cluster(tmp_path) as both:
+        yield both
 
 
 def widest(text: str) -> int:

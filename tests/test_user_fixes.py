@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from cli_helpers import fake_cluster, run
 from coordinator_fakes import CoordinatorThread, FakeAgent
 from tfgshare import keys, paths
 from tfgshare import schema as s
@@ -17,18 +18,8 @@ from tfgshare.policies.registry import get_policy
 
 @pytest.fixture
 def cluster(tmp_path):
-    ct = CoordinatorThread(tmp_path / "state.db", policy=get_policy("fifo"))
-    agent = FakeAgent(ct.address, "n1", gpus=((0, 16384),))
-    agent.register()
-    yield ct, agent
-    agent.close()
-    ct.close()
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = tfgshare(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+    with fake_cluster(tmp_path, gpus=((0, 16384),)) as both:
+        yield both
 
 
 # ---- messages -------------------------------------------------------------------
