@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from itertools import islice
 from typing import Any
 
 from tfgshare import schema as s
@@ -12,9 +11,9 @@ from tfgshare.coordinator.gangs import spans_nodes
 from tfgshare.coordinator.logs import log
 from tfgshare.metrics import format_duration
 from tfgshare.policies.base import JobState, SampleRecord
-from tfgshare.policies.prediction import (AHEAD_SCAN, gpu_overhead, outside_slowdown,
-                                          promotion_in, sharing_factor, solo_step_s,
-                                          start_spill_s, work_ahead_s)
+from tfgshare.policies.forecast import (Forecast, forecast_step_s, prior_sharing,
+                                        sharing_beside, waiting_beside)
+from tfgshare.policies.prediction import outside_slowdown, solo_step_s, start_spill_s
 from tfgshare import runner_wire as rp
 
 MARKS_KEPT = 64   # progress marks kept per job (co-tenants' step time while a job samples)
@@ -282,13 +281,14 @@ class AgentProtocol:
         # its next start is a resume (a graph imported, a checkpoint read)
         forecast = self.cluster.forecast
         restart = forecast.restart_s(job.spec.model_name, job.last_start_s())
-        if job.solo_step_s is not None and job.sample is not None:
-            job.measured_step_s = self._forecast_step_s(job, job.solo_step_s, restart, now)
+        found = self._forecast(job, restart, now)
+        if found is not None:
+            job.measured_step_s, job.after_sampling = found
         job.predicted_remaining_s = job.predict(1, restart)
         if job.predicted_remaining_s is not None:
             job.note_prediction(job.predicted_remaining_s, now)
             if job.solo_step_s is not None and job.sample is not None:
-                sharing = forecast.sharing_now(self._prior_sharing(job))
+                sharing = forecast.sharing_now(prior_sharing(forecast, self.policy, job))
                 self._log(job, now, (
                     f"predicted to run {format_duration(job.predicted_remaining_s)} more: "
                     f"{job.solo_step_s:.4f} s a step alone, x{forecast.outside_now():.2f} "
@@ -298,80 +298,31 @@ class AgentProtocol:
                     f"), x{job.after_sampling:.2f} once none is left to sample; so "
                     f"{job.measured_step_s:.4f} s a step, after {restart:.1f} s to start again"))
 
-    def _forecast_step_s(self, job: LiveJob, solo: float, restart: float, now: float) -> float:
-        """The step time a just-sampled job is expected to run at, sharing included,
-        after a start costing ``restart`` (``ColocationForecast``; the simulator's
-        ``sim.forecast.forecast_step_s`` alike)."""
+    def _forecast(self, job: LiveJob, restart: float, now: float) -> Forecast | None:
+        """A sampled job's step time, sharing included, and its slowdown once none is
+        left to sample (``policies.forecast.forecast_step_s``, from the live jobs);
+        None before it has a sample and a step time alone."""
+        if job.solo_step_s is None or job.sample is None:
+            return None
         cluster = self.cluster
-        steps = max(0, job.spec.max_number_of_steps - job.steps_done)
-        if steps <= 0 or job.sample is None:
-            return solo
         unsampled = cluster.counts.get("queued", 0) + cluster.counts.get("sampling", 0)
-        mine = (job.submit_time, job.id)
-
-        def ahead(enough: float) -> float:   # once promoted: running jobs, longer waiting ones
-            return work_ahead_s((j.predicted_remaining_s
-                                 for j in islice(cluster.active.values(), AHEAD_SCAN)
-                                 if j is not job and j.sample is not None
-                                 and j.state is not JobState.SAMPLING
-                                 and (j.state.holds_gpu or (j.submit_time, j.id) < mine)),
-                                enough)
-
-        gpus = len(cluster.snapshot().gpus)
-        job.after_sampling = self._after_sampling(job, steps * solo + restart, unsampled, gpus)
-        total = cluster.forecast.remaining_s(steps, solo, restart, unsampled, gpus,
-                                             promotion_in(self.policy, job.view(), now), ahead,
-                                             self._prior_sharing(job), job.after_sampling)
-        return max(0.0, total - restart) / steps
-
-    def _after_sampling(self, job: LiveJob, run_s: float, unsampled: int, gpus: int) -> float:
-        """How much slower than alone ``job`` is expected to run once newcomers stop
-        sampling (``ColocationForecast.after_sampling``): from the jobs waiting
-        (sampled ones and those still to sample) and the sampled ones' predicted
-        run times, the policy's packing and the compute units (its node's)."""
-        waiting, runs = unsampled, []
-        for other in islice(self.cluster.active.values(), AHEAD_SCAN):
-            if other is not job and other.sample is not None and other.state.waiting:
-                waiting += 1
-                if other.predicted_remaining_s is not None:
-                    runs.append(other.predicted_remaining_s)
-        node = self.cluster.nodes.get(job.node or job.sampled_on or "")
-        virtual = job.sampled_beside is not None
-        return self.cluster.forecast.after_sampling(
-            job.sample.gpu_util if job.sample is not None else 1.0,
-            run_s * self.cluster.forecast.outside_now(), waiting, gpus,
-            len(node.gpus) if node is not None else 1,
-            sum(runs) / len(runs) if runs else None, self.policy,
-            0.0 if virtual else gpu_overhead(self.policy))
-
-    def _prior_sharing(self, job: LiveJob) -> float:
-        """The sharing a sampled job is expected to see beside a sampling run before one
-        is measured: the time-sharing of its compute unit (CPU cores: equal turns, with
-        the cluster's processes its sample measured beside it; GPUs: the policy's
-        interference model)."""
-        util = job.sample.gpu_util if job.sample is not None else 1.0
-        if job.sampled_beside is not None:
-            return self.cluster.forecast.prior(util, job.sampled_beside)
-        return self.cluster.forecast.prior(util, 0.0, gpu_overhead(self.policy))
+        waiting, mean_run_s = waiting_beside(cluster.active.values(), job, run_left_s)
+        node = cluster.nodes.get(job.node or job.sampled_on or "")
+        return forecast_step_s(cluster.forecast, self.policy, job, job.view(),
+                               max(0, job.spec.max_number_of_steps - job.steps_done), restart,
+                               now, jobs=cluster.active.values(), left_s=run_left_s,
+                               unsampled=unsampled, gpus=len(cluster.snapshot().gpus),
+                               waiting=waiting + unsampled, mean_run_s=mean_run_s,
+                               node_units=len(node.gpus) if node is not None else 1)
 
     def _sharing_beside(self, job: LiveJob, since: float | None, now: float) -> float | None:
-        """How much the running jobs beside ``job`` were slowed while it sampled: their
-        step time from their progress since ``since`` over their step time alone
-        (the mean over those measured; None if none was)."""
+        """How much the running jobs beside ``job`` were slowed while it sampled
+        (``policies.forecast.sharing_beside``): their step time from their progress
+        marks since ``since`` over their step time alone (None if none was measured)."""
         if since is None:
             return None
-        found = []
-        for f in job.fragments:
-            for other in self.cluster.tenants.get(f.gpu, {}).values():
-                if other is job or other.state is not JobState.RUNNING \
-                        or other.solo_step_s is None or other.marks_attempt != other.attempt:
-                    continue
-                seen = [(t, st) for t, st in other.marks if since <= t <= now]
-                if len(seen) >= 2 and seen[-1][1] > seen[0][1]:
-                    step = (seen[-1][0] - seen[0][0]) / (seen[-1][1] - seen[0][1])
-                    found.append(sharing_factor(step, other.solo_step_s))
-        found = [x for x in found if x is not None]
-        return sum(found) / len(found) if found else None
+        return sharing_beside(job, lambda gpu: self.cluster.tenants.get(gpu, {}).values(),
+                              lambda other: marked_step_s(other, since, now))
 
     def _cpu_per_step(self, job: LiveJob, ev: dict[str, Any]) -> tuple[float | None, float]:
         """On virtual GPUs, the time the runner waited for a core and ran (over its
@@ -509,3 +460,19 @@ class AgentProtocol:
             if holder is not None:
                 self._send(holder, s.KillJob(job=job.id))
             self._requeue(job, now, f"agent has no runner for it ({msg.reason})")
+
+
+def marked_step_s(job: LiveJob, since: float, now: float) -> float | None:
+    """A running job's step time from ``since`` to ``now`` by its progress marks in its
+    current start (None with fewer than two marks, or none of this start)."""
+    if job.marks_attempt != job.attempt:
+        return None
+    seen = [(t, st) for t, st in job.marks if since <= t <= now]
+    if len(seen) >= 2 and seen[-1][1] > seen[0][1]:
+        return (seen[-1][0] - seen[0][0]) / (seen[-1][1] - seen[0][1])
+    return None
+
+
+def run_left_s(job: LiveJob) -> float | None:
+    """Its refreshed prediction of the run time left, once sampled (None before)."""
+    return job.predicted_remaining_s if job.sample is not None else None

@@ -5,7 +5,7 @@ Modules: ``profiles`` (model costs), ``cluster`` (cluster specs), ``colocation``
 ``workload`` (trace jobs with models), ``job`` (a job's state, a run's result,
 admission), ``engine`` (the event loop), ``decide`` (the policy's round: the views it
 reads, its call, the one action check), ``costs`` (what an attempt costs),
-``forecast`` (the coordinator's predictions from simulated measurements),
+``forecast`` (the one forecast, ``policies.forecast``, fed simulated measurements),
 ``live_window`` (what those predictions read of the oldest live jobs, kept incrementally),
 ``invariants`` (the self-check), ``plots`` and ``cli`` (``tfgshare simulate``),
 ``synth`` (``tfgshare trace generate``), ``sweep`` and ``sweep_report`` (``tfgshare sweep``).

@@ -67,6 +67,7 @@ class SimJob(JobAccount):
     position: int = 0             # arrival order, from 1 (0: not arrived)
     requested_fraction: float | None = None   # a GPU-sharing trace's share of one GPU
     gpu_types: tuple[str, ...] = ()           # GPU types it may run on (empty: any)
+    sampled_beside: float | None = None       # (virtual GPUs' measure: never simulated)
 
 
 @dataclass

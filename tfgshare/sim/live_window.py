@@ -1,8 +1,8 @@
 """What the forecast reads of the oldest live jobs, in O(log n) a read.
 
-The live coordinator's ``_after_sampling`` looks at the first ``AHEAD_SCAN`` live
-jobs in arrival order and counts those waiting with a sample, and the mean
-predicted run of those measured. Scanning them for every sampled job cost the
+The forecast (``policies.forecast.waiting_beside``, as the live coordinator reads
+it) looks at the first ``AHEAD_SCAN`` live jobs in arrival order and counts those
+waiting with a sample, and the mean predicted run of those measured. Scanning them for every sampled job cost the
 simulator a quarter of a long replay; ``LiveWindow`` keeps the same figures in
 Fenwick trees over arrival order, updated when a job's contribution changes.
 Run seconds are kept as integers of 2**-32 s, so sums are exact whatever the order
