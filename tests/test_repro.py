@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import sqlite3
 import subprocess
@@ -148,6 +149,12 @@ def test_reproduce_four_models_records_match_the_coordinators_store(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     for name in ("report.txt", "report.csv", "jobs.json", "jct.png", "gantt.png"):
         assert (out / name).stat().st_size > 0, name
+    # the simulator's prediction of the same run, beside the live figures
+    with open(out / "predicted.csv") as f:
+        predicted = {(r["policy"], r["figure"]): r for r in csv.DictReader(f)}
+    assert float(predicted[("fifo", "JCT mean s")]["simulated"]) > 0
+    assert ("fifo vs fgs", "JCT ratio") in predicted
+    assert "the simulator on this run's measurements" in done.stdout
     table = (out / "report.txt").read_text().splitlines()
     assert table[0].split()[:2] == ["policy", "jobs"] and "JCT /" in table[0]
     assert [line.split()[0] for line in table[2:4]] == ["fifo", "fgs"]   # then its legend

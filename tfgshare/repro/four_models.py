@@ -6,7 +6,10 @@ fresh ``LocalCluster`` (new coordinator state, checkpoints and agents) runs the 
 the end (its checkpoints are deleted once its records are read); then the folder gets ``report.txt`` / ``report.csv`` (the metrics table with
 ratios against fifo, or the first policy), ``jobs.json`` (every job's record as the
 coordinator reported it, per policy), ``jct.png`` (JCT per job per policy) and
-``gantt.png`` (which job held which fraction of which GPU when, per policy).
+``gantt.png`` (which job held which fraction of which GPU when, per policy). On virtual
+GPUs it also prints the simulator's prediction of the same run, from this run's
+measurements, beside the live figures and writes it to ``predicted.csv``
+(``four_models_sim``).
 """
 
 from __future__ import annotations
@@ -109,6 +112,7 @@ def run_policy(policy: str, batch: dict, root: Path, quiet: bool = False) -> dic
                                quiet=quiet)
             metrics = client.metrics()
             records = {j["id"]: j for j in client.jobs()}
+            nodes = client.nodes()
     # the reset before the next policy: the batch's checkpoints are not needed once its
     # records are read (vgg_16 leaves up to 3 x 1.5 GB per job; a full disk stopped a run)
     shutil.rmtree(cluster.checkpoints, ignore_errors=True)
@@ -120,7 +124,24 @@ def run_policy(policy: str, batch: dict, root: Path, quiet: bool = False) -> dic
             "load": [round(x, 1) for x in (*load_before, *os.getloadavg())],
             "timed_out": run.timed_out, "fragments": run.fragments,
             "jobs": [records[i] for i in run.ids], "job_rows": metrics["jobs"],
+            "nodes": nodes,
             "state": str(root / "state.db")}
+
+
+def predicted(batch: dict, results: dict[str, dict], out: Path) -> None:
+    """Print the simulator's prediction of the same run beside the live figures and write
+    it to ``predicted.csv`` (``four_models_sim``); a failure is reported, not raised."""
+    from .four_models_sim import comparison, format_comparison, predict, write_comparison
+
+    try:
+        sim = predict(schedule(batch), results, results[next(iter(results))]["nodes"])
+    except (ValueError, KeyError) as err:
+        print(f"no simulated prediction: {err}", file=sys.stderr)
+        return
+    rows = comparison({p: r["report"] for p, r in results.items()}, sim)
+    write_comparison(out / "predicted.csv", rows)
+    print("the simulator on this run's measurements (four_models_sim):")
+    print(format_comparison(rows))
 
 
 def _children_cpu_s() -> float:
@@ -283,8 +304,10 @@ def main(argv: list[str] | None = None) -> int:
         # written after each policy, so a run stopped part-way keeps the policies it finished
         write_outputs(out, results)
     print((out / "report.txt").read_text())
+    if batch["cluster"].get("virtual_gpus"):
+        predicted(batch, results, out)
     print(f"{len(names)} policies in {time.monotonic() - t0:.0f} s; wrote report.txt, "
-          f"report.csv, jobs.json, jct.png and gantt.png to {out}")
+          f"report.csv, jobs.json, jct.png, gantt.png (and predicted.csv) to {out}")
     ok = all(r["report"].finished == r["report"].jobs and not r["timed_out"]
              for r in results.values())
     return 0 if ok else 1
