@@ -91,6 +91,7 @@ def admit(jobs: Iterable, profiles: Profiles, cluster: SimCluster) -> list[SimJo
     out = []
     seen = set()
     max_memory = max(g.memory_mb for g in cluster.gpus)
+    smallest: dict[frozenset, int] = {}   # GPU kinds -> the smallest memory they may run on
     for j in jobs:
         jid = str(j.id)
         if jid in seen:
@@ -103,7 +104,7 @@ def admit(jobs: Iterable, profiles: Profiles, cluster: SimCluster) -> list[SimJo
             prof = profiles.get(j.model, j.batch_size)
         except KeyError as err:
             raise ValueError(f"job {jid}: {err.args[0]}") from None
-        prof, fraction = _own_profile(j, prof, cluster)
+        prof, fraction = _own_profile(j, prof, cluster, smallest)
         if int(j.num_gpus) < 1 or int(j.total_steps) < 1:
             raise ValueError(f"job {jid}: num_gpus and total_steps must be >= 1, "
                              f"got {j.num_gpus} and {j.total_steps}")
@@ -124,22 +125,27 @@ def admit(jobs: Iterable, profiles: Profiles, cluster: SimCluster) -> list[SimJo
     return out
 
 
-def _own_profile(j, prof: ModelProfile, cluster: SimCluster) -> tuple[ModelProfile, float | None]:
+def _own_profile(j, prof: ModelProfile, cluster: SimCluster,
+                 smallest: dict[frozenset, int]) -> tuple[ModelProfile, float | None]:
     """The job's own profile where the workload gave it its own utilisation or memory, and
     its requested share of a GPU (a GPU-sharing trace's): a share is all the memory it
-    gets, so its memory is that share of the smallest GPU it may run on."""
+    gets, so its memory is that share of the smallest GPU it may run on (``smallest``:
+    that size by GPU kinds, filled as met, so a job does not scan every GPU)."""
     util, memory = getattr(j, "gpu_util", None), getattr(j, "memory_mb", None)
     fraction = getattr(j, "gpu_fraction", None)
     if fraction is not None:
         if not 0 < fraction <= 1:
             raise ValueError(f"job {j.id}: gpu_fraction {fraction!r} must be in (0, 1]")
-        kinds = set(getattr(j, "gpu_types", ()) or ())
-        sizes = [g.memory_mb for g in cluster.gpus if not kinds or g.kind in kinds] or \
-            [g.memory_mb for g in cluster.gpus]
-        share = fraction * min(sizes) - cluster.reserve_mb
+        kinds = frozenset(getattr(j, "gpu_types", ()) or ())
+        least = smallest.get(kinds)
+        if least is None:
+            sizes = [g.memory_mb for g in cluster.gpus if not kinds or g.kind in kinds] or \
+                [g.memory_mb for g in cluster.gpus]
+            least = smallest[kinds] = min(sizes)
+        share = fraction * least - cluster.reserve_mb
         memory = share if memory is None else min(memory, share)
         if memory <= 0:
-            raise ValueError(f"job {j.id}: a {fraction:g} share of a {min(sizes)} MB GPU "
+            raise ValueError(f"job {j.id}: a {fraction:g} share of a {least} MB GPU "
                              f"leaves nothing past the {cluster.reserve_mb:g} MB reserve")
     changes = {}
     if util is not None:
