@@ -4,14 +4,18 @@ An exclusive job takes whole idle GPUs (the fraction is the GPU less the
 context reserve). :class:`IdleMap` tracks which GPUs are idle more cheaply
 than a FreeMap: it only counts tenants, and keeps the idle GPUs sorted in
 best-fit order (``placement.by_room``), so a placement looks at idle GPUs only
-(a memo keeps that order between rounds). Gangs follow the same rule as
-``FreeMap.gang_place``: the first node to collect ``k`` idle GPUs, then up to
-``GANG_LOOKAHEAD`` more idle GPUs of the same room looked at for a node with
-fewer idle GPUs; if no node can hold the gang, the fewest nodes.
+(a memo keeps that order between rounds; a round's changes are kept beside it,
+not in a copy of it, so a round costs what it changes, not the cluster's size).
+Gangs follow the same rule as ``FreeMap.gang_place``: the first node to
+collect ``k`` idle GPUs, then up to ``GANG_LOOKAHEAD`` more idle GPUs of the
+same room looked at for a node with fewer idle GPUs; if no node can hold the
+gang, the fewest nodes.
 """
 
 from __future__ import annotations
 
+import bisect
+import heapq
 from collections import Counter
 from typing import Iterable, Mapping
 
@@ -22,6 +26,9 @@ from .memo import Memo
 from .placement import (EPS, GANG_LOOKAHEAD, GpuUse, by_room, exclusive_fraction, room_rank,
                         up_gpus)
 from .queueing import HOLDING
+
+
+OWN_AFTER = 64   # GPUs taken (or freed) in one round before the map copies the shared list
 
 
 class IdleMap:
@@ -38,7 +45,7 @@ class IdleMap:
         if memo is not None:
             self._use: Mapping[str, GpuUse] = memo.holdings.use
             self._count: Mapping[str, int] | None = None
-            self._idle = memo.idle_ranks(cluster)   # shared: copied before a change
+            self._idle = memo.idle_ranks(cluster)   # shared: never changed here
             self._own = False
         else:
             self._count = Counter([f.gpu for j in jobs if j.fragments and j.state in HOLDING
@@ -47,6 +54,8 @@ class IdleMap:
                                      if g.id not in self._count])
             self._own = True
         self._added: dict[str, int] = {}   # tenants added (or, < 0, gone) while planning
+        self._gone: set[int] = set()        # ranks of _idle taken while planning (shared _idle)
+        self._extra: list[int] = []         # ranks freed while planning, sorted (shared _idle)
         self.idle = len(self._idle)
 
     def tenants(self, gpu_id: str) -> int:
@@ -68,7 +77,7 @@ class IdleMap:
         by_node: dict[str, list[GPU]] = {}
         block = None   # room (MB) at which some node first held the gang
         extra = 0
-        for i in self._idle:   # the idle GPUs in best-fit order
+        for i in self._ranks():   # the idle GPUs in best-fit order
             g = order[i]
             room = self.whole(g) * g.memory_mb
             if block is not None:
@@ -98,17 +107,34 @@ class IdleMap:
             chosen += pick[:left]
         return chosen
 
+    def _ranks(self) -> Iterable[int]:
+        """The idle GPUs' ranks in order: the shared list less those taken, plus those freed."""
+        if not self._gone and not self._extra:
+            return self._idle
+        gone = self._gone
+        return (i for i in heapq.merge(self._idle, self._extra) if i not in gone)
+
     def _mine(self) -> SortedList:
+        """The idle ranks as this map's own list (copied from the shared one, with the
+        round's changes, once they pass ``OWN_AFTER``: a walk skips each taken rank)."""
         if not self._own:
-            self._idle = SortedList(self._idle)
-            self._own = True
+            idle = SortedList(self._ranks())
+            self._idle, self._gone, self._extra, self._own = idle, set(), [], True
         return self._idle
 
     def take(self, gpus: Iterable[str]) -> None:
         """Record a tenant on each of these GPUs."""
         for gid in gpus:
             if self.tenants(gid) == 0 and gid in self.gpus:
-                self._mine().remove(self._rank[gid])
+                rank = self._rank[gid]
+                if self._own:
+                    self._idle.remove(rank)
+                elif rank in self._extra:
+                    self._extra.remove(rank)
+                else:
+                    self._gone.add(rank)
+                    if len(self._gone) > OWN_AFTER:
+                        self._mine()
                 self.idle -= 1
             self._added[gid] = self._added.get(gid, 0) + 1
 
@@ -120,7 +146,15 @@ class IdleMap:
                 continue
             self._added[gid] = self._added.get(gid, 0) - 1
             if n == 1 and gid in self.gpus:
-                self._mine().add(self._rank[gid])
+                rank = self._rank[gid]
+                if self._own:
+                    self._idle.add(rank)
+                elif rank in self._gone:
+                    self._gone.discard(rank)
+                else:
+                    bisect.insort(self._extra, rank)
+                    if len(self._extra) > OWN_AFTER:
+                        self._mine()
                 self.idle += 1
 
 
