@@ -233,13 +233,7 @@ class Fgs(Policy):
             memo.stamp += 1   # the map may differ: a quiet walk kept is void
         if hit:
             base = cache[2]
-            for gid in dirty:
-                if gid in base.gpus:
-                    base.set_use(gid, use.get(gid))
-                elif gid in use:   # on a down node: not planned on
-                    base.use[gid] = use[gid]
-                else:
-                    base.use.pop(gid, None)
+            base.follow(dirty, use)
             base.total_free()   # worked out once per change, kept by the copies
             base.chooser = memo.fragmentation_chooser() if self.frag_measure else None
             return base.copy()

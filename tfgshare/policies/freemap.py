@@ -415,6 +415,17 @@ class FreeMap:
                 insort(self._bands.setdefault(group[0], []), group[1])
             insort(keys, (free, self.order[gid], gid))
 
+    def follow(self, gpu_ids: Iterable[str], use: dict[str, GpuUse]) -> None:
+        """Bring these GPUs (their tenants changed) up to date with ``use``: a map kept
+        between rounds costs the GPUs that changed, not a rebuild of every GPU."""
+        for gid in gpu_ids:
+            if gid in self.gpus:
+                self.set_use(gid, use.get(gid))
+            elif gid in use:   # on a down node: not planned on
+                self.use[gid] = use[gid]
+            else:
+                self.use.pop(gid, None)
+
     def refresh(self, gpu_id: str) -> None:
         """Re-read the band of a GPU whose tenants changed outside take/release."""
         self._move(gpu_id, 0.0, 0)

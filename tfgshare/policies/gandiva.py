@@ -32,10 +32,26 @@ from .queueing import WAITING
 
 
 class GandivaMemo(Memo):
-    """Waiting jobs by (GPU count, requested fraction, sampled peak), in arrival order."""
+    """Waiting jobs by (GPU count, requested fraction, sampled peak), in arrival order, and
+    a FreeMap of the GPUs as their holders hold them, brought up to date each round from
+    the GPUs that changed (a rebuild costs every GPU of the cluster) and copied to plan on."""
 
     def reset(self) -> None:
         self.waiting = WaitQueue()
+        self.free: tuple | None = None      # (key, GPU tuple, FreeMap as the holders hold it)
+        self.unplanned: set[str] = set()    # GPUs changed since ``free`` was brought up to date
+
+    def free_map(self, cluster: ClusterSnapshot, max_tenants: int) -> FreeMap:
+        """A FreeMap to plan this round on (a copy: the kept one is not changed)."""
+        key = (cluster.down_nodes, cluster.reserve_mb, max_tenants)
+        dirty, self.unplanned = self.unplanned, set()
+        cache = self.free
+        if cache is not None and cache[1] is cluster.gpus and cache[0] == key:
+            cache[2].follow(dirty, self.holdings.use)
+        else:
+            cache = self.free = (key, cluster.gpus,
+                                 FreeMap(cluster, use=self.holdings.use, max_tenants=max_tenants))
+        return cache[2].copy()
 
     def changed(self, jid: str, old: JobView | None, new: JobView | None) -> None:
         if new is None or new.state not in WAITING:
@@ -73,10 +89,11 @@ class Gandiva(Policy):
                memo: GandivaMemo | None = None) -> list[Action]:
         """Start every waiting job that fits, each on the least loaded GPU(s)."""
         memo = self.new_memo() if memo is None else memo
-        memo.sync(jobs)
+        # kept until the FreeMap takes them: a round that plans nothing must not lose them
+        memo.unplanned |= memo.sync(jobs)
         if not memo.waiting:
             return []
-        free = FreeMap(cluster, use=memo.holdings.use, max_tenants=self.max_tenants)
+        free = memo.free_map(cluster, self.max_tenants)
         reserve = cluster.reserve_mb
         actions: list[Action] = []
         top = free.max_free()
