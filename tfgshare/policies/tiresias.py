@@ -51,7 +51,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass
-from typing import Callable, ClassVar, Iterable, Sequence
+from typing import Callable, ClassVar, Iterable, Iterator, Sequence
 
 from sortedcontainers import SortedList
 
@@ -61,7 +61,7 @@ from .placement import up_gpus
 from .prediction import attained_now, total_wait_s
 from .queueing import HOLDING, WAITING
 # the queues it keeps between decisions (its memo) sit beside it
-from .tiresias_memo import RUN, TAIL, WAIT, Place, TiresiasMemo
+from .tiresias_memo import RUN, TAIL, WAIT, Place, RunPart, TiresiasMemo
 
 EPS = 1e-6
 
@@ -247,7 +247,28 @@ class Tiresias(Policy):
         """
         chosen: list[JobView] = []
         victims: list[JobView] = []
-        for at, j in order:
+        items = iter(order)
+        part: Iterator | None = None   # the jobs of a RunPart that did not fit whole
+        while True:
+            at_j = next(part, None) if part is not None else None
+            if at_j is None:
+                part = None
+                at_j = next(items, None)
+                if at_j is None:
+                    break
+            at, j = at_j
+            if j.__class__ is RunPart:
+                if j.gpus > free:
+                    part = iter(j.jobs)   # one by one, as below
+                    continue
+                # every job of it fits in turn, free reaching 0 at its last at the
+                # earliest: as one by one, with the check after its last
+                free -= j.gpus
+                movable -= j.count
+                if free <= 0 and movable > 0:
+                    victims.extend(running_after(at))
+                    break
+                continue
             runs = j.state is JobState.RUNNING
             if j.num_gpus <= free:
                 free -= j.num_gpus
@@ -332,6 +353,12 @@ class Tiresias(Policy):
         if old is not None:
             memo.order.remove(old)
             memo.running.discard(old)
+            counted = memo.in_run_part.pop(jid, None)
+            if counted is not None:
+                part = memo.run_part[counted[0]]
+                part[0] -= counted[1] if counted[2] else 0
+                part[1] -= counted[2]
+                part[2] -= 1
         jump = memo.jump_of.pop(jid, None)
         if jump is not None:
             memo.jumps[jump[0]].remove(jump[1])
@@ -344,8 +371,15 @@ class Tiresias(Policy):
             e = (p.queue, p.part, p.key, jid)
             memo.entry[jid] = e
             memo.order.add(e)
-            if s is JobState.RUNNING:
+            runs = s is JobState.RUNNING
+            if runs:
                 memo.running.add(e)
+            if p.part == RUN:
+                part = memo.run_part.setdefault(p.queue, [0, 0, 0])
+                part[0] += j.num_gpus if runs else 0
+                part[1] += runs
+                part[2] += 1
+                memo.in_run_part[jid] = (p.queue, j.num_gpus, runs)
         if s not in HOLDING or p.queue >= len(self.thresholds):
             return
         thr, g = self.thresholds[p.queue], j.num_gpus
@@ -404,10 +438,26 @@ class Tiresias(Policy):
         if not memo.n_waiting:
             return []
         views = memo.tracker.views
-        return self._walk(cluster, memo, ((e, views[e[3]]) for e in memo.order),
+        return self._walk(cluster, memo, self._fast_order(memo),
                           len(up_gpus(cluster)) - memo.held_other, memo.n_running,
                           lambda e: (views[r[3]] for r in
                                      memo.running.irange(e, inclusive=(False, True))))
+
+    def _fast_order(self, memo: TiresiasMemo) -> Iterable[tuple[object, object]]:
+        """The walk's (entry, view) pairs in ``memo.order``'s order, a queue's RUN part
+        (running jobs only) given as one ``RunPart`` placed at its end."""
+        views, order = memo.tracker.views, memo.order
+        for q in range(len(self.thresholds) + 1):
+            gpus, running, entries = memo.run_part.get(q, (0, 0, 0))
+            if entries:
+                ones = ((e, views[e[3]]) for e in order.irange(
+                    (q, RUN), (q, WAIT), inclusive=(True, False)))
+                if running == entries:
+                    yield (q, RUN, math.inf), RunPart(gpus, running, ones)
+                else:
+                    yield from ones
+            for e in order.irange((q, WAIT), (q + 1,), inclusive=(True, False)):
+                yield e, views[e[3]]
 
     def _next_jump(self, now: float, jobs: Sequence[JobView],
                    memo: TiresiasMemo) -> float | None:

@@ -2,7 +2,8 @@
 
 Owns ``TiresiasMemo``, the memo ``tfgshare.policies.tiresias.Tiresias`` carries
 between decisions (see that module's doc for why it is history, not a cache),
-``Place``, where one job stands in its queue, and ``RUN``, ``WAIT``, ``TAIL``, the
+``Place``, where one job stands in its queue, ``RunPart``, a queue's running jobs as one
+item of the walk, and ``RUN``, ``WAIT``, ``TAIL``, the
 parts of a queue. The policy moves jobs between places; this module only holds
 them and counts what the job views show. ``tfgshare.policies.tiresias``
 re-exports ``TiresiasMemo`` and the parts.
@@ -15,6 +16,7 @@ client or simulator (see ``tfgshare.policies``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterable
 
 from sortedcontainers import SortedList
 
@@ -35,6 +37,16 @@ class Place:
     base_service: float = 0.0     # attained GPU-seconds at its last promotion
     base_wait: float | None = None  # total wait when it first ran after that
     since: float = 0.0              # when it was put at the back (TAIL) of its queue
+
+
+@dataclass(slots=True)
+class RunPart:
+    """A queue's running jobs ahead of its waiting ones, in the walk as one item: their
+    GPUs, how many, and the (entry, view) pairs to walk one by one if they do not all fit."""
+
+    gpus: int
+    count: int
+    jobs: Iterable[tuple[object, JobView]]
 
 
 class TiresiasMemo(Memo):
@@ -68,6 +80,11 @@ class TiresiasMemo(Memo):
         self.pushed = 0
         self.jumps: dict[int, SortedList] = {} # GPUs -> (moment c, id) of running jobs
         self.jump_of: dict[str, tuple[int, tuple]] = {}
+        # queue -> [GPUs, running jobs, entries] of its RUN part in ``order`` (the walk
+        # passes a part of running jobs whole when they all fit), and id -> (queue, GPUs,
+        # running) counted there
+        self.run_part: dict[int, list[int]] = {}
+        self.in_run_part: dict[str, tuple[int, int, bool]] = {}
 
     def changed(self, jid: str, old: JobView | None, new: JobView | None) -> None:
         self.pending.add(jid)
