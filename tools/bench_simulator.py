@@ -21,6 +21,8 @@ Writes the "Simulator" section of docs/benchmarks.md (``--no-write`` to only pri
 (e) Event cost against queue length (``--event-cost``): a full 256-GPU cluster
     with 10 to 10,000 waiting jobs; one event (an arrival, a departure, a
     progress report) and the policy round after it, in microseconds.
+(f) Scale (``--scale``): 10k, 100k and 1M synthetic jobs on 1250x8 GPUs at offered load
+    0.9 under each policy (tools/bench_simulator_scale.py; its own flags follow).
 With ``--before DIR`` (a checkout of older code, e.g. ``git archive``), (d) and
 (e) also run on that code, side by side in the same run.
 
@@ -61,27 +63,35 @@ def _cpu_s() -> float:
 
 
 def one_run(policy: str, num_jobs: int | None, spec: str, start: str | None,
-            trace: str = "philly") -> dict:
+            trace: str = "philly", workload: str = "profile") -> dict:
     """Simulate once in this process; timings, peak memory and the report summary.
 
     ``trace``: 'philly' or a trace file (e.g. a Tiresias CSV from tools/tiresias_trace.py).
+    ``workload``: 'profile' (this bench's figures so far) or 'measured', with its
+    profiles and their simulator settings, as ``tfgshare simulate`` runs by default.
     """
     import numpy as np
     import tfgshare
 
     from tfgshare.policies.registry import get_policy
     from tfgshare.sim.cluster import load_cluster
+    from tfgshare.sim.config import SimConfig
     from tfgshare.sim.engine import simulate
-    from tfgshare.sim.profiles import load_profiles
+    from tfgshare.sim.profiles import load_profiles, published_profiles_path
     from tfgshare.sim.workload import load_workload
 
     t0 = time.perf_counter()
-    profiles = load_profiles()
+    cpu_load0 = _cpu_s()
+    measured = workload == "measured"
+    profiles = load_profiles(published_profiles_path() if measured else None)
+    config = SimConfig(**profiles.sim_overrides()) if measured else None
     cluster = load_cluster(spec)
-    work = load_workload(trace, profiles, cluster.num_gpus, num_jobs=num_jobs, start=start)
+    work = load_workload(trace, profiles, cluster.num_gpus, num_jobs=num_jobs, start=start,
+                         workload=workload)
     load_s = time.perf_counter() - t0
     cpu0 = _cpu_s()   # the replay's CPU time, loading excluded
-    res = simulate(cluster, work.jobs, profiles, get_policy(policy))
+    load_cpu_s = cpu0 - cpu_load0
+    res = simulate(cluster, work.jobs, profiles, get_policy(policy), config)
     d = np.frombuffer(res.decide_s, dtype=float)
     rep = res.report
     return {
@@ -91,7 +101,7 @@ def one_run(policy: str, num_jobs: int | None, spec: str, start: str | None,
         "decide_p50_ms": float(np.percentile(d, 50) * 1e3) if len(d) else 0.0,
         "decide_p99_ms": float(np.percentile(d, 99) * 1e3) if len(d) else 0.0,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "cpu_s": _cpu_s() - cpu0,
+        "cpu_s": _cpu_s() - cpu0, "load_cpu_s": load_cpu_s, "events": len(res.timeline),
         "oom_starts": res.oom_starts, "report": rep.as_dict(),
         "code": str(Path(tfgshare.__file__).resolve().parents[1]),
     }
@@ -99,7 +109,7 @@ def one_run(policy: str, num_jobs: int | None, spec: str, start: str | None,
 
 def in_subprocess(policy: str, num_jobs: int | None, spec: str, start: str | None,
                   timeout: float, code: str | None = None,
-                  trace: str = "philly") -> dict | None:
+                  trace: str = "philly", workload: str = "profile") -> dict | None:
     """``one_run`` in a fresh interpreter (clean peak RSS); None if it timed out.
 
     ``code``: import tfgshare from this checkout instead of this one.
@@ -107,6 +117,7 @@ def in_subprocess(policy: str, num_jobs: int | None, spec: str, start: str | Non
     cmd = [sys.executable, __file__, "--one", policy, str(num_jobs or 0), spec, start or ""]
     cmd += ["--code", code] if code else []
     cmd += ["--trace", trace] if trace != "philly" else []
+    cmd += ["--workload", workload] if workload != "profile" else []
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=True)
     except subprocess.TimeoutExpired:
@@ -395,6 +406,10 @@ def main(argv: list[str] | None = None) -> int:
                    help=argparse.SUPPRESS)
     p.add_argument("--event", nargs=2, metavar=("POLICY", "WAITING"), help=argparse.SUPPRESS)
     p.add_argument("--code", help=argparse.SUPPRESS)   # import tfgshare from here
+    p.add_argument("--workload", default="profile", help=argparse.SUPPRESS)   # of --one
+    p.add_argument("--scale", action="store_true",
+                   help="only (f): 10k, 100k and 1M synthetic jobs on 1250x8 GPUs at load 0.9 "
+                        "(tools/bench_simulator_scale.py)")
     p.add_argument("--trace", default="philly",
                    help="with --contended: also replay this Tiresias-CSV trace on 256 GPUs")
     p.add_argument("--policies", default="fifo,sjf,tiresias,gandiva,fgs")
@@ -411,7 +426,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--headline-only", action="store_true", help="run (b) only")
     p.add_argument("--clusters", default=",".join(HEADLINE_CLUSTERS),
                    help="clusters of the headline (b)")
-    args = p.parse_args(argv)
+    args, argv_rest = p.parse_known_args(argv)
+    if argv_rest and not args.scale:
+        p.error(f"unrecognized arguments: {' '.join(argv_rest)}")
     if args.code:
         sys.path.insert(0, str(Path(args.code).resolve()))
     if args.event:
@@ -419,9 +436,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.one:
         pol, n, spec, start = args.one
-        print(json.dumps(one_run(pol, int(n) or None, spec, start or None, args.trace)))
+        print(json.dumps(one_run(pol, int(n) or None, spec, start or None, args.trace,
+                                 args.workload)))
         return 0
     policies = args.policies.split(",")
+    if args.scale:
+        from bench_simulator_scale import main as scale_main
+        return scale_main(policies, argv_rest, args.no_write)
     t0 = time.time()
     if args.contended or args.event_cost:
         parts = []
