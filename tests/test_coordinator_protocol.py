@@ -169,3 +169,17 @@ def test_the_bad_frame_log_is_bounded_per_reason_and_tells_what_it_held_back(cap
     log.flush()
     assert [r.getMessage() for r in caplog.records[20:]] == [
         "99 more a lines held back over 10 s", "99 more b lines held back over 10 s"]
+
+
+def test_every_request_type_has_its_handler_and_commands_and_replies_have_none(tmp_path):
+    from tfgshare.coordinator.config import CoordinatorConfig
+    from tfgshare.coordinator.server import Coordinator
+
+    coord = Coordinator(CoordinatorConfig(state=tmp_path / "s.db"))
+    requests = set(s.MESSAGES) - set(s.REPLY_TYPES) - set(s.COMMAND_TYPES)
+    assert set(coord.handlers) == requests
+    # a client request is answered by its handler: nodes of an empty cluster
+    coord.handle([b"peer"], s.encode(s.Nodes()))
+    (_, reply), = coord._out
+    assert reply.TYPE == "ok" and reply.fields["nodes"] == []
+    coord.store.close()

@@ -1,33 +1,24 @@
 """The ZeroMQ coordinator: admits jobs, runs the policy, drives the node agents.
 
 One ROUTER socket, one event loop that owns all state. Each turn it reads the
-waiting frames, handles them (see ``tfgshare.schema`` for the messages),
+waiting frames, handles them (``self.handlers``: a handler per request type),
 commits the database and only then sends the replies: whatever anyone hears is
 already on disk. If anything that can change a decision happened (or the
 policy tick came), it hands the policy an immutable snapshot on a worker
-thread and keeps serving; when the policy has decided, the loop carries out
-the actions that still hold (the cluster may have moved on meanwhile),
-commits, and sends the agent commands. So a slow policy delays decisions, not
-answers. Under a stream of events rounds are spaced by their own length.
+thread and keeps serving; then the loop carries out the actions that still
+hold, commits, and sends the agent commands: a slow policy delays decisions,
+not answers.
 
-Checkpoints live in a shared directory (``--checkpoint-root``, like NFS on a
-real cluster): a job's train_dir is ``<checkpoint_root>/<job id>`` on every
-node, so a job suspended on one node resumes or migrates to another by
-restoring from the same path. The root is sent to agents when they register.
-
-Authentication (``tfgshare.keys``): whenever the keys directory holds a
+Checkpoints live in a shared directory (``--checkpoint-root``, sent to agents as
+they register): a job's train_dir is ``<root>/<job id>`` on every node. Authentication (``tfgshare.keys``): whenever the keys directory holds a
 coordinator key, or the coordinator binds anything but loopback, the socket is
-a CurveZMQ server. A ZAP handler lets any key finish the handshake, so that an
-unknown key gets a clear ``unknown key`` answer instead of silence; every frame
-then carries its sender's public key (the ZAP User-Id), which must be
-registered: user and admin keys may send client requests, agent keys only the
-agent protocol, and an agent key registers only the node of its own name. A
-user may act only on the jobs it submitted (``owner``); an admin on all. A
+a CurveZMQ server. Any key finishes the handshake (an unknown one is told so);
+user and admin keys may send client requests, agent keys only the agent protocol
+for the node of their name; a user acts only on its own jobs, an admin on all. A
 loopback-only coordinator without keys (the demo) runs open and says so.
 
-On start the coordinator loads every job. Jobs that were running are
-"unknown" until their agent re-registers and reports them (re-adopted) or the
-node timeout passes (re-queued from their checkpoint as SUSPENDED).
+On start, jobs that were running are "unknown" until their agent reports them
+(re-adopted) or the node timeout passes (re-queued from their checkpoint).
 """
 
 from __future__ import annotations
@@ -121,6 +112,15 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, GangControl, Rounds):
         self._cmds: list[tuple[list[bytes], s.Message]] = []
         self._logs: list[tuple[str, float, str]] = []
         self._dirty = True                           # a scheduling round is due
+        # what answers each request, by its message type (commands and replies aside)
+        self.handlers: dict[str, Callable[[bytes, Any], Any]] = {
+            s.Register.TYPE: self._on_register, s.Heartbeat.TYPE: self._on_heartbeat,
+            s.JobEvent.TYPE: self._on_job_event, s.JobExit.TYPE: self._on_job_exit,
+            s.Submit.TYPE: self._on_submit, s.Status.TYPE: self._on_status,
+            s.Nodes.TYPE: self._on_nodes, s.Logs.TYPE: self._on_logs,
+            s.CancelRequest.TYPE: self._on_cancel, s.SuspendRequest.TYPE: self._on_suspend,
+            s.ResumeRequest.TYPE: self._on_resume, s.MigrateRequest.TYPE: self._on_migrate,
+            s.MetricsRequest.TYPE: self._on_metrics}
         self._last_submit = 0.0
         self._stamp_second, self._stamp = -1, ""
         self.started_at = clock()
@@ -380,7 +380,7 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, GangControl, Rounds):
                 code=s.ErrorCode.NOT_REGISTERED)
         else:
             try:
-                fields = getattr(self, "_on_" + kind)(peer, msg)
+                fields = self.handlers[kind](peer, msg)
                 if fields is REPLIED:
                     return
                 reply = s.reply_ok(msg, **(fields or {}))
