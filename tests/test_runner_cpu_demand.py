@@ -73,3 +73,13 @@ def test_threads_that_wait_at_once_are_not_counted_as_demand(monkeypatch):
     assert solo_share(1.0, 1.0, {}, {"9": (1.0, 0.0)}) == pytest.approx(0.5)
     assert solo_share(1.0, 1.2, {}, {"9": (0.6, 2.0), "8": (0.6, 2.0)}) == 1.0
     assert solo_share(0.0, 1.0, {}, {}) == 1.0
+
+
+def test_the_busiest_threads_wait_is_what_a_step_alone_saves():
+    """The sample's ``cpu_wait_s`` is its busiest thread's wait, not every thread's: two
+    input threads that waited 0.5 s each at the same moments as the step thread's 0.3 s
+    would make the steps alone 1.3 s shorter, longer than the window itself."""
+    before = {"1": (10.0, 1.0), "2": (1.0, 1.0), "3": (1.0, 1.0)}
+    after = {"1": (10.4, 1.3), "2": (1.1, 1.5), "3": (1.1, 1.5), "4": (0.05, 0.2)}
+    assert cpu.busiest_thread(before, after) == pytest.approx((0.4, 0.3))
+    assert cpu.busiest_thread({}, {}) == (0.0, 0.0)

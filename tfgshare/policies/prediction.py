@@ -403,9 +403,9 @@ def solo_step_s(sampled_step_s: float, sharing: float | None,
     On a virtual GPU (CPU cores) every cause of a slower step shows as time
     its threads waited runnable for a core: co-tenants, other runners'
     start-ups, any other process. The step alone is then the sampled step
-    less ``waited_per_step_s``, whatever was beside it, and no shorter than
-    the time its threads ran per step over its cores (``ran_per_step_s``:
-    the wait is summed over threads, which may wait at once). Elsewhere (no
+    less ``waited_per_step_s`` (what its busiest thread, the steps' critical
+    path, waited), whatever was beside it, and no shorter than its CPU time
+    per step over its cores or that thread's (``ran_per_step_s``). Elsewhere (no
     wait measured, None) a step sampled beside a running job that was
     measured ``sharing`` x slower meanwhile is divided by that factor (the
     sampled step when None).

@@ -26,7 +26,7 @@ from tfgshare.runner import protocol as rp
 from tfgshare.runner import replicas
 from tfgshare.runner import train_dir as train_dirs
 from tfgshare.runner.config import TrainConfig
-from tfgshare.runner.cpu import cpu_times, solo_share, thread_times, usable_cores
+from tfgshare.runner.cpu import busiest_thread, cpu_times, solo_share, thread_times, usable_cores
 from tfgshare.runner.events import EventSink, warn
 from tfgshare.runner.neighbours import Neighbours
 from tfgshare.runner.saving import periodic_save_due, save_patiently
@@ -320,7 +320,9 @@ def train_loop(config: TrainConfig, built, session, sink: EventSink,
 def _sample_event(timer: StepTimer, built, remaining_steps: int, elapsed_s: float,
                   window: tuple, neighbours: Neighbours) -> dict:
     stats = timer.sample_stats()
-    ran, waited = cpu_times()
+    ran, _ = cpu_times()
+    threads = thread_times()
+    busiest_ran, busiest_waited = busiest_thread(window[3], threads)
     peak_mb, source = peak_memory(built.devices)
     remaining = remaining_steps * stats["step_time_mean_s"]
     return {**stats, "peak_memory_mb": peak_mb, "memory_source": source,
@@ -329,12 +331,14 @@ def _sample_event(timer: StepTimer, built, remaining_steps: int, elapsed_s: floa
             # what it would use of its cores alone: its busiest thread's waits for a
             # core (a neighbour's start-up, a co-tenant) taken out (runner.cpu.solo_share)
             "cpu_util": solo_share(time.time() - window[0], ran - window[1], window[3],
-                                   thread_times()),
-            # over the sampled steps, the time its threads waited for a core, and the
-            # time they ran over the cores it may use: its steps alone are that much
-            # shorter, and no shorter than that (tfgshare.policies.prediction.solo_step_s)
-            "cpu_wait_s": max(0.0, waited - window[2]),
-            "cpu_run_s": max(0.0, ran - window[1]) / usable_cores(),
+                                   threads),
+            # over the sampled steps, the time its busiest thread waited for a core (the
+            # steps' critical path: threads that wait at once would not all run at once),
+            # and the longer of its CPU time over the cores it may use and that thread's
+            # run: its steps alone are that much shorter, and no shorter than that
+            # (tfgshare.policies.prediction.solo_step_s)
+            "cpu_wait_s": max(0.0, busiest_waited),
+            "cpu_run_s": max(max(0.0, ran - window[1]) / usable_cores(), busiest_ran),
             # the cluster's own processes competing for its cores then (runner.neighbours)
             "cluster_runnable": neighbours.mean()}
 

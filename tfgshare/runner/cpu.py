@@ -68,12 +68,21 @@ def solo_share(wall_s: float, ran_s: float, before: dict[str, tuple[float, float
     cores = usable_cores()
     if wall_s <= 0:
         return 1.0
+    busiest_ran, busiest_waited = busiest_thread(before, after)
+    alone = max(wall_s - max(0.0, busiest_waited), ran_s / cores, busiest_ran)
+    return min(1.0, max(0.0, ran_s / (cores * alone))) if alone > 0 else 1.0
+
+
+def busiest_thread(before: dict[str, tuple[float, float]],
+                   after: dict[str, tuple[float, float]]) -> tuple[float, float]:
+    """The CPU seconds run and waited runnable, between two ``thread_times()``, of the
+    thread that ran most (the steps' critical path); a thread new since ``before``
+    counts from zero."""
     busiest = (0.0, 0.0)
     for tid, (ran, waited) in after.items():
         r0, w0 = before.get(tid, (0.0, 0.0))
         busiest = max(busiest, (ran - r0, waited - w0))
-    alone = max(wall_s - max(0.0, busiest[1]), ran_s / cores, busiest[0])
-    return min(1.0, max(0.0, ran_s / (cores * alone))) if alone > 0 else 1.0
+    return busiest
 
 
 def cpu_share(wall_s: float, cpu_s: float) -> float:
