@@ -1,8 +1,8 @@
 """``FreeMap``: the free room of every up GPU, kept sorted so that placement is a bisection.
 
 Policies plan a round's placements on a FreeMap (``best_fit``, ``gang_place``,
-``take``, ``release``) under the rule in ``placement``; fgs keeps one in its
-memo and copies it each round. Imports only ``base`` and ``placement``.
+``take``, ``release``) under the rule in ``placement``; fgs and gandiva keep one in
+their memo and copy it each round. Imports only ``base``, ``layer`` and ``placement``.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from bisect import bisect_left, insort
 from typing import Callable, Iterable
 
 from .base import ClusterSnapshot, Fragment, JobView
+from .layer import layer as _layer
 from .placement import (EPS, GANG_LOOKAHEAD, MIN_FRACTION, GpuUse, Need, as_need,
                         free_fraction, layout, to_fragments, usage)
 
@@ -107,10 +108,10 @@ class FreeMap:
         if not self._shared:
             return
         self._shared = False
-        self.use = dict(self.use)
+        self.use = _layer(self.use)
         self.closed = set(self.closed)
-        self._band = dict(self._band)
-        self._free = dict(self._free)
+        self._band = _layer(self._band)
+        self._free = _layer(self._free)
         self._touched = dict(self._touched)
         self._groups = dict(self._groups)   # each group's list copied when it changes
         self._owned: set[tuple[int, int]] = set()
@@ -444,6 +445,7 @@ class FreeMap:
             gid, f = (frag.gpu, frag.fraction) if isinstance(frag, Fragment) else frag
             if gid in self.gpus:
                 self._move(gid, -f, -1, -util)
+
 
 
 _EMPTY: dict[tuple[int, float], int] = {}   # (memory, reserve) -> an idle GPU's room, exact
