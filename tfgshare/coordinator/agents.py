@@ -5,8 +5,9 @@ send; what a report means for a job (its moves) is the lifecycle's, what it teac
 (samples, progress, forecasts) is ``measures``'. Calls go one way: handlers ->
 lifecycle -> gangs, outbox, cluster, store; nothing here is called back.
 
-May import: ``tfgshare.schema``, ``runner_wire``, ``policies.base`` and the
-coordinator's ``cluster``, ``errors``, ``lifecycle``, ``logs`` and ``measures``.
+May import: ``tfgshare.schema``, ``keys`` (the caller's identity), ``runner_wire``,
+``policies.base`` and the coordinator's ``cluster``, ``errors``, ``gangs``,
+``lifecycle``, ``logs`` and ``measures``.
 """
 
 from __future__ import annotations

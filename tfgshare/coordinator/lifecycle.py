@@ -8,9 +8,9 @@ admit, start, reserve, suspend, migrate, requeue, finish, a node or gang member
 lost. The request handlers (``agents``, ``clients``) and the rounds (``rounds``)
 call its public methods; it calls nothing of theirs, nor the server's.
 
-May import: ``tfgshare.schema``, ``policies``, ``runner_wire`` and the
-coordinator's ``cluster``, ``config``, ``exporter``, ``gangs``, ``logs``,
-``outbox`` and ``store``; never ``server``, ``agents``, ``clients`` or ``rounds``.
+May import: ``tfgshare.schema``, ``policies.base`` and the coordinator's
+``cluster``, ``config``, ``errors``, ``exporter``, ``gangs``, ``logs``, ``outbox``
+and ``store``; never ``server``, ``agents``, ``clients``, ``measures`` or ``rounds``.
 """
 
 from __future__ import annotations

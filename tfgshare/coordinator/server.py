@@ -58,9 +58,9 @@ from tfgshare.policies.base import Policy
 class Coordinator:
     """The cluster's brain; ``serve`` runs its event loop.
 
-    It owns the socket, the loop, authentication and the dispatch table; the
-    state and the moves are the lifecycle's (``life``), the answers the handlers'
-    (``agents``, ``clients``), the policy's rounds ``rounds``'.
+    It owns the socket, the loop, authentication and the dispatch table. The
+    state and the job moves belong to ``life`` (the ``Lifecycle``), the answers to
+    ``agents`` and ``clients`` (the handlers), the policy rounds to ``rounds``.
     """
 
     def __init__(self, config: CoordinatorConfig, policy: Policy | None = None,
@@ -110,7 +110,6 @@ class Coordinator:
     pending = property(lambda self: self.life.outbox.pending)
     gangs = property(lambda self: self.life.gangs.by_job)
     gang_ports = property(lambda self: self.life.gangs.ports)
-    checkpoint_root = property(lambda self: self.life.checkpoint_root)
 
     @property
     def policy(self) -> Policy:
