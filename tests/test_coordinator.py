@@ -543,7 +543,7 @@ def test_report_of_jobs_left_in_the_database_matches_the_report_of_their_records
         time.sleep(0.05)
         agent.exit(jid, 0)
     got = client.metrics()["summary"]
-    records = [job_record(ct.coord._job(j), ct.coord.clock()) for j in ids]
+    records = [job_record(ct.coord.life.job(j), ct.coord.clock()) for j in ids]
     want = compute_report(records, ct.coord.metrics.timeline, 1).as_dict()
     assert got["finished"] == 3 and got["jobs"] == 4
     assert set(got) == set(want)

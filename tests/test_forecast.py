@@ -7,7 +7,7 @@ import typing
 
 import pytest
 
-from tfgshare.coordinator.agents import run_left_s as live_left_s
+from tfgshare.coordinator.measures import run_left_s as live_left_s
 from tfgshare.coordinator.cluster import LiveJob
 from tfgshare.policies.base import Fragment, JobState, SampleRecord
 from tfgshare.policies.forecast import (ForecastJob, forecast_step_s, prior_sharing,

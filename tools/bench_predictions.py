@@ -82,7 +82,7 @@ def live(n: int, root: Path, timeout_s: float) -> dict:
 
 _LINE = re.compile(r"^(\d\d):(\d\d):(\d\d\.\d+) (.*)$")
 _FIELD = re.compile(r"(\w+)=(\S+)")
-# the coordinator's line when it predicts a sampled job (agents._sampling_ended)
+# the coordinator's line when it predicts a sampled job (measures.sampling_ended)
 _ASSUMED = re.compile(r"sharing x([\d.]+) \((measured|prior)\).* so ([\d.]+)s a step; "
                       r"next start ([\d.]+)s")
 _AFTER = re.compile(r"x([\d.]+) after \(placed\)")

@@ -209,13 +209,13 @@ def measure(coord: Coordinator, agents: Agents, clock: Clock, args) -> dict:
                 next_tick += 1.0
                 coord.tick(clock.t)
             c2 = cpu()
-            plan = coord._plan(clock.t)
+            plan = coord.rounds.plan(clock.t)
             c3 = cpu()
             if plan is not None:
-                coord._decide(plan)
+                coord.rounds.decide(plan)
             c4 = cpu()
             if plan is not None:
-                coord._apply(plan)
+                coord.rounds.apply(plan)
             c5, w5 = cpu(), time.perf_counter()
             agents.react()
             c6 = cpu()

@@ -1,19 +1,32 @@
-"""The client-facing API: submit, status, nodes, logs, cancel, suspend, resume, migrate, metrics."""
+"""The client-facing handlers: submit, status, nodes, logs, cancel, suspend, resume, migrate,
+metrics.
+
+``ClientHandlers`` receives the ``Lifecycle`` (and the ``Rounds``, whose figures the
+metrics and status answers show) and answers the requests clients send: it checks
+a request and who sends it (``may_act_on``), then asks the lifecycle for the move.
+Calls go one way: handlers -> rounds (read only), lifecycle; nothing here is
+called back.
+
+May import: ``tfgshare.schema``, ``keys`` (the caller's identity), ``paths``,
+``model_table``, ``policies`` (base, placement) and the coordinator's ``cluster``,
+``errors``, ``exporter``, ``lifecycle`` and ``rounds``.
+"""
 
 from __future__ import annotations
 
 import heapq
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from tfgshare import schema as s
+from tfgshare.keys import Identity
 from tfgshare.paths import confine, data_roots
 from tfgshare.coordinator.cluster import LiveJob, split_gpu_id
 from tfgshare.coordinator.errors import RequestError
 from tfgshare.coordinator.exporter import REPORT_ROWS, error_stats, format_error, run_report
-from tfgshare.coordinator.logs import log
-from tfgshare.coordinator.rounds import round_stats
+from tfgshare.coordinator.lifecycle import Lifecycle
+from tfgshare.coordinator.rounds import Rounds, round_stats
 from tfgshare.policies.base import Fragment, JobState
 from tfgshare.policies.placement import MIN_FRACTION, fraction_for
 
@@ -21,14 +34,26 @@ from tfgshare.policies.placement import MIN_FRACTION, fraction_for
 _DONE = frozenset(st.value for st in JobState if st.done)
 
 
-class ClientApi:
-    """Handlers for the requests clients send (mixed into ``Coordinator``)."""
+class ClientHandlers:
+    """Answers the requests clients send, on the lifecycle (and the rounds' figures)."""
 
-    def _on_submit(self, peer: bytes, msg: s.Submit) -> dict[str, Any]:
+    def __init__(self, life: Lifecycle, rounds: Rounds) -> None:
+        self.life, self.rounds = life, rounds
+
+    def handlers(self) -> dict[str, Callable[[bytes, Any, Identity | None], Any]]:
+        """The request types this part answers, each with its handler."""
+        return {s.Submit.TYPE: self._on_submit, s.Status.TYPE: self._on_status,
+                s.Nodes.TYPE: self._on_nodes, s.Logs.TYPE: self._on_logs,
+                s.CancelRequest.TYPE: self._on_cancel, s.SuspendRequest.TYPE: self._on_suspend,
+                s.ResumeRequest.TYPE: self._on_resume, s.MigrateRequest.TYPE: self._on_migrate,
+                s.MetricsRequest.TYPE: self._on_metrics}
+
+    def _on_submit(self, peer: bytes, msg: s.Submit,
+                   caller: Identity | None) -> dict[str, Any]:
         from tfgshare.model_table import check_model
         if not msg.jobs:
             raise RequestError("submit needs at least one job")
-        total = sum(len(n.gpus) for n in self.cluster.nodes.values())   # a gang spans nodes
+        total = sum(len(n.gpus) for n in self.life.cluster.nodes.values())   # a gang spans nodes
         for i, spec in enumerate(msg.jobs, 1):
             label = f"job {i} ({spec.model_name})" if len(msg.jobs) > 1 else spec.model_name
             try:
@@ -45,59 +70,43 @@ class ClientApi:
                 raise RequestError(
                     f"{label}: asks for {spec.num_gpus} GPUs but the cluster's nodes have "
                     f"{total} in all")
-        now = self.clock()
-        owner = self._caller.name if self._caller is not None else ""   # from the key only
-        rows, ids = [], []
-        for spec in msg.jobs:
-            self.seq += 1
-            # strictly increasing submit times keep arrival order within a batch
-            self._last_submit = max(now, self._last_submit + 1e-6)
-            job = LiveJob(id=f"j{self.seq}", seq=self.seq, spec=spec, owner=owner,
-                          submit_time=self._last_submit, last_wait_start=self._last_submit)
-            self.cluster.add(job)
-            rows.append((job.id, job.seq, job.to_record()))
-            ids.append(job.id)
-            self._log(job, now, f"submitted {spec.model_name} batch {spec.batch_size}, "
-                                f"{spec.max_number_of_steps} steps, {spec.num_gpus} GPU(s), "
-                                f"fraction {spec.memory_fraction}", decision=False)
-        self.store.insert_jobs(rows)
-        log.info("submitted %d job(s): %s", len(ids),
-                 ", ".join(ids) if len(ids) <= 5 else f"{ids[0]}..{ids[-1]}")
-        self._dirty = True
-        return {"job_ids": ids}
+        owner = caller.name if caller is not None else ""   # from the key only
+        return {"job_ids": self.life.submit(msg.jobs, owner, self.life.clock())}
 
     def _data_roots(self) -> list[Path]:
         """Where the agents accept a job's dataset dir: every root a node told at
         registration; while none has told, the agents' default roots."""
-        told = {r for n in self.cluster.nodes.values() if n.data_roots for r in n.data_roots}
+        told = {r for n in self.life.cluster.nodes.values() if n.data_roots for r in n.data_roots}
         if told:
             return [Path(r) for r in sorted(told)]
-        return data_roots(None, self.checkpoint_root)
+        return data_roots(None, self.life.checkpoint_root)
 
-    def _on_status(self, peer: bytes, msg: s.Status) -> dict[str, Any]:
-        now = self.clock()
+    def _on_status(self, peer: bytes, msg: s.Status,
+                   _caller: Identity | None) -> dict[str, Any]:
+        now = self.life.clock()
         if msg.job is not None:
-            return {"job": self.describe(self._job(msg.job), now)}
+            return {"job": self.describe(self.life.job(msg.job), now)}
         limit = msg.limit or s.MAX_PAGE
         if msg.active:
-            page = heapq.nsmallest(limit + 1, (j for j in self.cluster.active.values()
+            page = heapq.nsmallest(limit + 1, (j for j in self.life.cluster.active.values()
                                                if j.seq > msg.cursor), key=lambda j: j.seq)
         else:   # every job: the done ones mostly from the database
-            page = [self._stored(i, d) for _, i, d in self.store.jobs_page(msg.cursor, limit + 1)]
+            page = [self._stored(i, d)
+                    for _, i, d in self.life.store.jobs_page(msg.cursor, limit + 1)]
         more = len(page) > limit
         page = page[:limit]
-        counts = {state: n for state, n in self.cluster.counts.items() if n and state in _DONE}
-        for j in self.cluster.active.values():
+        counts = {state: n for state, n in self.life.cluster.counts.items() if n and state in _DONE}
+        for j in self.life.cluster.active.values():
             counts[j.display_state] = counts.get(j.display_state, 0) + 1
         return {"jobs": [self.describe(j, now) for j in page], "counts": counts,
                 "next_cursor": page[-1].seq if more else None,
-                "policy": self.policy.name, "time": now,
-                "prediction_error": error_stats(self.cluster.prediction_errors),
-                "refused": dict(self.refusals)}
+                "policy": self.life.policy.name, "time": now,
+                "prediction_error": error_stats(self.life.cluster.prediction_errors),
+                "refused": dict(self.rounds.refusals)}
 
     def _stored(self, job_id: str, data: str) -> LiveJob:
         """The job in memory, else rebuilt from its stored record."""
-        job = self.cluster.jobs.get(job_id)
+        job = self.life.cluster.jobs.get(job_id)
         return job if job is not None else LiveJob.from_record(json.loads(data))
 
     def describe(self, job: LiveJob, now: float) -> dict[str, Any]:
@@ -122,16 +131,17 @@ class ClientApi:
             "reason": job.reason, "memory_fraction": job.spec.memory_fraction,
         }
 
-    def _on_nodes(self, peer: bytes, msg: s.Nodes) -> dict[str, Any]:
-        now = self.clock()
+    def _on_nodes(self, peer: bytes, msg: s.Nodes,
+                  _caller: Identity | None) -> dict[str, Any]:
+        now = self.life.clock()
         on_gpu: dict[str, list[dict[str, Any]]] = {}
-        for job in self.cluster.holders():
+        for job in self.life.cluster.holders():
             for f in job.fragments:
                 on_gpu.setdefault(f.gpu, []).append(
                     {"job": job.id, "fraction": f.fraction, "state": job.display_state,
                      "model": job.spec.model_name})
         nodes = []
-        for node in self.cluster.nodes.values():
+        for node in self.life.cluster.nodes.values():
             up = node.identity is not None and not node.lost
             gpus = [{"index": i, "id": node.gpu_id(i), "name": g.name,
                      "memory_mb": g.memory_mb, "virtual": g.virtual,
@@ -142,38 +152,40 @@ class ClientApi:
             nodes.append({"name": node.name, "state": "up" if up else "lost",
                           "last_seen_s": now - node.last_seen if node.last_seen else None,
                           "gpus": gpus})
-        return {"nodes": nodes, "reserve_mb": self.cluster.reserve_mb}
+        return {"nodes": nodes, "reserve_mb": self.life.cluster.reserve_mb}
 
-    def _on_logs(self, peer: bytes, msg: s.Logs) -> dict[str, Any]:
-        job = self._job(msg.job)
-        self.store.append_logs(self._logs)
-        self._logs.clear()
-        lines, cursor = self.store.logs_page(job.id, msg.tail, msg.cursor,
+    def _on_logs(self, peer: bytes, msg: s.Logs,
+                 _caller: Identity | None) -> dict[str, Any]:
+        job = self.life.job(msg.job)
+        self.life.save_logs()
+        lines, cursor = self.life.store.logs_page(job.id, msg.tail, msg.cursor,
                                              msg.limit or s.MAX_LOG_PAGE)
         return {"job": job.id, "lines": lines, "next_cursor": cursor}
 
-    def _on_cancel(self, peer: bytes, msg: s.CancelRequest) -> dict[str, Any]:
-        job = self._job(msg.job)
-        self._may_act_on(job)
-        now = self.clock()
+    def _on_cancel(self, peer: bytes, msg: s.CancelRequest,
+                   caller: Identity | None) -> dict[str, Any]:
+        job = self.life.job(msg.job)
+        may_act_on(caller, job)
+        now = self.life.clock()
         if job.state.done:
             raise RequestError(f"job {job.id} is already {job.state.value}", s.ErrorCode.CONFLICT)
         if job.state.holds_gpu and not job.unknown:
             job.cancel_requested = True
-            self._save(job)
-            self._log(job, now, "cancel requested")
-            self._send(self.cluster.nodes[job.node],
+            self.life.save(job)
+            self.life.outbox.log_job(job, now, "cancel requested")
+            self.life.outbox.send(self.life.cluster.nodes[job.node],
                        s.CancelJob(job=job.id, attempt=job.attempt), job)
-            self._to_members(job, lambda: s.CancelJob(job=job.id, attempt=job.attempt))
+            self.life.gangs.to_members(job, lambda: s.CancelJob(job=job.id, attempt=job.attempt))
             return {"state": "cancelling"}
         job.unknown = False
-        self._finish(job, JobState.CANCELLED, now, "cancelled by the user")
+        self.life.finish(job, JobState.CANCELLED, now, "cancelled by the user")
         return {"state": "cancelled"}
 
-    def _on_suspend(self, peer: bytes, msg: s.SuspendRequest) -> dict[str, Any]:
-        job = self._job(msg.job)
-        self._may_act_on(job)
-        now = self.clock()
+    def _on_suspend(self, peer: bytes, msg: s.SuspendRequest,
+                    caller: Identity | None) -> dict[str, Any]:
+        job = self.life.job(msg.job)
+        may_act_on(caller, job)
+        now = self.life.clock()
         if job.state.done:
             raise RequestError(f"job {job.id} is already {job.state.value}", s.ErrorCode.CONFLICT)
         if job.unknown:
@@ -181,16 +193,17 @@ class ClientApi:
                                "coordinator restarted; try again shortly", s.ErrorCode.UNAVAILABLE)
         job.pinned = True
         if job.state in (JobState.RUNNING, JobState.SAMPLING) and not job.cancel_requested:
-            self._ask_suspend(job, now, "asked by the user")
+            self.life.ask_suspend(job, now, "asked by the user")
         else:
-            self.cluster.set_reservation(job, None)   # a start in flight is called off
-            self._save(job)
-            self._log(job, now, "held by the user")
+            self.life.cluster.set_reservation(job, None)   # a start in flight is called off
+            self.life.save(job)
+            self.life.outbox.log_job(job, now, "held by the user")
         return {"state": job.display_state}
 
-    def _on_resume(self, peer: bytes, msg: s.ResumeRequest) -> dict[str, Any]:
-        job = self._job(msg.job)
-        self._may_act_on(job)
+    def _on_resume(self, peer: bytes, msg: s.ResumeRequest,
+                   caller: Identity | None) -> dict[str, Any]:
+        job = self.life.job(msg.job)
+        may_act_on(caller, job)
         if job.state.done:
             raise RequestError(f"job {job.id} is already {job.state.value}", s.ErrorCode.CONFLICT)
         if not job.pinned:
@@ -199,25 +212,26 @@ class ClientApi:
             raise RequestError(f"job {job.id} is {job.display_state}, not suspended",
                                s.ErrorCode.CONFLICT)
         job.pinned = False
-        self._save(job)
-        self._log(job, self.clock(), "released by the user")
-        self._dirty = True
+        self.life.save(job)
+        self.life.outbox.log_job(job, self.life.clock(), "released by the user")
+        self.life.dirty = True
         # its state after the release; the scheduler starts it at its next round
         return {"state": job.display_state, "note": "released; the scheduler places it "
                                                     "when there is room"}
 
-    def _on_migrate(self, peer: bytes, msg: s.MigrateRequest) -> dict[str, Any]:
-        job = self._job(msg.job)
-        self._may_act_on(job)
-        now = self.clock()
+    def _on_migrate(self, peer: bytes, msg: s.MigrateRequest,
+                    caller: Identity | None) -> dict[str, Any]:
+        job = self.life.job(msg.job)
+        may_act_on(caller, job)
+        now = self.life.clock()
         to = [t.strip() for t in msg.to.split(",")]
         for gpu in to:
             try:
                 split_gpu_id(gpu)
             except ValueError as exc:
                 raise RequestError(str(exc)) from None
-            if self.cluster.gpu(gpu) is None:
-                up = [n.gpu_id(i) for n in self.cluster.up_nodes() for i in sorted(n.gpus)]
+            if self.life.cluster.gpu(gpu) is None:
+                up = [n.gpu_id(i) for n in self.life.cluster.up_nodes() for i in sorted(n.gpus)]
                 raise RequestError(f"no up GPU {gpu!r}; up GPUs: {', '.join(up) or 'none'}")
         if job.state.done:
             raise RequestError(f"job {job.id} is already {job.state.value}", s.ErrorCode.CONFLICT)
@@ -234,19 +248,19 @@ class ClientApi:
         fractions = self._migrate_fractions(job, to, running)
         target = tuple(Fragment(gpu, f) for gpu, f in zip(to, fractions))
         # the rule the policy's moves are checked by; a gang moves as one (gangs.py)
-        reason, why = self.cluster.placement_problem(job, target, migrate=running)
+        reason, why = self.life.cluster.placement_problem(job, target, migrate=running)
         if reason == "later":   # room a suspend in flight frees: not now
             raise RequestError(f"job {job.id} does not fit on {msg.to} now ({why}); "
                                "try again once that move ends", s.ErrorCode.UNAVAILABLE)
         if reason:
             raise RequestError(f"job {job.id}: {why}")
         if running:
-            self._ask_suspend(job, now, "asked by the user", target=target)
+            self.life.ask_suspend(job, now, "asked by the user", target=target)
         else:
-            self._start(job, target, False, now, note="placed by the user")
-        self._dirty = True
+            self.life.start(job, target, False, now, note="placed by the user")
+        self.life.dirty = True
         sizes = ", ".join(f"{f.gpu} fraction {f.fraction:.3f} = "
-                          f"{f.fraction * self.cluster.gpu(f.gpu).memory_mb:.0f} MiB"
+                          f"{f.fraction * self.life.cluster.gpu(f.gpu).memory_mb:.0f} MiB"
                           for f in target)
         return {"state": job.display_state, "note": f"to {sizes}"}
 
@@ -258,16 +272,16 @@ class ClientApi:
         a start (``fraction_for``: its sampled or measured need, else the whole GPU). A
         target that cannot hold that memory beside the reserve is refused, naming it.
         """
-        snapshot = self.cluster.snapshot()
-        reserve = self.cluster.reserve_mb
+        snapshot = self.life.cluster.snapshot()
+        reserve = self.life.cluster.reserve_mb
         held = [f.fraction * info.memory_mb for f in job.fragments
-                if (info := self.cluster.gpu(f.gpu)) is not None]
+                if (info := self.life.cluster.gpu(f.gpu)) is not None]
         view = job.view()
         measured = max(view.sample.peak_memory_mb * 1.1 if view.sample is not None else 0.0,
                        view.min_memory_mb * 1.1)
         out = []
         for gpu in to:
-            info = self.cluster.gpu(gpu)
+            info = self.life.cluster.gpu(gpu)
             target = snapshot.gpu(gpu)
             top_mb = info.memory_mb - reserve
             if running and held:
@@ -286,25 +300,33 @@ class ClientApi:
             out.append(fraction)
         return out
 
-    def _on_metrics(self, peer: bytes, msg: s.MetricsRequest) -> dict[str, Any]:
-        now = self.clock()
-        self.metrics.update(self.cluster, now)
-        self.store.append_logs(self._logs)
-        self._logs.clear()
-        done = self.store.done_summary()
-        newest = [self._stored(i, d) for _, i, d in self.store.jobs_page(0, REPORT_ROWS, True)]
-        answer = run_report(self.cluster, self.metrics, self.policy.name, now,
+    def _on_metrics(self, peer: bytes, msg: s.MetricsRequest,
+                    _caller: Identity | None) -> dict[str, Any]:
+        now = self.life.clock()
+        self.life.metrics.update(self.life.cluster, now)
+        self.life.save_logs()
+        done = self.life.store.done_summary()
+        newest = [self._stored(i, d)
+                  for _, i, d in self.life.store.jobs_page(0, REPORT_ROWS, True)]
+        answer = run_report(self.life.cluster, self.life.metrics, self.life.policy.name, now,
                             done=done, newest=newest[::-1])
-        answer["rounds"] = round_stats(self.round_times[msg.since_round:])
-        answer["decide"] = round_stats(self.decide_times[msg.since_round:])
-        answer["decide_cpu"] = round_stats(self.decide_cpu_times[msg.since_round:])
+        answer["rounds"] = round_stats(self.rounds.round_times[msg.since_round:])
+        answer["decide"] = round_stats(self.rounds.decide_times[msg.since_round:])
+        answer["decide_cpu"] = round_stats(self.rounds.decide_cpu_times[msg.since_round:])
         answer["round_parts"] = {k: round_stats(v[msg.since_round:])
-                                 for k, v in self.round_parts.items()}
-        answer["rounds_total"] = len(self.round_times)
-        answer["refused"] = dict(self.refusals)
-        refused = sum(self.refusals.values())
-        by = ", ".join(f"{n} {r}" for r, n in sorted(self.refusals.items()))
-        answer["prediction_error"] = err = error_stats(self.cluster.prediction_errors)
+                                 for k, v in self.rounds.round_parts.items()}
+        answer["rounds_total"] = len(self.rounds.round_times)
+        answer["refused"] = dict(self.rounds.refusals)
+        refused = sum(self.rounds.refusals.values())
+        by = ", ".join(f"{n} {r}" for r, n in sorted(self.rounds.refusals.items()))
+        answer["prediction_error"] = err = error_stats(self.life.cluster.prediction_errors)
         answer["report"] += (f"\n\npolicy actions refused: {refused}" + (f" ({by})" if by else "")
                              + f"\nprediction error: {format_error(err)}")
         return answer
+
+
+def may_act_on(caller: Identity | None, job: LiveJob) -> None:
+    """Raise RequestError unless ``caller`` owns ``job`` or is an admin (or keys are off)."""
+    if caller is not None and caller.role != "admin" and job.owner != caller.name:
+        raise RequestError(f"not your job: {job.id} belongs to {job.owner or 'nobody'}",
+                           s.ErrorCode.FORBIDDEN)

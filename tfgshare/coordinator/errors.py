@@ -15,8 +15,6 @@ class RequestError(Exception):
         self.code = code
 
 
-REPLIED: Any = object()   # a handler that queued its own reply returns this
-
 
 def number(event: dict[str, Any], key: str, kind: type) -> Any:
     """``event[key]`` as an int or float, None when absent; RequestError when not a number."""

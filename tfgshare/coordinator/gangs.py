@@ -23,16 +23,23 @@ restarted coordinator re-adopts it: the chief as any job's runner, each other
 member when its agent re-registers and reports it. A member not reported by
 then (its agent came back without it, or not within the node timeout of the
 restart) brings the gang back to its last checkpoint, as a lost member does.
+
+``Gangs`` owns the book of gangs in flight and their ports; the lifecycle owns
+it and decides what a member's loss means (``Lifecycle.member_lost``). May import:
+``tfgshare.schema``, ``policies.base`` and the coordinator's ``cluster``, ``store``
+and ``outbox``; nothing that handles requests or decides.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 from tfgshare import schema as s
-from tfgshare.coordinator.cluster import LiveJob, split_gpu_id
-from tfgshare.policies.base import Fragment, JobState
-from tfgshare import runner_wire as rp
+from tfgshare.coordinator.cluster import Cluster, LiveJob, split_gpu_id
+from tfgshare.coordinator.outbox import Outbox
+from tfgshare.coordinator.store import StateStore
+from tfgshare.policies.base import Fragment
 
 
 @dataclass
@@ -110,14 +117,20 @@ class PortBook:
         self.used.get(address, set()).discard(port)
 
 
-class GangControl:
-    """Starting, stopping and losing gangs (mixed into ``Coordinator``)."""
+class Gangs:
+    """The gangs in flight and their ports: started, told, ended, looked up.
 
-    gangs: dict[str, Gang]
-    gang_ports: PortBook
+    It keeps the book and sends the members their commands; what a lost or
+    failed member means for the job is the lifecycle's to decide.
+    """
 
-    def _start_gang(self, job: LiveJob, fragments: tuple[Fragment, ...], sample_only: bool,
-                    train_dir: str) -> str:
+    def __init__(self, cluster: Cluster, store: StateStore, outbox: Outbox) -> None:
+        self.cluster, self.store, self.outbox = cluster, store, outbox
+        self.by_job: dict[str, Gang] = {}    # jobs across nodes: their members
+        self.ports = PortBook()
+
+    def start(self, job: LiveJob, fragments: tuple[Fragment, ...], sample_only: bool,
+              train_dir: str) -> str:
         """Send every member its StartJob; "" when sent, else why it could not be."""
         members = members_of(fragments)
         gang = Gang(job.attempt, members)
@@ -126,17 +139,17 @@ class GangControl:
             node = self.cluster.nodes[m.node]
             wanted = 2 if m.task == 0 else 1        # the chief's parameter server and worker
             for _ in range(wanted):
-                port = self.gang_ports.take(node.address, *node.ports) if node.ports else None
+                port = self.ports.take(node.address, *node.ports) if node.ports else None
                 if port is None:
                     self._give_back_ports(gang)
                     return f"node {m.node} has no free gang port"
                 gang.ports.append((node.address, port))
                 hosts.append(f"{node.address}:{port}")
         ps_hosts, worker_hosts = hosts[:1], hosts[1:]
-        self.gangs[job.id] = gang
+        self.by_job[job.id] = gang
         self.store.save_gang(job.id, gang.to_record())
         for m in members:
-            self._send(self.cluster.nodes[m.node], s.StartJob(
+            self.outbox.send(self.cluster.nodes[m.node], s.StartJob(
                 job=job.id, attempt=job.attempt, spec=job.spec,
                 fragments=[s.FragmentSpec(split_gpu_id(f.gpu)[1], f.fraction)
                            for f in m.fragments],
@@ -145,7 +158,7 @@ class GangControl:
                 job)   # a refused start of any member re-queues the job
         return ""
 
-    def _restore_gangs(self) -> None:
+    def restore(self) -> None:
         """Take back the gangs of the jobs that held GPUs before a restart, and their ports."""
         for job_id, rec in self.store.load_gangs().items():
             job = self.cluster.active.get(job_id)
@@ -153,139 +166,78 @@ class GangControl:
             if job is None or not job.state.holds_gpu or gang.attempt != job.attempt:
                 self.store.drop_gang(job_id)     # its runners are gone: nothing to adopt
                 continue
-            self.gangs[job_id] = gang
+            self.by_job[job_id] = gang
             for address, port in gang.ports:
-                self.gang_ports.used.setdefault(address, set()).add(port)
+                self.ports.used.setdefault(address, set()).add(port)
 
-    def _adopt_member(self, node_name: str, rj: s.RunningJob) -> bool:
+    def adopt_member(self, node_name: str, rj: s.RunningJob, now: float) -> bool:
         """Re-adopt a reported runner that is a gang member other than the chief (after a
         restart, or its agent's); False if it is not one of the job's current members."""
         job = self.cluster.active.get(rj.job)
-        gang = self.gangs.get(rj.job) if job is not None else None
+        gang = self.by_job.get(rj.job) if job is not None else None
         if gang is None or not job.state.holds_gpu or job.node == node_name \
                 or gang.attempt != job.attempt \
                 or (rj.attempt is not None and rj.attempt != job.attempt) \
                 or node_name not in {m.node for m in gang.members[1:]}:
             return False
         gang.awaited.discard(node_name)
-        now = self.clock()
-        self._log(job, now, f"gang member re-adopted on {node_name} (pid {rj.pid}, "
-                            f"attempt {job.attempt})")
-        node = self.cluster.nodes[node_name]
-        self._send(node, s.AdoptJob(job=job.id, attempt=job.attempt), job)
-        if job.cancel_requested:
-            self._send(node, s.CancelJob(job=job.id, attempt=job.attempt), job)
-        elif job.state is JobState.SUSPENDING:
-            self._send(node, s.SuspendJob(job=job.id, attempt=job.attempt), job)
+        self.outbox.log_job(job, now, f"gang member re-adopted on {node_name} (pid {rj.pid}, "
+                                      f"attempt {job.attempt})")
+        self.outbox.send_adopt(self.cluster.nodes[node_name], job)
         return True
 
-    def _gangs_not_readopted(self, now: float, why: str) -> None:
-        """Gangs with a member still not re-adopted: back to their last checkpoint."""
-        for job_id, gang in list(self.gangs.items()):
+    def not_readopted(self) -> list[tuple[LiveJob, Gang]]:
+        """The jobs holding GPUs whose gang has a member not re-adopted yet, with it."""
+        out = []
+        for job_id, gang in list(self.by_job.items()):
             job = self.cluster.active.get(job_id)
             if job is not None and job.state.holds_gpu and gang.awaited:
-                self._requeue(job, now, f"gang member on {', '.join(sorted(gang.awaited))} "
-                                        f"{why}; the gang restarts from its last checkpoint")
-        self._start_reserved(now)
+                out.append((job, gang))
+        return out
 
-    def _to_members(self, job: LiveJob, make) -> None:
+    def to_members(self, job: LiveJob, make: Callable[[], s.Message]) -> None:
         """Send ``make()`` to every member but the chief (the caller sends the chief's)."""
-        gang = self.gangs.get(job.id)
+        gang = self.by_job.get(job.id)
         if gang is None or gang.attempt != job.attempt:
             return
         for m in gang.members[1:]:
             node = self.cluster.nodes.get(m.node)
             if node is not None:
-                self._send(node, make())
+                self.outbox.send(node, make())
 
-    def _end_gang(self, job: LiveJob) -> None:
+    def end(self, job: LiveJob) -> None:
         """The job gave its GPUs back: kill the members still running, free their ports."""
-        gang = self.gangs.pop(job.id, None)
+        gang = self.by_job.pop(job.id, None)
         if gang is None:
             return
         self.store.drop_gang(job.id)
         for m in gang.members:
             node = self.cluster.nodes.get(m.node)
             if node is not None:
-                self._send(node, s.KillJob(job=job.id))
+                self.outbox.send(node, s.KillJob(job=job.id))
         self._give_back_ports(gang)
 
     def _give_back_ports(self, gang: Gang) -> None:
         for address, port in gang.ports:
-            self.gang_ports.give_back(address, port)
+            self.ports.give_back(address, port)
         gang.ports = []
 
-    def _member(self, peer: bytes, msg: s.JobEvent | s.JobExit) -> LiveJob | None:
-        """The job, when ``msg`` is from a current gang member other than the chief."""
+    def member(self, msg: s.JobEvent | s.JobExit) -> LiveJob | None:
+        """The job, when ``msg`` is about a current gang member other than the chief
+        (the sender is not checked here)."""
         job = self.cluster.active.get(msg.job)
-        gang = self.gangs.get(msg.job) if job is not None else None
+        gang = self.by_job.get(msg.job) if job is not None else None
         if gang is None or gang.attempt != msg.attempt or msg.node == job.node \
                 or msg.node not in {m.node for m in gang.members[1:]}:
             return None
-        self._agent_node(peer, msg.node)
         return job
 
-    def _member_event(self, peer: bytes, msg: s.JobEvent) -> bool:
-        """Take an event of a gang member other than the chief (the chief's speak for the
-        gang; a member's problems go to the job's log); False if it is not from one."""
-        job = self._member(peer, msg)
-        if job is None:
-            return False
-        name = msg.event.get("event")
-        if name in ("error", "warning", "out_of_memory"):
-            self._log(job, self.clock(), f"gang member on {msg.node}: {name} "
-                                         f"{str(msg.event.get('message', ''))[:500]}")
-        return True
-
-    def _member_exit(self, peer: bytes, msg: s.JobExit) -> bool:
-        """Handle the exit of a gang member other than the chief; False if it is not one."""
-        job = self._member(peer, msg)
-        if job is None:
-            return False
-        now = self.clock()
-        code = msg.exit_code
-        why = f"gang member on {msg.node} exited {code}" + (f" ({msg.reason})" if msg.reason
-                                                            else "")
-        if code in (rp.EXIT_OK, rp.EXIT_SUSPENDED) or job.state is JobState.SUSPENDING \
-                or job.cancel_requested or not job.state.holds_gpu:
-            self._log(job, now, why)      # stopping with the gang: the chief's exit decides
-            return True
-        if code == rp.EXIT_OUT_OF_MEMORY:   # re-sized from its peak, as a lone runner is
-            self._out_of_memory(job, now, why)
-            self._start_reserved(now)
-        elif code == rp.EXIT_BAD_INPUT:
-            self._finish(job, JobState.FAILED, now, f"bad input: {why}")
-        else:
-            self._member_lost(job, now, why)
-        return True
-
-    def _member_lost(self, job: LiveJob, now: float, why: str) -> None:
-        """A member of a training gang is gone: all back to the last checkpoint."""
-        if self._count_failure(job):
-            self._finish(job, JobState.FAILED, now,
-                         f"{why}; {job.retries} times without progress, giving up")
-        else:
-            self._requeue(job, now, f"{why}; the gang restarts from its last checkpoint "
-                                    f"(retry {job.retries} of {self.config.max_retries})")
-        self._start_reserved(now)
-
-    def _gangs_with_member_on(self, node: str) -> list[LiveJob]:
+    def with_member_on(self, node: str) -> list[LiveJob]:
         """The jobs holding GPUs whose gang has a member other than the chief on ``node``."""
         out = []
-        for job_id, gang in self.gangs.items():
+        for job_id, gang in self.by_job.items():
             job = self.cluster.active.get(job_id)
             if job is not None and job.state.holds_gpu and gang.attempt == job.attempt \
                     and any(m.node == node for m in gang.members[1:]):
                 out.append(job)
         return out
-
-    def _members_gone(self, node: str, now: float, why: str,
-                      kept: frozenset[str] = frozenset()) -> None:
-        """Every gang with a member on ``node`` lost it (node lost or its agent restarted),
-        but the jobs in ``kept`` (their member there was re-adopted)."""
-        for job in self._gangs_with_member_on(node):   # not the job's fault, as a node loss
-            if job.id in kept:
-                continue
-            self._requeue(job, now, f"gang member on {node} gone ({why}); the gang restarts "
-                                    "from its last checkpoint")
-        self._start_reserved(now)

@@ -1,6 +1,6 @@
 """The ZeroMQ coordinator: admits jobs, runs the policy, drives the node agents.
 
-One ROUTER socket, one event loop that owns all state. Each turn it reads the
+One ROUTER socket, one event loop. Each turn it reads the
 waiting frames, handles them (``self.handlers``: a handler per request type),
 commits the database and only then sends the replies: whatever anyone hears is
 already on disk. If anything that can change a decision happened (or the
@@ -19,6 +19,13 @@ loopback-only coordinator without keys (the demo) runs open and says so.
 
 On start, jobs that were running are "unknown" until their agent reports them
 (re-adopted) or the node timeout passes (re-queued from their checkpoint).
+
+The ``Coordinator`` owns the socket, the loop, authentication and the dispatch
+table; it composes the parts, which never call it back: the ``Lifecycle`` owns
+all state and every job's moves (``lifecycle``), ``AgentHandlers`` and
+``ClientHandlers`` answer the requests on it (``agents``, ``clients``), and
+``Rounds`` asks the policy and carries its actions out through it (``rounds``).
+May import every coordinator module and ``tfgshare.keys``; none imports this one.
 """
 
 from __future__ import annotations
@@ -29,7 +36,6 @@ import os
 import sys
 import threading
 import time
-from array import array
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
@@ -39,23 +45,23 @@ from zmq.auth.thread import ThreadAuthenticator
 
 from tfgshare import keys as keys_mod
 from tfgshare import schema as s
-from tfgshare.coordinator.agents import AgentProtocol
-from tfgshare.coordinator.clients import ClientApi
-from tfgshare.coordinator.cluster import Cluster, LiveJob, Node
+from tfgshare.coordinator.agents import AgentHandlers
+from tfgshare.coordinator.clients import ClientHandlers
 from tfgshare.coordinator.config import CoordinatorConfig, config_from_args
-from tfgshare.coordinator.errors import REPLIED, RequestError
-from tfgshare.coordinator.exporter import (CoordinatorMetrics, job_record, prediction_error,
-                                           report_fields, stored_report)
-from tfgshare.coordinator.gangs import Gang, GangControl, PortBook
+from tfgshare.coordinator.errors import RequestError
+from tfgshare.coordinator.lifecycle import Lifecycle
 from tfgshare.coordinator.logs import BadFrames, TurnHandler, flush_logs, log
 from tfgshare.coordinator.rounds import Rounds
-from tfgshare.coordinator.store import StateStore
-from tfgshare.coordinator.transitions import Transitions
-from tfgshare.policies.base import JobState, Policy
+from tfgshare.policies.base import Policy
 
 
-class Coordinator(AgentProtocol, ClientApi, Transitions, GangControl, Rounds):
-    """The cluster's brain; ``serve`` runs its event loop."""
+class Coordinator:
+    """The cluster's brain; ``serve`` runs its event loop.
+
+    It owns the socket, the loop, authentication and the dispatch table. The
+    state and the job moves belong to ``life`` (the ``Lifecycle``), the answers to
+    ``agents`` and ``clients`` (the handlers), the policy rounds to ``rounds``.
+    """
 
     def __init__(self, config: CoordinatorConfig, policy: Policy | None = None,
                  clock: Callable[[], float] = time.time) -> None:
@@ -64,12 +70,9 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, GangControl, Rounds):
         if policy is None:
             from tfgshare.policies.registry import get_policy
             policy = get_policy(config.policy, **config.policy_params)
-        self.policy = policy
-        # what the policy carries between rounds; ours to keep, used only by the policy worker
-        self.policy_memo = policy.new_memo()
-        self.checkpoint_root = Path(config.checkpoint_root or
-                                    Path(config.state).parent / "checkpoints").absolute()
-        self.heartbeat_s = config.heartbeat_s or max(0.1, config.node_timeout / 4)
+        checkpoint_root = Path(config.checkpoint_root or
+                               Path(config.state).parent / "checkpoints").absolute()
+        heartbeat_s = config.heartbeat_s or max(0.1, config.node_timeout / 4)
         self.keys_dir = Path(config.keys_dir or keys_mod.keys_dir_for(config.state))
         self.registry: keys_mod.Registry | None = None   # None: authentication off
         if keys_mod.initialised(self.keys_dir):
@@ -78,7 +81,6 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, GangControl, Rounds):
             raise ValueError(f"binding {config.bind} (not loopback) needs CurveZMQ keys: run "
                              f"`tfgshare keys --keys-dir {self.keys_dir} init` and add users "
                              "and agents (see README)")
-        self._caller: keys_mod.Identity | None = None    # who sent the frame in hand
         self.metrics_token: str | None = None   # bearer token scrapes need (off loopback)
         if config.metrics_port is not None and not keys_mod.is_loopback(
                 f"tcp://{config.metrics_host}:0"):
@@ -88,90 +90,39 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, GangControl, Rounds):
                     f"serving metrics on {config.metrics_host} (not loopback) needs a bearer "
                     f"token: run `tfgshare keys --keys-dir {self.keys_dir} init` (it writes "
                     f"{self.keys_dir / keys_mod.METRICS_TOKEN})")
-        self.store = StateStore(config.state)
-        self._db_refused_at: float | None = None   # when a commit was last refused and said
-        self.cluster = Cluster(config.reserve_mb)
-        self.metrics = CoordinatorMetrics()
-        self.bad_frames = BadFrames(self.metrics.bad_frames)   # a line per reason per 10 s
-        self.peers: dict[bytes, str] = {}            # agent routing id -> node name
-        # command id -> (job, attempt, type, node), until the agent answers
-        self.pending: dict[str, tuple[str, int, str, str]] = {}
+        self.life = Lifecycle(config, clock, policy, checkpoint_root)
+        self.rounds = Rounds(self.life)
+        self.agents = AgentHandlers(self.life, heartbeat_s)
+        self.clients = ClientHandlers(self.life, self.rounds)
+        # what answers each request, by its message type (commands and replies aside)
+        self.handlers: dict[str, Callable[[bytes, Any, keys_mod.Identity | None], Any]] = {
+            **self.agents.handlers(), **self.clients.handlers()}
+        self.bad_frames = BadFrames(self.life.metrics.bad_frames)   # a line per reason per 10 s
         self.endpoint: str | None = None
         self.ready = threading.Event()
-        self.round_times = array("d")                # seconds per scheduling round
-        self.decide_times = array("d")               # ... of which in policy.decide
-        self.decide_cpu_times = array("d")           # CPU seconds of policy.decide
-        # the rest of each round: snapshot and views, the wait for the loop to take the
-        # policy's answer, carrying it out, the loop's other CPU meanwhile, and the CPU
-        # of both threads over the round (seconds)
-        self.round_parts = {k: array("d") for k in ("plan", "wait", "apply", "loop_cpu", "cpu")}
-        self.refusals: dict[str, int] = {}           # policy actions refused, by reason
-        self.gangs: dict[str, Gang] = {}             # jobs across nodes: their members
-        self.gang_ports = PortBook()
-        self._out: list[tuple[list[bytes], s.Message]] = []
-        self._cmds: list[tuple[list[bytes], s.Message]] = []
-        self._logs: list[tuple[str, float, str]] = []
-        self._dirty = True                           # a scheduling round is due
-        # what answers each request, by its message type (commands and replies aside)
-        self.handlers: dict[str, Callable[[bytes, Any], Any]] = {
-            s.Register.TYPE: self._on_register, s.Heartbeat.TYPE: self._on_heartbeat,
-            s.JobEvent.TYPE: self._on_job_event, s.JobExit.TYPE: self._on_job_exit,
-            s.Submit.TYPE: self._on_submit, s.Status.TYPE: self._on_status,
-            s.Nodes.TYPE: self._on_nodes, s.Logs.TYPE: self._on_logs,
-            s.CancelRequest.TYPE: self._on_cancel, s.SuspendRequest.TYPE: self._on_suspend,
-            s.ResumeRequest.TYPE: self._on_resume, s.MigrateRequest.TYPE: self._on_migrate,
-            s.MetricsRequest.TYPE: self._on_metrics}
-        self._last_submit = 0.0
-        self._stamp_second, self._stamp = -1, ""
-        self.started_at = clock()
-        self._load()
+        self._out: list[tuple[list[bytes], s.Message]] = []   # this turn's replies, commands
 
-    # ---- start-up ------------------------------------------------------------
+    # the lifecycle's state, as tests and tools read it
+    cluster = property(lambda self: self.life.cluster)
+    store = property(lambda self: self.life.store)
+    metrics = property(lambda self: self.life.metrics)
+    peers = property(lambda self: self.life.peers)
+    pending = property(lambda self: self.life.outbox.pending)
+    gangs = property(lambda self: self.life.gangs.by_job)
+    gang_ports = property(lambda self: self.life.gangs.ports)
 
-    def _load(self) -> None:
-        for name, rec in self.store.load_nodes().items():
-            gpus = {g["index"]: s.GpuInfo(**g) for g in rec["gpus"]}
-            self.cluster.nodes[name] = Node(name, gpus, lost=True)
-        unknown = 0
-        for rec in self.store.load_jobs(active_only=True):
-            try:
-                job = LiveJob.from_record(rec)
-            except (ValueError, TypeError) as exc:   # e.g. runner flags refused since
-                log.warning("job %s not loaded: its stored spec is not valid now: %s",
-                            rec.get("id"), exc)
-                continue
-            if job.state.holds_gpu:
-                job.unknown = True
-                unknown += 1
-            self.cluster.add(job)
-            self._last_submit = max(self._last_submit, job.submit_time)
-        # done jobs stay in the database: counted, their latest prediction errors kept
-        stored = self.store.count_jobs()
-        done = sum(stored.get(st.value, 0) for st in JobState if st.done)
-        if done and self.store.count_done() < done:   # figures an older version did not keep
-            for seq, _state, data, report in self.store.done_reports():
-                try:
-                    rec = stored_report(data, report, self.clock())
-                except (ValueError, TypeError):   # an older row whose spec is not valid now
-                    continue
-                self.store.save_done(seq, report_fields(rec), prediction_error(rec))
-        for st in JobState:
-            if st.done and stored.get(st.value):
-                self.cluster.counts[st.value] = (self.cluster.counts.get(st.value, 0)
-                                                 + stored[st.value])
-        self.cluster.prediction_errors.extend(
-            self.store.latest_prediction_errors(self.cluster.prediction_errors.maxlen))
-        self._last_submit = max(self._last_submit, self.store.last_submit())
-        self.seq = self.store.max_seq()
-        self._restore_gangs()
-        self._awaiting_readoption = unknown > 0
-        for point in self.store.load_timeline():   # None: not recorded by an older version
-            self.metrics.timeline.add(*(0.0 if v is None else v for v in point))
-        if self.cluster.active or done:
-            log.info("loaded %d jobs (%d active, %d running before the restart, now unknown; "
-                     "%d done, left in the database) and %d nodes",
-                     len(self.cluster.active) + done, len(self.cluster.active), unknown, done,
-                     len(self.cluster.nodes))
+    @property
+    def policy(self) -> Policy:
+        """The policy the rounds ask (a test may swap it before the first round)."""
+        return self.life.policy
+
+    @policy.setter
+    def policy(self, policy: Policy) -> None:
+        self.life.policy = policy
+
+    def schedule(self, now: float) -> list:
+        """One scheduling round, all in this thread (``Rounds.schedule``)."""
+        return self.rounds.schedule(now)
 
     # ---- the event loop --------------------------------------------------------
 
@@ -196,12 +147,12 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, GangControl, Rounds):
             self.endpoint = sock.getsockopt(zmq.LAST_ENDPOINT).decode()
             if self.config.metrics_port is not None:
                 host = self.config.metrics_host
-                port = self.metrics.serve(self.config.metrics_port, host, self.metrics_token)
+                port = self.life.metrics.serve(self.config.metrics_port, host, self.metrics_token)
                 log.info("metrics on http://%s:%d/metrics%s", host, port,
                          " (bearer token: %s)" % (self.keys_dir / keys_mod.METRICS_TOKEN)
                          if self.metrics_token else " (loopback: no token)")
             log.info("listening on %s (policy %s, state %s, checkpoints %s)", self.endpoint,
-                     self.policy.name, self.config.state, self.checkpoint_root)
+                     self.policy.name, self.config.state, self.life.checkpoint_root)
             if self.registry is None:
                 log.warning("authentication OFF: loopback only and no keys in %s; anyone on "
                             "this host may submit, cancel or move any job", self.keys_dir)
@@ -213,13 +164,13 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, GangControl, Rounds):
         finally:
             self.ready.set()
             sock.close(0)
-            self.metrics.close()
+            self.life.metrics.close()
             if auth is not None:
                 auth.stop()
             ctx.term()
-            if not self.store.close():
+            if not self.life.store.close():
                 log.error("stopped with %d writes the state database refused (%s): they are "
-                          "lost", self.store.pending, self.store.error)
+                          "lost", self.life.store.pending, self.life.store.error)
             log.info("stopped")
             flush_logs()
 
@@ -239,7 +190,7 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, GangControl, Rounds):
                 wait = 0.2                    # a round in flight wakes the poll when decided
                 if in_flight is None:
                     wait = next_tick - now
-                    if self._dirty:
+                    if self.life.dirty:
                         wait = min(wait, next_round - now)
                 if poller.poll(min(max(wait, 0.0), 0.2) * 1000):
                     keyed = self.registry is not None
@@ -263,15 +214,16 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, GangControl, Rounds):
                 if in_flight is not None and in_flight.done():
                     _drain(wake_r)
                     plan, in_flight = in_flight.result(), None
-                    _guarded(self._apply, plan)
+                    _guarded(self.rounds.apply, plan)
                     self._flush(sock)
                     # under a stream of events, rounds are spaced by their own length
-                    last = self.round_times[-1] if len(self.round_times) else 0.0
+                    times = self.rounds.round_times
+                    last = times[-1] if len(times) else 0.0
                     next_round = self.clock() + max(self.config.round_gap, last)
-                if in_flight is None and self._dirty and now >= next_round:
-                    plan = self._plan(now)
+                if in_flight is None and self.life.dirty and now >= next_round:
+                    plan = self.rounds.plan(now)
                     if plan is not None:
-                        in_flight = worker.submit(self._decide, plan)
+                        in_flight = worker.submit(self.rounds.decide, plan)
                         in_flight.add_done_callback(lambda _f: os.write(wake_w, b"."))
         finally:
             worker.shutdown(wait=True)
@@ -288,60 +240,22 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, GangControl, Rounds):
 
     def step(self) -> None:
         """Commit the database and queue the agent commands after the replies."""
-        if self._logs:
-            self.store.append_logs(self._logs)
-            self._logs.clear()
-        self._commit()
-        self._out.extend(self._cmds)
-        self._cmds.clear()
-
-    def _commit(self) -> None:
-        """Commit the database; while it refuses (a full disk), go on from memory and say so."""
-        was_broken = self._db_refused_at is not None
-        if self.store.commit():
-            if was_broken:
-                log.warning("the state database takes writes again; the kept writes are saved")
-                self._db_refused_at = None
-            return
-        now = time.monotonic()
-        if not was_broken or now - self._db_refused_at >= 30.0:
-            log.error("the state database refused a commit (%s): the coordinator goes on from "
-                      "memory with %d writes kept and retried each step; a restart now would "
-                      "lose them", self.store.error, self.store.pending)
-            self._db_refused_at = now
+        self.life.commit()
+        self._out.extend(self.life.outbox.take_commands())
 
     def tick(self, now: float) -> None:
         """Periodic work: lost nodes, jobs nobody re-adopted, metrics, a policy round."""
-        timeout = self.config.node_timeout
         if self.registry is not None:
             self.registry.refresh()          # keys added or revoked since
-        for node in list(self.cluster.up_nodes()):
-            if now - node.last_seen > timeout:
-                self._node_lost(node, now, f"no heartbeat for {now - node.last_seen:.1f}s")
-        if self._awaiting_readoption and now - self.started_at > timeout:
-            self._awaiting_readoption = False
-            for job in [j for j in self.cluster.active.values() if j.unknown]:
-                job.unknown = False
-                self._requeue(job, now, f"node {job.node} did not report it within "
-                                        f"{timeout:g}s of the restart")
-            self._gangs_not_readopted(now, f"not reported within {timeout:g}s of the restart")
-        self._dirty = True
+        self.life.check_timeouts(now)
+        self.life.dirty = True
         self.bad_frames.log.flush()
-        self._record_usage(now)
+        self.life.record_usage(now)
         # Long-lived jobs and views would make every full garbage collection walk
         # them all (tens of ms at 10,000 jobs, right inside a round): collect the
         # young generations and move the survivors out of the collector's sight.
         gc.collect(1)
         gc.freeze()
-
-    def _record_usage(self, now: float) -> None:
-        """Refresh the gauges and add a timeline point (once per tick: O(jobs))."""
-        use, queued = self.metrics.update(self.cluster, now)
-        timeline = self.metrics.timeline
-        t = max(now, timeline.times[-1]) if len(timeline) else now
-        point = (t, use.allocated, use.effective, queued, use.device, use.busy)
-        timeline.add(*point)
-        self.store.add_timeline(*point)
 
     # ---- frames ---------------------------------------------------------------
 
@@ -355,7 +269,6 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, GangControl, Rounds):
                 self._out.append((envelope, self.bad_frames.refuse(
                     peer, data, "unknown_key", _UNKNOWN_KEY, s.ErrorCode.UNKNOWN_KEY)))
                 return
-        self._caller = caller
         try:
             msg = s.decode(data)
         except s.SchemaError as exc:
@@ -365,7 +278,7 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, GangControl, Rounds):
         kind = msg.TYPE
         if kind in s.REPLY_TYPES:
             if caller is None or caller.role == "agent":
-                self._on_reply(peer, msg)
+                self.agents.on_reply(peer, msg)
             return
         if kind in s.COMMAND_TYPES:
             reply: s.Message = s.reply_error(msg, f"{kind} is a command the coordinator sends to "
@@ -374,15 +287,13 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, GangControl, Rounds):
             article = "an" if caller.role[0] in "aeiou" else "a"   # an admin, an agent
             reply = s.reply_error(msg, f"{article} {caller.role} key ({caller.name}) may not "
                                        f"send {kind!r}", code=s.ErrorCode.FORBIDDEN)
-        elif kind in s.AGENT_TYPES and peer not in self.peers:
+        elif kind in s.AGENT_TYPES and peer not in self.life.peers:
             reply = s.reply_error(
                 msg, f"unauthenticated type {kind!r}: this peer has not registered as an agent",
                 code=s.ErrorCode.NOT_REGISTERED)
         else:
             try:
-                fields = self.handlers[kind](peer, msg)
-                if fields is REPLIED:
-                    return
+                fields = self.handlers[kind](peer, msg, caller)
                 reply = s.reply_ok(msg, **(fields or {}))
             except RequestError as exc:
                 reply = s.reply_error(msg, str(exc), code=exc.code)
@@ -390,48 +301,6 @@ class Coordinator(AgentProtocol, ClientApi, Transitions, GangControl, Rounds):
                 log.exception("internal error on %s", kind)
                 reply = s.reply_error(msg, f"internal error: {exc}", code=s.ErrorCode.INTERNAL)
         self._out.append((envelope, reply))
-
-    def _may_act_on(self, job: LiveJob) -> None:
-        """Raise RequestError unless the caller owns ``job`` or is an admin (or keys are off)."""
-        caller = self._caller
-        if caller is not None and caller.role != "admin" and job.owner != caller.name:
-            raise RequestError(f"not your job: {job.id} belongs to {job.owner or 'nobody'}",
-                               s.ErrorCode.FORBIDDEN)
-
-    def _log(self, job: LiveJob, now: float, line: str, decision: bool = True) -> None:
-        second = int(now)
-        if second != self._stamp_second:
-            self._stamp_second = second
-            self._stamp = time.strftime("%H:%M:%S", time.localtime(second))
-        self._logs.append((job.id, now, f"{self._stamp}.{int(now * 1000) % 1000:03d} {line}"))
-        if decision and log.isEnabledFor(logging.INFO):
-            log.info("%s: %s", job.id, line)
-
-    def _save(self, job: LiveJob) -> None:
-        self.cluster.refresh(job)
-        report = None
-        if job.state.done:   # the report reads it from the database
-            rec = job_record(job, self.clock())
-            report = report_fields(rec)
-            self.store.save_done(job.seq, report, prediction_error(rec))
-        self.store.save_job(job.id, job.to_record(), report)
-
-    def _job(self, job_id: str) -> LiveJob:
-        """The job in memory, else as stored (a done job); RequestError if none."""
-        job = self.cluster.jobs.get(job_id)
-        if job is None:
-            rec = self.store.load_job(job_id) if isinstance(job_id, str) else None
-            if rec is None:
-                raise RequestError(f"no job {job_id!r}", s.ErrorCode.NOT_FOUND)
-            job = LiveJob.from_record(rec)
-        return job
-
-    def _send(self, node: Node, msg: s.Message, job: LiveJob | None = None) -> None:
-        if node.identity is None:
-            return
-        if job is not None:
-            self.pending[msg.id] = (job.id, job.attempt, msg.TYPE, node.name)
-        self._cmds.append(([node.identity], msg))
 
 
 _UNKNOWN_KEY = ("unknown key: this coordinator has no registered key for this client; ask "
