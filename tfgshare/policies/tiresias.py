@@ -447,7 +447,7 @@ class Tiresias(Policy):
         """The walk's (entry, view) pairs in ``memo.order``'s order, a queue's RUN part
         (running jobs only) given as one ``RunPart`` placed at its end."""
         views, order = memo.tracker.views, memo.order
-        for q in range(len(self.thresholds) + 1):
+        for q in range(order[-1][0] + 1 if order else 0):   # every queue with a job
             gpus, running, entries = memo.run_part.get(q, (0, 0, 0))
             if entries:
                 ones = ((e, views[e[3]]) for e in order.irange(
