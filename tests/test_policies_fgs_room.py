@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from philly.jobs import TraceJob
 from tfgshare.policies import fgs_room, fgs_room_kept
+from tfgshare.policies.fgs_records import ClearCost, GpuCost
 from tfgshare.policies.base import GPU, ClusterSnapshot
 from tfgshare.policies.registry import get_policy
 from tfgshare.sim.cluster import load_cluster
@@ -44,7 +45,7 @@ def checked(monkeypatch):
 
     def counted(self, k, job):
         got = start(self, k, job)
-        seen["kept"] += len(self.up) - len(got[1])   # GPUs whose steps were not worked out anew
+        seen["kept"] += len(self.up) - len(got.redo_steps)   # steps not worked out anew
         return got
 
     def counted_retimed(*args):
@@ -103,8 +104,8 @@ def test_the_kept_costs_are_read_and_cover_gangs_and_waits_that_fall(toy_profile
 def cost_updates(draw):
     nodes, per = draw(st.integers(1, 4)), draw(st.sampled_from([1, 2, 4]))
     gpus = tuple(GPU(f"n{i}:{j}", f"n{i}", j, 16384) for i in range(nodes) for j in range(per))
-    some = st.tuples(st.sampled_from([0.0, 0.0, 1.0, 5.0, math.inf]), st.integers(0, 2),
-                     st.just(()))
+    some = st.builds(ClearCost, st.sampled_from([0.0, 0.0, 1.0, 5.0, math.inf]),
+                     st.integers(0, 2), st.just(()))
     cost = st.one_of(st.none(), some, some)   # (wait, moves, tenants) or None: not clearable
     rounds = draw(st.lists(st.dictionaries(st.sampled_from([g.id for g in gpus]),
                                            st.tuples(cost, st.booleans())),
@@ -135,7 +136,7 @@ def test_kept_costs_timed_apart_pick_what_sorting_every_cost_picks(case):
         scan = []   # cheapest's scan of every GPU, in cluster order
         for gid, c in now.items():
             if c is not None:
-                scan.append((c[0], c[1], order[gid], gid, c[2]))
-                if n == 1 and c[0] == 0 and c[1] <= 1:
+                scan.append(GpuCost(c.wait_s, c.moves, order[gid], gid, c.tenants))
+                if n == 1 and c.wait_s == 0 and c.moves <= 1:
                     break
         assert index.pick(n, cluster) == fgs_room._pick_gpus(scan, n, up, cluster)

@@ -49,6 +49,8 @@ from . import movecost
 from .base import Action, ClusterSnapshot, JobState, JobView, Policy
 from .fgs_consolidate import ConsolidateMixin
 from .fgs_queues import FgsMemo, Rest, SizedWalk
+from .fgs_records import (FreeMapKey, IdleWalk, KeptFreeMap, PromotionSettings, QueueConfig,
+                          RoomSettings, WalkInputs)
 from .fgs_room import RoomMixin
 from .fgs_room_kept import finish_in
 from .fgs_round import BANDS, RoundBase, sampling_fraction, util_of
@@ -185,10 +187,10 @@ class Fgs(Policy):
             return self.promote_floor_s
         return movecost.promote_floor_s(job.move_cost_s, self.promote_floor_s, self.move_share)
 
-    def room_key(self) -> tuple:
+    def room_key(self) -> RoomSettings:
         """The settings a tenant's readiness for a promoted job depends on (``fgs_room``)."""
-        return (self.reserve_horizon_s, self.min_run_s, self.move_share, self.promote_floor_s,
-                self.max_wait_s, self.max_wait_ratio)
+        return RoomSettings(self.reserve_horizon_s, self.min_run_s, self.move_share,
+                            self.promote_floor_s, self.max_wait_s, self.max_wait_ratio)
 
     def starving(self, job: JobView, now: float) -> bool:
         """Whether a waiting job has waited past its bound and is promoted."""
@@ -222,17 +224,17 @@ class Fgs(Policy):
         whose tenants changed since the map was last updated, also in rounds
         that returned before planning (nothing waited, or the round failed).
         """
-        key = (cluster.down_nodes, cluster.reserve_mb, self.max_cotenants,
-               self.slowdown_cap, self.interference_overhead)
+        key = FreeMapKey(cluster.down_nodes, cluster.reserve_mb, self.max_cotenants,
+                         self.slowdown_cap, self.interference_overhead)
         use = memo.holdings.use
         cache = memo.free
         dirty = memo.unplanned
         memo.unplanned = set()   # taken now: updated below, or the map is rebuilt from ``use``
-        hit = cache is not None and cache[1] is cluster.gpus and cache[0] == key
+        hit = cache is not None and cache.gpus is cluster.gpus and cache.key == key
         if dirty or not hit:
             memo.stamp += 1   # the map may differ: a quiet walk kept is void
         if hit:
-            base = cache[2]
+            base = cache.free_map
             for gid in dirty:
                 if gid in base.gpus:
                     base.set_use(gid, use.get(gid))
@@ -251,7 +253,7 @@ class Fgs(Policy):
 
         base = FreeMap(cluster, use=use, max_tenants=self.max_cotenants, band=band,
                        empty_band=BANDS)
-        memo.free = (key, cluster.gpus, base)
+        memo.free = KeptFreeMap(key, cluster.gpus, base)
         base.total_free()
         base.chooser = memo.fragmentation_chooser() if self.frag_measure else None
         return base.copy()
@@ -278,10 +280,11 @@ class Fgs(Policy):
         memo.unplanned |= memo.sync(jobs)
         rep = one_size(cluster)
         # the floor is per job (its move cost): the settings behind it are in the key too
-        config = ((self.max_wait_ratio, self.max_wait_s, self.promote_floor,
-                   self.promote_floor_s, self.min_run_s, self.move_share), rep,
-                  self.headroom, cluster.reserve_mb,
-                  None if rep is None else sampling_fraction(self, rep))
+        config = QueueConfig(
+            PromotionSettings(self.max_wait_ratio, self.max_wait_s, self.promote_floor,
+                              self.promote_floor_s, self.min_run_s, self.move_share),
+            rep, self.headroom, cluster.reserve_mb,
+            None if rep is None else sampling_fraction(self, rep))
         if memo.config != config or now < memo.now:
             memo.rebuild(config)
         memo.promote_until(now)
@@ -291,17 +294,20 @@ class Fgs(Policy):
         info = memo.info
         # only the longest waiting promoted jobs jump the queue and make room;
         # the others keep their shortest-first place until their turn comes
-        first = [k[1] for k in memo.promoted.islice(0, self.max_reservations)]
+        first = [k.job_id for k in memo.promoted.islice(0, self.max_reservations)]
         # a promoted job not sampled yet is placed (room made) for its sampling phase
-        promoted = [(info[jid][0], info[jid][3]) for jid in first if info[jid][1] == 1]
-        promoted_sample = [(info[jid][0], info[jid][3]) for jid in first if info[jid][1] == 0]
+        promoted = [(info[jid].view, info[jid].size) for jid in first
+                    if not info[jid].to_sample]
+        promoted_sample = [(info[jid].view, info[jid].size) for jid in first
+                           if info[jid].to_sample]
         skip = set(first)
-        to_sample = ((info[k[1]][0], info[k[1]][3]) for k in memo.to_sample if k[1] not in skip)
+        to_sample = ((info[k.job_id].view, info[k.job_id].size) for k in memo.to_sample
+                     if k.job_id not in skip)
         if self.shortcuts:   # the same order, by size bucket (fill passes over big ones whole)
             ordinary = SizedWalk(memo, skip)
         else:
-            ordinary = ((info[k[2]][0], info[k[2]][3]) for k in memo.ordinary
-                        if k[2] not in skip)
+            ordinary = ((info[k.job_id].view, info[k.job_id].size) for k in memo.ordinary
+                        if k.job_id not in skip)
         reservations = self.max_reservations
         defrag = self.defrag
 
@@ -319,11 +325,12 @@ class Fgs(Policy):
                 r.consolidate(job)
             return defrag
 
-        r.fill(promoted, Rest(SortedList((sz[0], j.id) for j, sz in promoted),
-                               SortedList((sz[1], j.id) for j, sz in promoted), set()),
+        r.fill(promoted, Rest(SortedList((sz.fraction, j.id) for j, sz in promoted),
+                               SortedList((sz.util, j.id) for j, sz in promoted), set()),
                on_fail=make_room)
         if promoted_sample:
-            r.fill(promoted_sample, Rest(SortedList((sz[0], j.id) for j, sz in promoted_sample),
+            r.fill(promoted_sample, Rest(SortedList((sz.fraction, j.id)
+                                                    for j, sz in promoted_sample),
                                          None, set()),
                    sample_only=True, on_fail=lambda job: make_room(job, True))
         r.fill(to_sample, Rest(memo.sample_fs, None, set(skip)), sample_only=True)
@@ -337,12 +344,12 @@ class Fgs(Policy):
         # (``defrag``, ``max_moves``, ...).
         quiet = None
         if self.shortcuts and not r.actions:
-            quiet = (memo.stamp, frozenset(r.free.closed), tuple(first), self)
+            quiet = WalkInputs(memo.stamp, frozenset(r.free.closed), tuple(first), self)
             kept = memo.quiet
-            if kept is not None and kept[0] == quiet and now < kept[1]:
+            if kept is not None and kept.key == quiet and now < kept.until:
                 return r.actions
         r.fill(ordinary, Rest(memo.fs, memo.us, set(skip)), on_fail=consolidate)
-        memo.quiet = (quiet, memo.next_expiry(now)) if quiet and not r.actions else None
+        memo.quiet = IdleWalk(quiet, memo.next_expiry(now)) if quiet and not r.actions else None
         return r.actions
 
     def tenant_keys(self, job: JobView) -> dict[str, tuple | float | None]:

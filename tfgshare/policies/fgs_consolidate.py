@@ -46,7 +46,8 @@ class ConsolidateMixin:
             got = fm.best_fit(need, chosen, lambda g: self.calm(g, util), band)
             if got is None:
                 break
-            chosen.append(got[0])
+            gid, _ = got   # (GPU, fraction)
+            chosen.append(gid)
         # used GPUs that a move of small tenants could clear, nearest to fitting first;
         # which tenants may move is asked only of the GPUs tried (it costs more than the sort)
         # (only GPUs that a running single-GPU job held as the round began: no other has
@@ -80,10 +81,10 @@ class ConsolidateMixin:
             # each candidate with its tenants that may move (acted and the round's
             # movability stay as they are until the tries are over)
             while keyed:
-                c = heapq.heappop(keyed)
-                hs = [h for h in holders.get(c[2], ()) if may(h)]
+                _, _, gid = heapq.heappop(keyed)   # (room short, order, GPU)
+                hs = [h for h in holders.get(gid, ()) if may(h)]
                 if hs:
-                    yield c[2], hs
+                    yield gid, hs
 
         plan: list[tuple[JobView, list[tuple[str, float]]]] = []
         saved: dict[str, GpuUse | None] = {}   # each GPU's use before this call changed it
@@ -169,7 +170,8 @@ class ConsolidateMixin:
             if dest is None:
                 self._restore(before)
                 return None
-            before.setdefault(dest[0], use.get(dest[0]))
+            dest_gpu, _ = dest
+            before.setdefault(dest_gpu, use.get(dest_gpu))
             self._take(h.id, hu, [dest])
             step.append((h, [dest]))
         if self.room(gid, f, util):
@@ -307,7 +309,7 @@ class MovableIndex:
         """The GPUs where some single-GPU tenant may have passed its minimum run by ``now``."""
         self.now = now
         heap, due, ready = self.heap, self.due, self.ready
-        while heap and heap[0][0] <= now:
+        while heap and heap[0][0] <= now:   # (moment, GPU)
             t, gid = heapq.heappop(heap)
             if due.get(gid) == t:
                 ready.add(gid)

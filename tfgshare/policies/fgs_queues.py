@@ -19,6 +19,9 @@ from collections import Counter
 from sortedcontainers import SortedList
 
 from .base import JobState, JobView
+from .fgs_records import (ArrivalKey, IdleWalk, JobSize, KeptFreeMap, KeyedView,
+                          KeysBeforeAfter, MinRunEnd, Movability, PromotionDue, QueueConfig,
+                          ShortestKey, SizeBucket, WaitClock, WaitingJob)
 from .frag_choice import LeastFragmenting, request_of, target_types
 from .memo import Memo
 from .placement import fraction_for
@@ -30,19 +33,18 @@ REFRESH = 0.05   # FGD's target workload is made again when the requests seen gr
 SIZE_STEPS = 32  # a size bucket holds the jobs whose fraction is in [i, i + 1) / SIZE_STEPS
 
 
-def size_bucket(f: float, u: float, k: int) -> tuple[int, int, int]:
-    """The bucket of a ``k``-GPU job of fraction ``f`` and utilisation ``u``:
-    (fraction step, band, gang size).
+def size_bucket(f: float, u: float, k: int) -> SizeBucket:
+    """The bucket of a ``k``-GPU job of fraction ``f`` and utilisation ``u``.
 
     The band is the one a round searches for the job (``fgs_round``).
     """
     step = 1 << 30 if f == math.inf else int(f * SIZE_STEPS)
-    return step, (BANDS if u >= 1.0 else int(max(0.0, u) * BANDS)), k
+    return SizeBucket(step, (BANDS if u >= 1.0 else int(max(0.0, u) * BANDS)), k)
 
 
-def bucket_floor(name: tuple[int, int, int]) -> float:
+def bucket_floor(name: SizeBucket) -> float:
     """A lower bound on the fraction of every job in this size bucket (a little low, never high)."""
-    return name[0] / SIZE_STEPS - 1e-9
+    return name.fraction_step / SIZE_STEPS - 1e-9
 
 
 class FgsMemo(Memo):
@@ -69,23 +71,24 @@ class FgsMemo(Memo):
             self.keys, self.keys_for = keys, settings
             self._keyed = {}
 
-    def _keyed_pair(self, jid: str, old: JobView | None, new: JobView | None) -> tuple:
-        """(the old view's keys, the new one's), each None for no view: a view's keys are
+    def _keyed_pair(self, jid: str, old: JobView | None,
+                    new: JobView | None) -> KeysBeforeAfter:
+        """The old view's keys and the new one's, each None for no view: a view's keys are
         worked out once and kept with the job's latest view for its next change."""
         was = self._keyed.pop(jid, None)
         keyer = self.keys
-        old_keys = (None if old is None else was[1] if was is not None and was[0] is old
+        old_keys = (None if old is None else was.keys if was is not None and was.view is old
                     else keyer(old))
         new_keys = None
         if new is not None:
             new_keys = keyer(new)
-            self._keyed[jid] = (new, new_keys)
-        return old_keys, new_keys
+            self._keyed[jid] = KeyedView(new, new_keys)
+        return KeysBeforeAfter(old_keys, new_keys)
 
     def reset(self) -> None:
-        self.free: tuple | None = None      # (key, GPU tuple, FreeMap as the holders hold it)
+        self.free: KeptFreeMap | None = None   # the FreeMap as the holders hold it
         self.unplanned: set[str] = set()    # GPUs changed since ``free`` was last brought up to date
-        self.config: tuple | None = None    # the settings and GPU size the queues are for
+        self.config: QueueConfig | None = None   # the settings and GPU size the queues are for
         self.now = -math.inf                # the latest decision time seen
         # per-GPU indexes of the tenants (fgs_room, fgs_consolidate), by name; each
         # has a ``stale`` set of the GPUs whose tenants' views changed since it was read,
@@ -95,12 +98,12 @@ class FgsMemo(Memo):
         self.far: str | None = None         # the promoted job whose room was last out of reach
         # what a quiet walk reads (``Fgs.decide``): ``stamp`` is bumped whenever the free
         # map, the shortest-first queue or a movable tenant (its "tenant" key) changes;
-        # ``expiries`` a heap of (about when, seq, id, view, last start, minimum run) of the
-        # tenants inside their minimum run (every running job that may be moved, gangs
-        # too); ``quiet`` the last walk that did nothing
+        # ``expiries`` a heap of the minimum-run ends of the tenants inside their minimum
+        # run (every running job that may be moved, gangs too); ``quiet`` the last walk
+        # that did nothing
         self.stamp = 0
-        self.quiet: tuple | None = None
-        self._keyed: dict[str, tuple[JobView, dict]] = {}   # id -> (view, its keys by name)
+        self.quiet: IdleWalk | None = None
+        self._keyed: dict[str, KeyedView] = {}   # id -> its latest view and keys
         # FGD's target workload (``Fgs.frag_measure``): every sampled job's request, once
         self.asked: Counter = Counter()     # (GPUs, fraction step) -> jobs seen asking
         self.asked_ids: set[str] = set()
@@ -109,22 +112,21 @@ class FgsMemo(Memo):
         self._clear()
 
     def _clear(self) -> None:
-        self.info: dict[str, tuple] = {}    # id -> (view, kind, order key, size, wait)
-        self.to_sample = SortedList()       # (submit, id)
+        self.info: dict[str, WaitingJob] = {}   # id -> its entry, every waiting job
+        self.to_sample = SortedList()       # ArrivalKey
         self.sample_fs = SortedList()       # (fraction, id) of those
-        self.ordinary = SortedList()        # (remaining or inf, submit, id): all others
+        self.ordinary = SortedList()        # ShortestKey: all others
         self.fs = SortedList()              # (fraction, id) of those
         self.us = SortedList()              # (utilisation, id) of those
-        self.sized: dict[tuple[int, int, int], SortedList] = {}   # size_bucket -> their keys
-        self.promoted = SortedList()        # (submit, id): waited past their bound
-        self.pending: list = []             # heap (about when promoted, id, view)
+        self.sized: dict[SizeBucket, SortedList] = {}   # size_bucket -> their keys
+        self.promoted = SortedList()        # ArrivalKey: waited past their bound
+        self.pending: list[PromotionDue] = []   # heap
         self.near: dict[str, JobView] = {}  # due, but not past the bound yet to the bit
         # GPU id -> how many running single-GPU jobs hold it (the only jobs consolidation moves)
         self.singles: dict[str, int] = {}
-        # job id -> (its view, running and not promoted, its minimum run): fgs_room's
-        # movability, as far as the view decides it (not time)
-        self.moving: dict[str, tuple[JobView, bool, float]] = {}
-        self.expiries: list[tuple] = []
+        # job id -> fgs_room's movability, as far as the view decides it (not time)
+        self.moving: dict[str, Movability] = {}
+        self.expiries: list[MinRunEnd] = []
         self.pushed = 0
         self.stamp += 1
 
@@ -143,7 +145,7 @@ class FgsMemo(Memo):
             self.stamp += 1   # placements may differ: a quiet walk kept is void
         return self.chooser
 
-    def rebuild(self, config: tuple) -> None:
+    def rebuild(self, config: QueueConfig) -> None:
         """Refill the queues from every waiting view, for these settings."""
         self.config = config
         self._clear()
@@ -182,66 +184,72 @@ class FgsMemo(Memo):
                             index.stale.update(f.gpu for f in v.fragments)
         had = self.info.pop(jid, None)
         if had is not None:
-            kind, key, size = had[1], had[2], had[3]
-            if kind == 0:
+            key, size = had.queue_key, had.size
+            if had.to_sample:
                 self.to_sample.remove(key)
-                self.sample_fs.remove((size[0], jid))
+                self.sample_fs.remove((size.fraction, jid))
             else:
                 self.stamp += 1
                 self.ordinary.remove(key)
-                self.fs.remove((size[0], jid))
-                self.us.remove((size[1], jid))
-                name = size_bucket(*size, had[0].num_gpus)
+                self.fs.remove((size.fraction, jid))
+                self.us.remove((size.util, jid))
+                name = size_bucket(size.fraction, size.util, had.view.num_gpus)
                 bucket = self.sized[name]
                 bucket.remove(key)
                 if not bucket:
                     del self.sized[name]
-            self.promoted.discard((had[0].submit_time, jid))
+            self.promoted.discard(ArrivalKey(had.view.submit_time, jid))
             self.near.pop(jid, None)
-        if new is None or new.state not in WAITING or self.config is None:
+        config = self.config
+        if new is None or new.state not in WAITING or config is None:
             return
-        (ratio, cap_s, floor, *_), rep, headroom, reserve, sample_default = self.config
+        promotion, rep = config.promotion, config.rep
+        cap_s, floor = promotion.max_wait_s, promotion.promote_floor
         if (new.state is JobState.QUEUED and new.sample is None
                 and new.predicted_remaining_s is None):
-            size = (math.inf if rep is None else
-                    fraction_for(new, rep, headroom, reserve, sample_default), -1.0)
-            key = (new.submit_time, jid)
+            size = JobSize(math.inf if rep is None else
+                           fraction_for(new, rep, config.headroom, config.reserve_mb,
+                                        config.sample_default), -1.0)
+            key = ArrivalKey(new.submit_time, jid)
             self.to_sample.add(key)
-            self.sample_fs.add((size[0], jid))
+            self.sample_fs.add((size.fraction, jid))
             # promoted too (its bound: cap_s, no prediction): a job that cannot get a
             # sampling fragment (a wide one behind newcomers' sampling runs) gets room made
-            self._promote_at(jid, new, (new, 0, key, size), max(floor(new), cap_s))
+            self._promote_at(jid, new, True, key, size, max(floor(new), cap_s))
             return
         left = remaining_s(new)
         u = new.sample.gpu_util if new.sample is not None else 1.0
-        size = (math.inf if rep is None else fraction_for(new, rep, headroom, reserve), u)
-        key = (math.inf if left is None else left, new.submit_time, jid)
-        if jid not in self.asked_ids and size[0] != math.inf:
-            self.see_request(jid, new.num_gpus, size[0])
+        size = JobSize(math.inf if rep is None else
+                       fraction_for(new, rep, config.headroom, config.reserve_mb), u)
+        key = ShortestKey(math.inf if left is None else left, new.submit_time, jid)
+        if jid not in self.asked_ids and size.fraction != math.inf:
+            self.see_request(jid, new.num_gpus, size.fraction)
         self.stamp += 1
         self.ordinary.add(key)
-        self.fs.add((size[0], jid))
+        self.fs.add((size.fraction, jid))
         self.us.add((u, jid))
-        name = size_bucket(*size, new.num_gpus)
+        name = size_bucket(size.fraction, size.util, new.num_gpus)
         bucket = self.sized.get(name)
         if bucket is None:
             bucket = self.sized[name] = SortedList()
         bucket.add(key)
-        bound = max(floor(new), cap_s if left is None else min(cap_s, ratio * left))
-        self._promote_at(jid, new, (new, 1, key, size), bound)
+        bound = max(floor(new), cap_s if left is None
+                    else min(cap_s, promotion.max_wait_ratio * left))
+        self._promote_at(jid, new, False, key, size, bound)
 
     @staticmethod
-    def _differs(name: str, pair: tuple | None) -> bool:
+    def _differs(name: str, pair: KeysBeforeAfter | None) -> bool:
         """Whether the tenant's key ``name`` differs between its two views
         (``_keyed_pair``; None: no keys, every change counts; so does an unknown name)."""
         if pair is None:
             return True
-        old, new = pair
+        old, new = pair.before, pair.after
         if name not in (new if new is not None else old):
             return True
         return (None if old is None else old[name]) != (None if new is None else new[name])
 
-    def _tenant_changed(self, jid: str, new: JobView | None, pair: tuple | None) -> bool:
+    def _tenant_changed(self, jid: str, new: JobView | None,
+                        pair: KeysBeforeAfter | None) -> bool:
         """Bump ``stamp`` if what consolidation reads of this tenant changed (and say
         whether it did); keep its minimum run's end if it may be moved, gangs too
         (``pair``: ``_keyed_pair``)."""
@@ -251,15 +259,15 @@ class FgsMemo(Memo):
         was, now = (None if k is None else k["tenant"] for k in pair)
         if was != now:
             self.stamp += 1
-        run = None if pair[1] is None else pair[1]["run"]
+        run = None if pair.after is None else pair.after["run"]
         if run is not None and new.last_start is not None:
             last = new.last_start
             at = last + run - 1e-9 * (1.0 + abs(last) + abs(run))   # early, never late
             self.pushed += 1
-            heapq.heappush(self.expiries, (at, self.pushed, jid, new, last, run))
+            heapq.heappush(self.expiries, MinRunEnd(at, self.pushed, jid, new, last, run))
             if len(self.expiries) > 2 * len(self.tracker.views) + 64:   # drop the gone ones
                 views = self.tracker.views
-                self.expiries = [e for e in self.expiries if views.get(e[2]) is e[3]]
+                self.expiries = [e for e in self.expiries if views.get(e.job_id) is e.view]
                 heapq.heapify(self.expiries)
         return was != now
 
@@ -268,9 +276,9 @@ class FgsMemo(Memo):
         minimum run, of those inside it at ``now`` (inf: none)."""
         heap, views = self.expiries, self.tracker.views
         while heap:
-            at, _, jid, view, last, run = heap[0]
-            if views.get(jid) is view and not now - last >= run:
-                return at
+            end = heap[0]
+            if views.get(end.job_id) is end.view and not now - end.last_start >= end.min_run:
+                return end.at
             heapq.heappop(heap)   # gone, or past it: movable until its view changes
         return math.inf
 
@@ -279,13 +287,15 @@ class FgsMemo(Memo):
         it and may be moved (``RoomMixin._may_move``), or None: none is inside it."""
         if self.next_expiry(now) == math.inf:
             return None
-        last, run = self.expiries[0][4:6]
+        end = self.expiries[0]
+        last, run = end.last_start, end.min_run
         t = last + run
         while t - last < run:   # the first time at which ``now - last >= run`` holds
             t = math.nextafter(t, math.inf)
         return t
 
-    def _promote_at(self, jid: str, new: JobView, entry: tuple, bound: float) -> None:
+    def _promote_at(self, jid: str, new: JobView, to_sample: bool,
+                    key: ArrivalKey | ShortestKey, size: JobSize, bound: float) -> None:
         """Keep a waiting job's entry with its wait, and its promotion as a timed event."""
         # it has waited a + max(0, now - b) (total_wait_s); promoted once past bound
         if new.last_wait_start is None and new.last_start is None:
@@ -293,10 +303,10 @@ class FgsMemo(Memo):
         else:
             a = new.waited_s
             b = new.last_wait_start if new.last_wait_start is not None else new.submit_time
-        self.info[jid] = (*entry, (a, b, bound))
+        self.info[jid] = WaitingJob(new, to_sample, key, size, WaitClock(a, b, bound))
         due = -math.inf if a > bound else b + (bound - a)
         due -= 1e-6 * (1.0 + abs(due)) if due != -math.inf else 0.0   # early, never late
-        heapq.heappush(self.pending, (due, jid, new))
+        heapq.heappush(self.pending, PromotionDue(due, jid, new))
 
     def next_promotion(self, now: float) -> float | None:
         """About when the next waiting job is promoted (never late), or None.
@@ -307,31 +317,32 @@ class FgsMemo(Memo):
         """
         best = None
         for jid in self.near:
-            a, b, bound = self.info[jid][4]
-            t = b + (bound - a)
+            t = self.info[jid].wait.passes_at()
             best = t if best is None else min(best, t)
         pending, info = self.pending, self.info
         while pending:
-            due, jid, view = pending[0]
-            had = info.get(jid)
-            if had is not None and had[0] is view:
-                return due if best is None else min(best, due)
+            due = pending[0]
+            had = info.get(due.job_id)
+            if had is not None and had.view is due.view:
+                return due.at if best is None else min(best, due.at)
             heapq.heappop(pending)   # that view is gone
         return best
 
     def promote_until(self, now: float) -> None:
         """Move the jobs whose wait has passed their bound by ``now`` to ``promoted``."""
         pending, info = self.pending, self.info
-        while pending and pending[0][0] <= now:
-            _, jid, view = heapq.heappop(pending)
-            had = info.get(jid)
-            if had is not None and had[0] is view:
-                self.near[jid] = view
+        while pending and pending[0].at <= now:
+            due = heapq.heappop(pending)
+            had = info.get(due.job_id)
+            if had is not None and had.view is due.view:
+                self.near[due.job_id] = due.view
         for jid in list(self.near):
-            a, b, bound = info[jid][4]
-            if a + (now - b if now > b else 0.0) > bound:
+            had = info[jid]
+            wait = had.wait
+            since = wait.since
+            if wait.waited_s + (now - since if now > since else 0.0) > wait.bound:
                 del self.near[jid]
-                self.promoted.add((info[jid][0].submit_time, jid))
+                self.promoted.add(ArrivalKey(had.view.submit_time, jid))
         self.now = now
 
 
@@ -345,7 +356,7 @@ class Rest:
     def __init__(self, fs: SortedList, us: SortedList | None, gone: set[str]):
         self.fs, self.us, self.gone = fs, us, gone
         self.i = self.j = 0
-        self._known: tuple[float, float] | None = None
+        self._known: JobSize | None = None
         self._ids: tuple[str | None, str | None] = (None, None)
 
     def passed(self, jid: str) -> None:
@@ -353,20 +364,22 @@ class Rest:
         if jid in self._ids:
             self._known = None
 
-    def smallest(self) -> tuple[float, float]:
+    def smallest(self) -> JobSize:
+        """The smallest fraction and the smallest utilisation (each of some job) left."""
         if self._known is not None:
             return self._known
         fs, us, gone = self.fs, self.us, self.gone
-        while self.i < len(fs) and fs[self.i][1] in gone:
+        while self.i < len(fs) and fs[self.i][1] in gone:   # (fraction, id)
             self.i += 1
         f, fid = fs[self.i] if self.i < len(fs) else (math.inf, None)
         if us is None:   # sampling: no utilisation check
-            self._known, self._ids = (f, -1.0 if fid is not None else math.inf), (fid, None)
+            self._known = JobSize(f, -1.0 if fid is not None else math.inf)
+            self._ids = (fid, None)
             return self._known
         while self.j < len(us) and us[self.j][1] in gone:
             self.j += 1
         u, uid = us[self.j] if self.j < len(us) else (math.inf, None)
-        self._known, self._ids = (f, u), (fid, uid)
+        self._known, self._ids = JobSize(f, u), (fid, uid)
         return self._known
 
 
@@ -401,19 +414,19 @@ class SizedWalk:
     def __iter__(self):
         info, skip = self.memo.info, self.skip
         for key in self.memo.ordinary:
-            jid = key[2]
+            jid = key.job_id
             if jid in skip:
                 continue
             had = info[jid]
-            name = size_bucket(*had[3], had[0].num_gpus)
+            name = size_bucket(had.size.fraction, had.size.util, had.view.num_gpus)
             self._dropped = False
             self.floor = bucket_floor(name)
-            yield had[0], had[3]
+            yield had.view, had.size
             if self._dropped:
                 yield from self._merged(key, name)
                 return
 
-    def _merged(self, after: tuple, dropped: tuple):
+    def _merged(self, after: ShortestKey, dropped: SizeBucket):
         """The rest of the walk past ``after``, bucket by bucket, ``dropped`` left out."""
         info, skip = self.memo.info, self.skip
         hopeless = self._hopeless
@@ -427,12 +440,12 @@ class SizedWalk:
         heapq.heapify(heap)   # keys end with the job id: no two compare equal
         while heap:
             key, name, it = heap[0]
-            jid = key[2]
+            jid = key.job_id
             if jid not in skip:
                 self._dropped = False
                 self.floor = bucket_floor(name)
                 had = info[jid]
-                yield had[0], had[3]
+                yield had.view, had.size
                 if self._dropped:
                     heapq.heappop(heap)
                     continue

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Callable, Collection, Iterable, Sequence
 
 from .base import Action, ClusterSnapshot, JobView, Start
 from .fgs_queues import BANDS, FgsMemo, Rest, SizedWalk, bucket_floor
+from .fgs_records import JobSize, MayMove, SizeBucket
 from .freemap import FreeMap
 from .interference import room_for
 from .placement import EPS, GpuUse, exclusive_fraction, fraction_for, to_fragments
@@ -48,20 +49,22 @@ class RoundBase:
         self.reserve = cluster.reserve_mb
         self.jobs = jobs
         self._holders: dict[str, list[JobView]] | None = None
-        self._fits_memo: tuple[tuple, bool] | None = None   # last fits_somewhere answer
+        # the last fits_somewhere question ((map version, fraction, utilisation)) and answer
+        self._fits_query: tuple | None = None
+        self._fits_found = False
         self.free = free if free is not None else FreeMap(
             cluster, jobs, max_tenants=pol.max_cotenants, band=self.band, empty_band=BANDS)
         self.up = len(self.free.gpus)
         self.moves_left = pol.max_moves
-        # (gang size, sampling) -> (fraction, utilisation) that found no room
-        # since the last placement; only kept when all GPUs are one size
-        self.failed: dict[tuple[int, bool], list[tuple[float, float]]] = {}
+        # (gang size, sampling) -> sizes that found no room since the last
+        # placement; only kept when all GPUs are one size
+        self.failed: dict[tuple[int, bool], list[JobSize]] = {}
         self.rep = next(iter(self.free.gpus.values())) if len(self.free.sizes) == 1 else None
         self.actions: list[Action] = []
         self.acted: set[str] = set()
         # per round, actions apart: (job id, gang size) -> may move now / ever;
         # gang size -> ready_in of every holder (holders and now are fixed in a round)
-        self._movable: dict[tuple[str, int], tuple[bool, bool]] = {}
+        self._movable: dict[tuple[str, int], MayMove] = {}
         self._ready: dict[int, dict[str, float]] = {}
 
     # ---- fitting ---------------------------------------------------------
@@ -151,10 +154,10 @@ class RoundBase:
         if f == math.inf or f > self.free.max_free() + EPS:
             return False
         query = (self.free.version, f, u)
-        if self._fits_memo is None or self._fits_memo[0] != query:
-            found = self._search(1, f, None if u < 0 else u) is not None
-            self._fits_memo = (query, found)
-        return self._fits_memo[1]
+        if self._fits_query != query:
+            self._fits_found = self._search(1, f, None if u < 0 else u) is not None
+            self._fits_query = query
+        return self._fits_found
 
     def _search(self, k: int, need, u: float | None):
         """Best-fit fragments for ``k`` GPUs of this need and utilisation (None: any)."""
@@ -164,7 +167,7 @@ class RoundBase:
         return self.free.gang_place(k, need, lambda gid: u <= self.util_room(gid) + EPS,
                                     min_band=min(BANDS, int(u * BANDS)))
 
-    def fill(self, jobs: Iterable[tuple[JobView, tuple[float, float]]], rest: Rest,
+    def fill(self, jobs: Iterable[tuple[JobView, JobSize]], rest: Rest,
              sample_only: bool = False,
              on_fail: Callable[[JobView], bool] | None = None) -> None:
         """Place (job, size) pairs in this order; stop once none of the rest could fit anywhere.
@@ -198,10 +201,9 @@ class RoundBase:
             return f > free.max_free(band) + EPS or (
                 gangs and k > 1 and free.kth_free(k, band) < f - EPS)
 
-        def hopeless(name: tuple[int, int, int]) -> bool:
+        def hopeless(name: SizeBucket) -> bool:
             """Whether every job of this size bucket is passed over (``SizedWalk``)."""
-            _, band, k = name
-            return passed_over(bucket_floor(name), band, k)
+            return passed_over(bucket_floor(name), name.band, name.gpus)
         for job, size in jobs:
             passed(job.id)
             f, u = size
@@ -210,9 +212,10 @@ class RoundBase:
                                                                             * BANDS))
                 k = job.num_gpus
                 if passed_over(f, band, k):
-                    q = (free.version, *rest.smallest())
+                    smallest = rest.smallest()
+                    q = (free.version, *smallest)
                     if q != last:
-                        if not self.fits_somewhere(q[1], q[2]):
+                        if not self.fits_somewhere(*smallest):
                             break
                         last = q
                     if walk is not None and passed_over(walk.floor, band, k):
@@ -226,16 +229,17 @@ class RoundBase:
                 if not self.fits_somewhere(*rest.smallest()):
                     break
 
-    def size(self, job: JobView, sample_only: bool = False) -> tuple[float, float]:
-        """(fraction on this cluster's GPU size or inf if sizes differ, utilisation to check)."""
+    def size(self, job: JobView, sample_only: bool = False) -> JobSize:
+        """The job's fraction on this cluster's GPU size (inf if sizes differ) and
+        utilisation to check."""
         u = -1.0 if sample_only else (job.sample.gpu_util if job.sample is not None else 1.0)
         if self.rep is None:
-            return (math.inf, u)
+            return JobSize(math.inf, u)
         default = self.sample_default(self.rep) if sample_only else None
-        return (fraction_for(job, self.rep, self.pol.headroom, self.reserve, default), u)
+        return JobSize(fraction_for(job, self.rep, self.pol.headroom, self.reserve, default), u)
 
     def place(self, job: JobView, sample_only: bool = False,
-              size: tuple[float, float] | None = None) -> bool:
+              size: JobSize | None = None) -> bool:
         """Start the job on best-fit fragments if it fits now (``size``: from ``size()``)."""
         f, u = size if size is not None else self.size(job, sample_only)
         if f != math.inf:   # one GPU size: cheap checks before a search
@@ -254,7 +258,7 @@ class RoundBase:
             if f != math.inf:
                 fails = self.failed.setdefault((job.num_gpus, sample_only), [])
                 if len(fails) < 8:
-                    fails.append((f, u))
+                    fails.append(JobSize(f, u))
             return False
         self.failed.clear()
         self._take(job.id, 1.0 if sample_only else u, placed)
