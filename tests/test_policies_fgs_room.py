@@ -26,7 +26,7 @@ def _as_moves(picked):
 def checked(monkeypatch):
     """Every kept pick is compared with the plain scan of the same round; counts what was kept."""
     seen = {"picks": 0, "kept": 0, "gangs": 0, "timed": 0, "retimed": 0, "merged": 0}
-    kept, start = fgs_room.RoomMixin.cheapest_kept, fgs_room_kept.ClearIndex.start
+    kept, start = fgs_room.RoomMixin.cheapest_from_index, fgs_room_kept.ClearIndex.start
     retimed = fgs_room.retimed
 
     def both(self, k, need, util):
@@ -53,7 +53,7 @@ def checked(monkeypatch):
         seen["retimed"] += got is not None   # steps brought to now, not worked out anew
         return got
 
-    monkeypatch.setattr(fgs_room.RoomMixin, "cheapest_kept", both)
+    monkeypatch.setattr(fgs_room.RoomMixin, "cheapest_from_index", both)
     monkeypatch.setattr(fgs_room, "retimed", counted_retimed)
     monkeypatch.setattr(fgs_room_kept.ClearIndex, "start", counted)
     return seen

@@ -48,8 +48,8 @@ from tfgshare import sampling
 from . import movecost
 from .base import Action, ClusterSnapshot, JobState, JobView, Policy
 from .fgs_consolidate import ConsolidateMixin
-from .fgs_queues import FgsMemo, Rest, SizedWalk
-from .fgs_records import (FreeMapKey, IdleWalk, KeptFreeMap, PromotionSettings, QueueConfig,
+from .fgs_queues import FgsMemo, SmallestLeft, SizedWalk
+from .fgs_records import (FreeMapKey, IdleWalk, MemoFreeMap, PromotionSettings, QueueConfig,
                           RoomSettings, WalkInputs)
 from .fgs_room import RoomMixin
 from .fgs_room_kept import finish_in
@@ -76,7 +76,7 @@ class Fgs(Policy):
     # (fgs_room_kept.RoomIndex), consolidation tries on GPUs
     # with no movable tenant (fgs_consolidate), size buckets of waiting jobs
     # bigger than any free room (fgs_queues.SizedWalk), and a shortest-first walk
-    # that did nothing while nothing it reads has changed (``decide``'s quiet walk);
+    # that did nothing while nothing it reads has changed (``decide``'s idle walk);
     # off only to test that
     shortcuts: ClassVar[bool] = True
     # steps measured by the sampling phase after its warm-up; read by the
@@ -232,7 +232,7 @@ class Fgs(Policy):
         memo.unplanned = set()   # taken now: updated below, or the map is rebuilt from ``use``
         hit = cache is not None and cache.gpus is cluster.gpus and cache.key == key
         if dirty or not hit:
-            memo.stamp += 1   # the map may differ: a quiet walk kept is void
+            memo.walk_version += 1   # the map may differ: an idle walk kept is void
         if hit:
             base = cache.free_map
             for gid in dirty:
@@ -253,7 +253,7 @@ class Fgs(Policy):
 
         base = FreeMap(cluster, use=use, max_tenants=self.max_cotenants, band=band,
                        empty_band=BANDS)
-        memo.free = KeptFreeMap(key, cluster.gpus, base)
+        memo.free = MemoFreeMap(key, cluster.gpus, base)
         base.total_free()
         base.chooser = memo.fragmentation_chooser() if self.frag_measure else None
         return base.copy()
@@ -291,22 +291,22 @@ class Fgs(Policy):
         if not (memo.to_sample or memo.ordinary):
             return []
         r = _Round(self, now, cluster, jobs, self._free_map(cluster, memo), memo)
-        info = memo.info
+        waiting = memo.waiting
         # only the longest waiting promoted jobs jump the queue and make room;
         # the others keep their shortest-first place until their turn comes
         first = [k.job_id for k in memo.promoted.islice(0, self.max_reservations)]
         # a promoted job not sampled yet is placed (room made) for its sampling phase
-        promoted = [(info[jid].view, info[jid].size) for jid in first
-                    if not info[jid].to_sample]
-        promoted_sample = [(info[jid].view, info[jid].size) for jid in first
-                           if info[jid].to_sample]
+        promoted = [(waiting[jid].view, waiting[jid].size) for jid in first
+                    if not waiting[jid].to_sample]
+        promoted_sample = [(waiting[jid].view, waiting[jid].size) for jid in first
+                           if waiting[jid].to_sample]
         skip = set(first)
-        to_sample = ((info[k.job_id].view, info[k.job_id].size) for k in memo.to_sample
+        to_sample = ((waiting[k.job_id].view, waiting[k.job_id].size) for k in memo.to_sample
                      if k.job_id not in skip)
         if self.shortcuts:   # the same order, by size bucket (fill passes over big ones whole)
             ordinary = SizedWalk(memo, skip)
         else:
-            ordinary = ((info[k.job_id].view, info[k.job_id].size) for k in memo.ordinary
+            ordinary = ((waiting[k.job_id].view, waiting[k.job_id].size) for k in memo.ordinary
                         if k.job_id not in skip)
         reservations = self.max_reservations
         defrag = self.defrag
@@ -325,31 +325,35 @@ class Fgs(Policy):
                 r.consolidate(job)
             return defrag
 
-        r.fill(promoted, Rest(SortedList((sz.fraction, j.id) for j, sz in promoted),
-                               SortedList((sz.util, j.id) for j, sz in promoted), set()),
+        r.fill(promoted,
+               SmallestLeft(SortedList((sz.fraction, j.id) for j, sz in promoted),
+                            SortedList((sz.util, j.id) for j, sz in promoted), set()),
                on_fail=make_room)
         if promoted_sample:
-            r.fill(promoted_sample, Rest(SortedList((sz.fraction, j.id)
-                                                    for j, sz in promoted_sample),
-                                         None, set()),
+            r.fill(promoted_sample,
+                   SmallestLeft(SortedList((sz.fraction, j.id) for j, sz in promoted_sample),
+                                None, set()),
                    sample_only=True, on_fail=lambda job: make_room(job, True))
-        r.fill(to_sample, Rest(memo.sample_fs, None, set(skip)), sample_only=True)
+        r.fill(to_sample, SmallestLeft(memo.to_sample_by_fraction, None, set(skip)),
+               sample_only=True)
         # A walk of the shortest-first queue that placed nothing and whose
         # consolidation failed does so again while nothing it reads has changed:
         # the round's map (no action yet, the same reservations), the queue, the
         # promoted jobs it leaves out, what consolidation reads of each tenant
-        # (``memo.stamp``) and which tenants are past their minimum run (none
+        # (``memo.walk_version``) and which tenants are past their minimum run (none
         # passes it before ``memo.next_expiry``). The walk reads no clock but that.
         # The policy is in the key for the settings the memo's config leaves out
         # (``defrag``, ``max_moves``, ...).
-        quiet = None
+        inputs = None
         if self.shortcuts and not r.actions:
-            quiet = WalkInputs(memo.stamp, frozenset(r.free.closed), tuple(first), self)
-            kept = memo.quiet
-            if kept is not None and kept.key == quiet and now < kept.until:
+            inputs = WalkInputs(memo.walk_version, frozenset(r.free.closed), tuple(first), self)
+            idle = memo.idle_walk
+            if idle is not None and idle.key == inputs and now < idle.until:
                 return r.actions
-        r.fill(ordinary, Rest(memo.fs, memo.us, set(skip)), on_fail=consolidate)
-        memo.quiet = IdleWalk(quiet, memo.next_expiry(now)) if quiet and not r.actions else None
+        r.fill(ordinary, SmallestLeft(memo.by_fraction, memo.by_util, set(skip)),
+               on_fail=consolidate)
+        memo.idle_walk = (IdleWalk(inputs, memo.next_expiry(now)) if inputs and not r.actions
+                          else None)
         return r.actions
 
     def tenant_keys(self, job: JobView) -> dict[str, tuple | float | None]:

@@ -53,17 +53,17 @@ class ConsolidateMixin:
         # (only GPUs that a running single-GPU job held as the round began: no other has
         # a tenant consolidation may move)
         closed, order, gpus, free, use = fm.closed, fm.order, fm.gpus, fm.free, fm.use
-        singles = self.memo.singles
+        candidates = self.memo.single_gpu_holders
         if self.pol.shortcuts:   # only GPUs where some tenant may move by now
-            singles = MovableIndex.of(self).movable_by(self.now)
+            candidates = MovableIndex.of(self).movable_by(self.now)
         if len(fm.sizes) == 1:
             f = need(first)
-            keyed = [(f - free(gid), order[gid], gid) for gid in singles
+            keyed = [(f - free(gid), order[gid], gid) for gid in candidates
                      if gid in use and gid in gpus and gid not in closed and gid not in chosen]
         else:
             fractions: dict[int, float] = {}   # memory size -> the job's fraction
             keyed = []
-            for gid in singles:
+            for gid in candidates:
                 gpu = gpus.get(gid)
                 if gpu is None or gid not in use or gid in closed or gid in chosen:
                     continue

@@ -3,7 +3,7 @@
 Waiting jobs live in sorted lists in the orders fgs walks them (jobs to
 sample by arrival, the others by predicted remaining time, promoted jobs by
 arrival), updated only for jobs whose view changed; each job's promotion is a
-timed event at the moment its wait passes its bound. ``Rest`` tells a walk
+timed event at the moment its wait passes its bound. ``SmallestLeft`` tells a walk
 over one of these queues the smallest job not reached yet, so the walk can
 stop once nothing left could fit. The shortest-first queue is also kept split
 by size (``SizedWalk``), so a walk can pass over every job of a size bucket
@@ -19,7 +19,7 @@ from collections import Counter
 from sortedcontainers import SortedList
 
 from .base import JobState, JobView
-from .fgs_records import (ArrivalKey, IdleWalk, JobSize, KeptFreeMap, KeyedView,
+from .fgs_records import (ArrivalKey, IdleWalk, JobSize, MemoFreeMap, KeyedView,
                           KeysBeforeAfter, MinRunEnd, Movability, PromotionDue, QueueConfig,
                           ShortestKey, SizeBucket, WaitClock, WaitingJob)
 from .frag_choice import LeastFragmenting, request_of, target_types
@@ -86,7 +86,7 @@ class FgsMemo(Memo):
         return KeysBeforeAfter(old_keys, new_keys)
 
     def reset(self) -> None:
-        self.free: KeptFreeMap | None = None   # the FreeMap as the holders hold it
+        self.free: MemoFreeMap | None = None   # the FreeMap as the holders hold it
         self.unplanned: set[str] = set()    # GPUs changed since ``free`` was last brought up to date
         self.config: QueueConfig | None = None   # the settings and GPU size the queues are for
         self.now = -math.inf                # the latest decision time seen
@@ -95,14 +95,14 @@ class FgsMemo(Memo):
         # and ``reads``: the name of its key in ``keys`` (only a change of that key
         # makes a GPU stale), or "view" (every change)
         self.indexes: dict[str, object] = {}
-        self.far: str | None = None         # the promoted job whose room was last out of reach
-        # what a quiet walk reads (``Fgs.decide``): ``stamp`` is bumped whenever the free
+        self.out_of_reach_job: str | None = None   # the promoted job whose room was last so
+        # what an idle walk reads (``Fgs.decide``): ``walk_version`` is bumped whenever the free
         # map, the shortest-first queue or a movable tenant (its "tenant" key) changes;
         # ``expiries`` a heap of the minimum-run ends of the tenants inside their minimum
-        # run (every running job that may be moved, gangs too); ``quiet`` the last walk
+        # run (every running job that may be moved, gangs too); ``idle_walk`` the last walk
         # that did nothing
-        self.stamp = 0
-        self.quiet: IdleWalk | None = None
+        self.walk_version = 0
+        self.idle_walk: IdleWalk | None = None
         self._keyed: dict[str, KeyedView] = {}   # id -> its latest view and keys
         # FGD's target workload (``Fgs.frag_measure``): every sampled job's request, once
         self.asked: Counter = Counter()     # (GPUs, fraction step) -> jobs seen asking
@@ -112,23 +112,23 @@ class FgsMemo(Memo):
         self._clear()
 
     def _clear(self) -> None:
-        self.info: dict[str, WaitingJob] = {}   # id -> its entry, every waiting job
+        self.waiting: dict[str, WaitingJob] = {}   # id -> its entry, every waiting job
         self.to_sample = SortedList()       # ArrivalKey
-        self.sample_fs = SortedList()       # (fraction, id) of those
+        self.to_sample_by_fraction = SortedList()       # (fraction, id) of those
         self.ordinary = SortedList()        # ShortestKey: all others
-        self.fs = SortedList()              # (fraction, id) of those
-        self.us = SortedList()              # (utilisation, id) of those
+        self.by_fraction = SortedList()     # (fraction, id) of those
+        self.by_util = SortedList()         # (utilisation, id) of those
         self.sized: dict[SizeBucket, SortedList] = {}   # size_bucket -> their keys
         self.promoted = SortedList()        # ArrivalKey: waited past their bound
-        self.pending: list[PromotionDue] = []   # heap
-        self.near: dict[str, JobView] = {}  # due, but not past the bound yet to the bit
+        self.promotions_due: list[PromotionDue] = []   # heap
+        self.at_bound: dict[str, JobView] = {}   # due, but not past the bound yet to the bit
         # GPU id -> how many running single-GPU jobs hold it (the only jobs consolidation moves)
-        self.singles: dict[str, int] = {}
+        self.single_gpu_holders: dict[str, int] = {}
         # job id -> fgs_room's movability, as far as the view decides it (not time)
-        self.moving: dict[str, Movability] = {}
+        self.movability: dict[str, Movability] = {}
         self.expiries: list[MinRunEnd] = []
         self.pushed = 0
-        self.stamp += 1
+        self.walk_version += 1
 
     def see_request(self, jid: str, k: int, fraction: float) -> None:
         """Count a sampled job's request into the target workload (once per job)."""
@@ -142,7 +142,7 @@ class FgsMemo(Memo):
         if n > self.chosen_at and n >= self.chosen_at * (1 + REFRESH):
             self.chooser.types = target_types(self.asked)
             self.chosen_at = n
-            self.stamp += 1   # placements may differ: a quiet walk kept is void
+            self.walk_version += 1   # placements may differ: an idle walk kept is void
         return self.chooser
 
     def rebuild(self, config: QueueConfig) -> None:
@@ -153,7 +153,7 @@ class FgsMemo(Memo):
             self.changed(jid, None, v)
 
     def changed(self, jid: str, old: JobView | None, new: JobView | None) -> None:
-        self.moving.pop(jid, None)
+        self.movability.pop(jid, None)
         holds = (old is not None and old.fragments) or (new is not None and new.fragments)
         pair = None
         if holds and self.keys is not None:
@@ -161,16 +161,16 @@ class FgsMemo(Memo):
         else:
             self._keyed.pop(jid, None)
         moved = self._tenant_changed(jid, new, pair) if holds else False
-        singles = self.singles
+        holders = self.single_gpu_holders
         for v, d in () if (old is not None and new is not None and old.state is new.state
                            and old.fragments == new.fragments) else ((old, -1), (new, 1)):
             if v is not None and v.num_gpus == 1 and v.state is JobState.RUNNING:
                 for f in v.fragments:
-                    n = singles.get(f.gpu, 0) + d
+                    n = holders.get(f.gpu, 0) + d
                     if n:
-                        singles[f.gpu] = n
+                        holders[f.gpu] = n
                     else:
-                        del singles[f.gpu]
+                        del holders[f.gpu]
         if holds and self.indexes:
             differs = {"tenant": moved}   # key name -> whether it changed (asked once)
             for index in self.indexes.values():
@@ -182,24 +182,24 @@ class FgsMemo(Memo):
                     for v in (old, new):
                         if v is not None and v.fragments:
                             index.stale.update(f.gpu for f in v.fragments)
-        had = self.info.pop(jid, None)
+        had = self.waiting.pop(jid, None)
         if had is not None:
             key, size = had.queue_key, had.size
             if had.to_sample:
                 self.to_sample.remove(key)
-                self.sample_fs.remove((size.fraction, jid))
+                self.to_sample_by_fraction.remove((size.fraction, jid))
             else:
-                self.stamp += 1
+                self.walk_version += 1
                 self.ordinary.remove(key)
-                self.fs.remove((size.fraction, jid))
-                self.us.remove((size.util, jid))
+                self.by_fraction.remove((size.fraction, jid))
+                self.by_util.remove((size.util, jid))
                 name = size_bucket(size.fraction, size.util, had.view.num_gpus)
                 bucket = self.sized[name]
                 bucket.remove(key)
                 if not bucket:
                     del self.sized[name]
             self.promoted.discard(ArrivalKey(had.view.submit_time, jid))
-            self.near.pop(jid, None)
+            self.at_bound.pop(jid, None)
         config = self.config
         if new is None or new.state not in WAITING or config is None:
             return
@@ -212,7 +212,7 @@ class FgsMemo(Memo):
                                         config.sample_default), -1.0)
             key = ArrivalKey(new.submit_time, jid)
             self.to_sample.add(key)
-            self.sample_fs.add((size.fraction, jid))
+            self.to_sample_by_fraction.add((size.fraction, jid))
             # promoted too (its bound: cap_s, no prediction): a job that cannot get a
             # sampling fragment (a wide one behind newcomers' sampling runs) gets room made
             self._promote_at(jid, new, True, key, size, max(floor(new), cap_s))
@@ -224,10 +224,10 @@ class FgsMemo(Memo):
         key = ShortestKey(math.inf if left is None else left, new.submit_time, jid)
         if jid not in self.asked_ids and size.fraction != math.inf:
             self.see_request(jid, new.num_gpus, size.fraction)
-        self.stamp += 1
+        self.walk_version += 1
         self.ordinary.add(key)
-        self.fs.add((size.fraction, jid))
-        self.us.add((u, jid))
+        self.by_fraction.add((size.fraction, jid))
+        self.by_util.add((u, jid))
         name = size_bucket(size.fraction, size.util, new.num_gpus)
         bucket = self.sized.get(name)
         if bucket is None:
@@ -250,15 +250,15 @@ class FgsMemo(Memo):
 
     def _tenant_changed(self, jid: str, new: JobView | None,
                         pair: KeysBeforeAfter | None) -> bool:
-        """Bump ``stamp`` if what consolidation reads of this tenant changed (and say
+        """Bump ``walk_version`` if what consolidation reads of this tenant changed (and say
         whether it did); keep its minimum run's end if it may be moved, gangs too
         (``pair``: ``_keyed_pair``)."""
         if pair is None:
-            self.stamp += 1
+            self.walk_version += 1
             return True
         was, now = (None if k is None else k["tenant"] for k in pair)
         if was != now:
-            self.stamp += 1
+            self.walk_version += 1
         run = None if pair.after is None else pair.after["run"]
         if run is not None and new.last_start is not None:
             last = new.last_start
@@ -303,58 +303,59 @@ class FgsMemo(Memo):
         else:
             a = new.waited_s
             b = new.last_wait_start if new.last_wait_start is not None else new.submit_time
-        self.info[jid] = WaitingJob(new, to_sample, key, size, WaitClock(a, b, bound))
+        self.waiting[jid] = WaitingJob(new, to_sample, key, size, WaitClock(a, b, bound))
         due = -math.inf if a > bound else b + (bound - a)
         due -= 1e-6 * (1.0 + abs(due)) if due != -math.inf else 0.0   # early, never late
-        heapq.heappush(self.pending, PromotionDue(due, jid, new))
+        heapq.heappush(self.promotions_due, PromotionDue(due, jid, new))
 
     def next_promotion(self, now: float) -> float | None:
         """About when the next waiting job is promoted (never late), or None.
 
-        A job already due but not past its bound to the bit (``near``) passes
+        A job already due but not past its bound to the bit (``at_bound``) passes
         it at ``b + (bound - a)``: that moment, not ``now`` (a caller that
         wakes a step after ``now`` would otherwise wake at every step until then).
         """
         best = None
-        for jid in self.near:
-            t = self.info[jid].wait.passes_at()
+        for jid in self.at_bound:
+            t = self.waiting[jid].wait.passes_at()
             best = t if best is None else min(best, t)
-        pending, info = self.pending, self.info
-        while pending:
-            due = pending[0]
-            had = info.get(due.job_id)
+        heap, waiting = self.promotions_due, self.waiting
+        while heap:
+            due = heap[0]
+            had = waiting.get(due.job_id)
             if had is not None and had.view is due.view:
                 return due.at if best is None else min(best, due.at)
-            heapq.heappop(pending)   # that view is gone
+            heapq.heappop(heap)   # that view is gone
         return best
 
     def promote_until(self, now: float) -> None:
         """Move the jobs whose wait has passed their bound by ``now`` to ``promoted``."""
-        pending, info = self.pending, self.info
-        while pending and pending[0].at <= now:
-            due = heapq.heappop(pending)
-            had = info.get(due.job_id)
+        heap, waiting = self.promotions_due, self.waiting
+        while heap and heap[0].at <= now:
+            due = heapq.heappop(heap)
+            had = waiting.get(due.job_id)
             if had is not None and had.view is due.view:
-                self.near[due.job_id] = due.view
-        for jid in list(self.near):
-            had = info[jid]
+                self.at_bound[due.job_id] = due.view
+        for jid in list(self.at_bound):
+            had = waiting[jid]
             wait = had.wait
             since = wait.since
             if wait.waited_s + (now - since if now > since else 0.0) > wait.bound:
-                del self.near[jid]
+                del self.at_bound[jid]
                 self.promoted.add(ArrivalKey(had.view.submit_time, jid))
         self.now = now
 
 
-class Rest:
+class SmallestLeft:
     """The smallest fraction and utilisation among a walk's jobs not passed yet.
 
     The walk calls ``passed(id)`` for each job it reaches; the answer is worked
     out again only when one of the two smallest jobs was passed.
     """
 
-    def __init__(self, fs: SortedList, us: SortedList | None, gone: set[str]):
-        self.fs, self.us, self.gone = fs, us, gone
+    def __init__(self, by_fraction: SortedList, by_util: SortedList | None,
+                 gone: set[str]):
+        self.by_fraction, self.by_util, self.gone = by_fraction, by_util, gone
         self.i = self.j = 0
         self._known: JobSize | None = None
         self._ids: tuple[str | None, str | None] = (None, None)
@@ -368,8 +369,8 @@ class Rest:
         """The smallest fraction and the smallest utilisation (each of some job) left."""
         if self._known is not None:
             return self._known
-        fs, us, gone = self.fs, self.us, self.gone
-        while self.i < len(fs) and fs[self.i][1] in gone:   # (fraction, id)
+        fs, us, gone = self.by_fraction, self.by_util, self.gone   # (value, id) pairs
+        while self.i < len(fs) and fs[self.i][1] in gone:
             self.i += 1
         f, fid = fs[self.i] if self.i < len(fs) else (math.inf, None)
         if us is None:   # sampling: no utilisation check
@@ -412,12 +413,12 @@ class SizedWalk:
             self._hopeless = hopeless
 
     def __iter__(self):
-        info, skip = self.memo.info, self.skip
+        waiting, skip = self.memo.waiting, self.skip
         for key in self.memo.ordinary:
             jid = key.job_id
             if jid in skip:
                 continue
-            had = info[jid]
+            had = waiting[jid]
             name = size_bucket(had.size.fraction, had.size.util, had.view.num_gpus)
             self._dropped = False
             self.floor = bucket_floor(name)
@@ -428,7 +429,7 @@ class SizedWalk:
 
     def _merged(self, after: ShortestKey, dropped: SizeBucket):
         """The rest of the walk past ``after``, bucket by bucket, ``dropped`` left out."""
-        info, skip = self.memo.info, self.skip
+        waiting, skip = self.memo.waiting, self.skip
         hopeless = self._hopeless
         heap = []
         for name, bucket in self.memo.sized.items():
@@ -444,7 +445,7 @@ class SizedWalk:
             if jid not in skip:
                 self._dropped = False
                 self.floor = bucket_floor(name)
-                had = info[jid]
+                had = waiting[jid]
                 yield had.view, had.size
                 if self._dropped:
                     heapq.heappop(heap)

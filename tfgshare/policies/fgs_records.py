@@ -81,13 +81,13 @@ class ClearJob(NamedTuple):
 
 class WalkInputs(NamedTuple):
     """What a walk of the shortest-first queue reads besides the clock (``IdleWalk``)."""
-    version: int             # the memo's ``stamp``: free map, queue and movable tenants
+    version: int             # the memo's ``walk_version``: free map, queue and movable tenants
     closed: frozenset        # GPUs reserved this round
     promoted_first: tuple    # the promoted jobs the walk leaves out
     policy: object           # the policy, for the settings the memo's config leaves out
 
 
-class KeptFreeMap(NamedTuple):
+class MemoFreeMap(NamedTuple):
     """The memo's FreeMap as the holders hold it, and what it was built for."""
     key: FreeMapKey
     gpus: tuple        # the cluster's GPU tuple (compared by identity)
@@ -263,7 +263,7 @@ class MinRunTimer(NamedTuple):
 
 class ClearRead(NamedTuple):
     """A ``ClearIndex`` read begun for one job size (``ClearIndex.start``)."""
-    steps: object        # KeptSteps: the GPUs' steps for the gang size
+    steps: object        # GangClearSteps: the GPUs' steps for the gang size
     redo_steps: set      # GPUs whose steps to work out again
     redo: object         # GPUs whose costs to work out again (but for those timed now)
     new: bool            # the costs are new: every up GPU is priced

@@ -50,7 +50,7 @@ class RoomMixin:
         got = self._movable.get(key)
         if got is None:
             # what the view alone decides is kept in the memo until the view changes
-            moving = self.memo.moving
+            moving = self.memo.movability
             seen = moving.get(holder.id)
             if seen is None or seen.view is not holder:
                 pol = self.pol
@@ -153,10 +153,10 @@ class RoomMixin:
                 and not self.free.closed):
             # out of reach last time: the bound (O(changed GPUs)) first, then the pick
             memo = self.memo
-            if memo.far == job.id and self.out_of_reach(job, need):
+            if memo.out_of_reach_job == job.id and self.out_of_reach(job, need):
                 return
-            chosen = self.cheapest_kept(job.num_gpus, need, util)
-            memo.far = job.id if (chosen is None or max(c.wait_s for c in chosen)
+            chosen = self.cheapest_from_index(job.num_gpus, need, util)
+            memo.out_of_reach_job = job.id if (chosen is None or max(c.wait_s for c in chosen)
                                   > self.pol.reserve_horizon_s) else None
         else:
             if self.out_of_reach(job, need):
@@ -204,7 +204,7 @@ class RoomMixin:
                     break   # one move, now: nothing cheaper for a 1-GPU job
         return _pick_gpus(costs, k, self.free.gpus, self.free.cluster)
 
-    def cheapest_kept(self, k: int, need, util: float) -> list[GpuCost] | None:
+    def cheapest_from_index(self, k: int, need, util: float) -> list[GpuCost] | None:
         """``cheapest`` from the clear costs kept in the memo (``ClearIndex``).
 
         Only for a round that has not acted yet (the round's free room and
@@ -226,9 +226,9 @@ class RoomMixin:
                                                         self.free.order)
         index.now = self.now
         by_mem = {mem: need(g) for mem, g in index.reps.items()}
-        kept, redo_steps, redo, new = index.start(
+        gang_steps, redo_steps, redo, new = index.start(
             k, ClearJob(k, tuple(sorted(by_mem.items())), util))
-        steps, clocks, now = kept.steps, kept.clocks, self.now
+        steps, clocks, now = gang_steps.steps, gang_steps.clocks, self.now
         for gid in [g for g in clocks if g not in redo_steps]:
             got = retimed(gid, steps[gid], clocks[gid], now)
             if got is None:   # the tenants' order changed: worked out again
@@ -350,9 +350,9 @@ class RoomMixin:
         index = memo.indexes.get("room")
         if index is None or index.key != key or self.now < index.now:
             index = memo.indexes["room"] = RoomIndex(self.pol, key, cluster)
-        near = index.near(k, self.now, memo.holdings.by_gpu(), memo.holdings.use,
+        reachable = index.reachable(k, self.now, memo.holdings.by_gpu(), memo.holdings.use,
                           f - EPS - SLACK, util_of(job) - EPS - SLACK)
-        if fitting + len(near) < k:
+        if fitting + len(reachable) < k:
             return True
         # A gang's GPUs come from one node when some node has k candidates. Before
         # any action this round, every up GPU is one (emptied, it fits the job), so
@@ -363,7 +363,7 @@ class RoomMixin:
                 or exclusive_fraction(self.rep, self.reserve) < f - EPS + SLACK
                 or index.biggest_node(up, cluster.down_nodes) < k):
             return False
-        per_node = Counter(map(index.node_of.__getitem__, near))
+        per_node = Counter(map(index.node_of.__getitem__, reachable))
         down = cluster.down_nodes
         return fitting + max((n for node, n in per_node.items() if node not in down),
                              default=0) < k

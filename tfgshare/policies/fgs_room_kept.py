@@ -70,7 +70,7 @@ class RoomIndex:
             self._nodes_down, self._biggest = down, max(sizes.values(), default=0)
         return self._biggest
 
-    def near(self, k: int, now: float, holders: dict[str, list[JobView]], use: dict,
+    def reachable(self, k: int, now: float, holders: dict[str, list[JobView]], use: dict,
              room: float, util: float) -> list[str]:
         """The GPUs that moving their tenants ready within the horizon (``k``-GPU job) clears
         for ``room`` and a tenant of utilisation ``util``.
@@ -189,36 +189,36 @@ class ClearIndex:
         self.now = -math.inf
         self.stale: set[str] = set()            # GPUs whose tenants changed (the memo adds them)
         # (gang size, fractions by size, utilisation) -> its costs, the latest read last
-        self.kept: dict[ClearJob, KeptCosts] = {}
-        self.steps: dict[int, KeptSteps] = {}   # gang size -> each GPU's ``clear_steps``
-        self.current: KeptCosts | None = None
-        self.current_steps: KeptSteps | None = None
+        self.by_job: dict[ClearJob, JobClearCosts] = {}
+        self.steps: dict[int, GangClearSteps] = {}   # gang size -> each GPU's ``clear_steps``
+        self.current: JobClearCosts | None = None
+        self.current_steps: GangClearSteps | None = None
 
     def start(self, k: int, job: ClearJob) -> ClearRead:
         """Begin a read for a job of this size (``k`` GPUs)."""
         if self.stale:
-            for got in (*self.kept.values(), *self.steps.values()):
+            for got in (*self.by_job.values(), *self.steps.values()):
                 got.stale |= self.stale
             self.stale = set()
         steps = self.steps.get(k)
         if steps is None:
-            steps = self.steps[k] = KeptSteps()
+            steps = self.steps[k] = GangClearSteps()
             redo_steps = set(self.up)
         else:
             redo_steps = steps.stale
             steps.stale = set()
-        kept = self.kept
-        got = kept.pop(job, None)
+        by_job = self.by_job
+        got = by_job.pop(job, None)
         new = got is None
         if new:
-            got = KeptCosts()
+            got = JobClearCosts()
             redo = self.up.keys()
         else:
             redo = got.stale | got.timed
             got.stale = set()
-        kept[job] = got
-        if len(kept) > self.KEEP:
-            del kept[next(iter(kept))]
+        by_job[job] = got
+        if len(by_job) > self.KEEP:
+            del by_job[next(iter(by_job))]
         self.current, self.current_steps = got, steps
         return ClearRead(steps, redo_steps, redo, new)
 
@@ -338,7 +338,7 @@ class ClearIndex:
         return None
 
 
-class KeptSteps:
+class GangClearSteps:
     """Each up GPU's ``clear_steps`` for one gang size (see ``ClearIndex``)."""
 
     def __init__(self) -> None:
@@ -348,7 +348,7 @@ class KeptSteps:
         self.clocks: dict[str, ClearClock] = {}
 
 
-class KeptCosts:
+class JobClearCosts:
     """One job size's kept clear costs (see ``ClearIndex``); the lists are kept sorted."""
 
     def __init__(self) -> None:

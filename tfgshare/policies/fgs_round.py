@@ -13,7 +13,7 @@ import math
 from typing import TYPE_CHECKING, Callable, Collection, Iterable, Sequence
 
 from .base import Action, ClusterSnapshot, JobView, Start
-from .fgs_queues import BANDS, FgsMemo, Rest, SizedWalk, bucket_floor
+from .fgs_queues import BANDS, FgsMemo, SmallestLeft, SizedWalk, bucket_floor
 from .fgs_records import JobSize, MayMove, SizeBucket
 from .freemap import FreeMap
 from .interference import room_for
@@ -167,7 +167,7 @@ class RoundBase:
         return self.free.gang_place(k, need, lambda gid: u <= self.util_room(gid) + EPS,
                                     min_band=min(BANDS, int(u * BANDS)))
 
-    def fill(self, jobs: Iterable[tuple[JobView, JobSize]], rest: Rest,
+    def fill(self, jobs: Iterable[tuple[JobView, JobSize]], rest: SmallestLeft,
              sample_only: bool = False,
              on_fail: Callable[[JobView], bool] | None = None) -> None:
         """Place (job, size) pairs in this order; stop once none of the rest could fit anywhere.
@@ -190,7 +190,7 @@ class RoundBase:
                     on_fail(job)
             return
         free = self.free
-        quiet = on_fail is None   # on_fail said False once: it does nothing more
+        fail_hook_done = on_fail is None   # on_fail said False once: it does nothing more
         last = None   # (version, f, u) of the last break check that found room
         passed = rest.passed
         walk = jobs if isinstance(jobs, SizedWalk) else None
@@ -207,7 +207,7 @@ class RoundBase:
         for job, size in jobs:
             passed(job.id)
             f, u = size
-            if quiet:   # the cheap first checks of place(), inline
+            if fail_hook_done:   # the cheap first checks of place(), inline
                 band = None if sample_only else (BANDS if u >= 1.0 else int(max(0.0, u)
                                                                             * BANDS))
                 k = job.num_gpus
@@ -223,9 +223,9 @@ class RoundBase:
                     continue
             if self.place(job, sample_only, size):
                 continue
-            busy = on_fail(job) if not quiet else False
+            busy = on_fail(job) if not fail_hook_done else False
             if not busy:
-                quiet = True
+                fail_hook_done = True
                 if not self.fits_somewhere(*rest.smallest()):
                     break
 
