@@ -1,11 +1,13 @@
 """What fgs keeps in its memo between rounds to make room fast: per-GPU room and clear costs.
 
 ``RoomIndex`` bounds whether any ``num_gpus`` GPUs could be cleared within
-the reservation horizon (``fgs_room.RoomMixin.out_of_reach``); ``ClearIndex``
+the reservation horizon (``make_room.RoomMixin.out_of_reach``); ``ClearIndex``
 keeps each GPU's clear cost (``RoomMixin.clear_cost``) for the latest promoted
 jobs' sizes, so a round re-prices only the GPUs whose tenants changed. Both
 give the answers of pricing every GPU; the memo adds changed GPUs to their
 ``stale`` sets.
+
+Imports: ``policies`` below fgs, ``fgs.records`` and ``fgs.fit``.
 """
 
 from __future__ import annotations
@@ -17,14 +19,16 @@ from dataclasses import dataclass, field
 
 from sortedcontainers import SortedList
 
-from .base import ClusterSnapshot, JobState, JobView
-from .fgs_records import (ClearClock, ClearCost, ClearJob, ClearLayout, ClearRead, ClearStep,
-                          ClearSteps, CostRank, GpuCost, NodeScore, Reach, ReachMoment,
-                          RoomLayout)
-from .fgs_round import util_of
-from .interference import room_for
-from .placement import EPS, free_fraction, reserve_fraction
-from .prediction import remaining_s
+from ..base import ClusterSnapshot, JobState, JobView
+from ..interference import room_for
+from ..placement import EPS, free_fraction, reserve_fraction
+from ..prediction import remaining_s
+from .fit import util_of
+from .records import (ClearClock, ClearCost, ClearJob, ClearLayout, ClearRead, ClearStep,
+                      ClearSteps, CostRank, GpuCost, NodeScore, Reach, ReachMoment, RoomLayout)
+
+__all__ = ["ClearIndex", "GangClearSteps", "JobClearCosts", "RoomIndex", "clear_cost_from",
+           "finish_in", "frac_on", "node_score", "retimed"]
 
 
 @dataclass(slots=True)

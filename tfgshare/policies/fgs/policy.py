@@ -1,38 +1,14 @@
-"""fgs: the paper's fine-grained GPU sharing scheduler.
+"""fgs's policy: its settings, and ``decide``, which runs the phases of a decision in order.
 
-After Chung, Tong and Chen, "A fine-grained GPU sharing and job scheduling for
-deep learning jobs on the cloud", J. Supercomputing 81(2), 2025, as read in
-docs (PAPER.md). Each decision, in order:
+``Fgs`` holds the paper's settings (see the package docstring for what each
+phase does), when a waiting job is promoted and a running one may be moved
+(``starving``, ``may_be_moved``, ``min_run``), what each memo index reads of a
+tenant (``tenant_keys``), the memo's FreeMap kept up to date from the changed
+GPUs (``_free_map``), and ``decide``: promoted jobs (making room), then
+sampling, then shortest remaining first (consolidating for the first that
+does not fit), on one round ``_Round`` made of the phases' parts.
 
-1. **Promoted jobs** (waited past a bound, see ``starving``; a job still to
-   sample too, at ``max_wait_s``, and then for its sampling phase): the
-   ``max_reservations`` longest waiting go first (the others keep their
-   shortest-first place until their turn). One that cannot be placed makes room: small running jobs (no more
-   GPUs than it, past their ``min_run``) on the GPUs that free soonest are moved
-   elsewhere (migrate) or suspended. If those jobs are still inside their
-   ``min_run``, or bigger jobs must finish first, the GPUs are reserved
-   (nothing else starts on them this round) if they free within
-   ``reserve_horizon_s``.
-2. **Sampling**: a new job (no sample, no prediction) runs its sampling phase
-   (``sample_only``) on a best-fit ``sample_memory_mb`` fragment, or with
-   ``sample_on_idle`` on an idle GPU, else the least-loaded one.
-3. **Shortest predicted remaining time first** for the other waiting jobs, each
-   on the smallest free fragment that fits (best fit) sized from its sampled
-   peak memory plus ``headroom``, with at most ``max_cotenants`` jobs on a GPU
-   and no tenant's predicted slowdown (the ``interference`` model) past
-   ``slowdown_cap``. Multi-GPU jobs are gang-placed on one node if possible.
-4. **Consolidation** (``defrag``): when the first job that does not fit would
-   fit in the total free capacity, tenants of a nearly fitting GPU are
-   migrated to other GPUs' free room to clear a fragment for it.
-
-Running jobs are never preempted for a shorter job, only for promoted jobs
-and consolidation, and never within their ``min_run`` of their last start:
-their measured move cost over ``move_share`` (``policies.movecost``), or
-``min_run_s`` before it is measured.
-
-The policy and its settings are here; the waiting queues and promotion are in
-``fgs_queues``, a round's placing in ``fgs_round``, making room for promoted
-jobs in ``fgs_room`` and consolidation in ``fgs_consolidate``.
+Imports: ``policies`` below fgs and every module of fgs.
 """
 
 from __future__ import annotations
@@ -45,19 +21,21 @@ from sortedcontainers import SortedList
 
 from tfgshare import sampling
 
-from . import movecost
-from .base import Action, ClusterSnapshot, JobState, JobView, Policy
-from .fgs_consolidate import ConsolidateMixin
-from .fgs_queues import FgsMemo, SmallestLeft, SizedWalk
-from .fgs_records import (FreeMapKey, IdleWalk, MemoFreeMap, PromotionSettings, QueueConfig,
-                          RoomSettings, WalkInputs)
-from .fgs_room import RoomMixin
-from .fgs_room_kept import finish_in
-from .fgs_round import BANDS, RoundBase, sampling_fraction, util_of
-from .freemap import FreeMap
-from .interference import room_for
-from .placement import GpuUse, one_size
-from .prediction import remaining_s, total_wait_s
+from .. import movecost
+from ..base import Action, ClusterSnapshot, JobState, JobView, Policy
+from ..freemap import FreeMap
+from ..interference import room_for
+from ..placement import GpuUse, one_size
+from ..prediction import remaining_s, total_wait_s
+from .best_fit import BestFit
+from .consolidate import ConsolidateMixin
+from .fit import room_band, sampling_fraction, util_of
+from .make_room import RoomMixin
+from .memo import FgsMemo
+from .order import BANDS, SizedWalk, SmallestLeft
+from .records import (FreeMapKey, IdleWalk, MemoFreeMap, PromotionSettings, QueueConfig,
+                      RoomSettings, WalkInputs)
+from .room_index import finish_in
 
 __all__ = ["Fgs", "FgsMemo", "util_of"]
 
@@ -71,11 +49,11 @@ class Fgs(Policy):
     # as the live coordinator's one-second tick would find them
     tick_s: ClassVar[float | None] = None
     # skip work whose answer bounds kept in the memo already give: making room
-    # from each GPU's clear cost kept across rounds (fgs_room_kept.ClearIndex) or,
+    # from each GPU's clear cost kept across rounds (room_index.ClearIndex) or,
     # once the round has acted, not at all when it would do nothing
-    # (fgs_room_kept.RoomIndex), consolidation tries on GPUs
-    # with no movable tenant (fgs_consolidate), size buckets of waiting jobs
-    # bigger than any free room (fgs_queues.SizedWalk), and a shortest-first walk
+    # (room_index.RoomIndex), consolidation tries on GPUs
+    # with no movable tenant (consolidate), size buckets of waiting jobs
+    # bigger than any free room (order.SizedWalk), and a shortest-first walk
     # that did nothing while nothing it reads has changed (``decide``'s idle walk);
     # off only to test that
     shortcuts: ClassVar[bool] = True
@@ -188,7 +166,7 @@ class Fgs(Policy):
         return movecost.promote_floor_s(job.move_cost_s, self.promote_floor_s, self.move_share)
 
     def room_key(self) -> RoomSettings:
-        """The settings a tenant's readiness for a promoted job depends on (``fgs_room``)."""
+        """The settings a tenant's readiness for a promoted job depends on (``make_room``)."""
         return RoomSettings(self.reserve_horizon_s, self.min_run_s, self.move_share,
                             self.promote_floor_s, self.max_wait_s, self.max_wait_ratio)
 
@@ -208,6 +186,7 @@ class Fgs(Policy):
             job.waited_s, remaining_s(job), self.promote_floor(job))
 
     def _overdue(self, waited: float, left: float | None, floor: float) -> bool:
+        """Whether a job that waited ``waited`` s, ``left`` s from its end, is past its bound."""
         if waited <= floor:
             return False
         if waited > self.max_wait_s:
@@ -248,8 +227,7 @@ class Fgs(Policy):
         cap, overhead = self.slowdown_cap, self.interference_overhead
 
         def band(u: GpuUse) -> int:
-            room = room_for(u.tenants, u.util, cap, overhead)
-            return -1 if room < 0 else (BANDS if room >= 1.0 else int(room * BANDS))
+            return room_band(room_for(u.tenants, u.util, cap, overhead))
 
         base = FreeMap(cluster, use=use, max_tenants=self.max_cotenants, band=band,
                        empty_band=BANDS)
@@ -312,6 +290,7 @@ class Fgs(Policy):
         defrag = self.defrag
 
         def make_room(job: JobView, sample_only: bool = False) -> bool:
+            """A promoted job did not fit: make room for it while reservations are left."""
             nonlocal reservations
             if reservations > 0 and job.num_gpus <= r.up:
                 reservations -= 1
@@ -319,6 +298,7 @@ class Fgs(Policy):
             return reservations > 0
 
         def consolidate(job: JobView) -> bool:
+            """The first shortest-first job that did not fit: consolidate for it, once."""
             nonlocal defrag
             if defrag and job.num_gpus <= r.up:
                 defrag = False
@@ -384,5 +364,6 @@ class Fgs(Policy):
                 "run": run}
 
 
-class _Round(RoomMixin, ConsolidateMixin, RoundBase):
-    """One decision: placing in order (``fgs_round``), making room, consolidating."""
+class _Round(RoomMixin, ConsolidateMixin, BestFit):
+    """One decision's round: fit and best fit (``BestFit``), making room (``RoomMixin``)
+    and consolidation (``ConsolidateMixin``) on one working state (``fit.RoundBase``)."""

@@ -1,11 +1,15 @@
-"""fgs making room for a promoted job: move small tenants off, or reserve GPUs.
+"""fgs phase 4, make room for a promoted job: move small tenants off, or reserve GPUs.
 
 A promoted job that does not fit is given the GPUs cheapest to clear: each
 GPU's cost is when its tenants (soonest-ready first) could all be moved, and
 how many; the gang's GPUs are picked on one node if it can. If they can be
 cleared now, the tenants are migrated elsewhere or suspended and the job
 starts; if they free within ``reserve_horizon_s``, they are reserved (closed
-to other jobs this round).
+to other jobs this round). The memo's indexes (``room_index``) answer the
+same as pricing every GPU, faster.
+
+Imports: ``policies`` below fgs, ``fgs.records``, ``fgs.order``, ``fgs.fit``
+and ``fgs.room_index``.
 """
 
 from __future__ import annotations
@@ -13,23 +17,23 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-from .base import Action, ClusterSnapshot, JobState, JobView, Migrate, Start, Suspend
-from .fgs_records import (ClearClock, ClearCost, ClearJob, ClearLayout, ClearStep,
-                          ClearSteps, GpuCost, MayMove, MinRunTimer, Movability, RoomLayout,
-                          MAY_LATER, MAY_NEVER, MAY_NOW)
-from .fgs_room_kept import (ClearIndex, RoomIndex, clear_cost_from, finish_in, frac_on,
-                             node_score, retimed)
-from .fgs_round import BANDS, util_of
-from .interference import room_for
-from .placement import (EPS, MIN_FRACTION, exclusive_fraction, reserve_fraction,
-                        to_fragments)
-from .queueing import arrival_key
+from ..base import Action, ClusterSnapshot, JobState, JobView, Migrate, Start, Suspend
+from ..interference import room_for
+from ..placement import EPS, MIN_FRACTION, exclusive_fraction, reserve_fraction, to_fragments
+from ..queueing import arrival_key
+from .fit import SLACK, util_of
+from .order import BANDS
+from .records import (MAY_LATER, MAY_NEVER, MAY_NOW, ClearClock, ClearCost, ClearJob,
+                      ClearLayout, ClearStep, ClearSteps, GpuCost, MayMove, MinRunTimer,
+                      Movability, RoomLayout)
+from .room_index import (ClearIndex, RoomIndex, clear_cost_from, finish_in, frac_on,
+                         node_score, retimed)
 
-SLACK = 1e-9   # rounding in a GPU's sums that a bound must allow for
+__all__ = ["RoomMixin"]
 
 
 class RoomMixin:
-    """The making-room part of an fgs round (mixed into the round in ``fgs``)."""
+    """The making-room part of an fgs round (mixed into ``policy._Round``)."""
 
     def movable(self, holder: JobView, size: int) -> bool:
         """Whether a running job may be moved now for a job of ``size`` GPUs."""

@@ -1,4 +1,4 @@
-"""fgs consolidation: migrate single-GPU tenants to clear fragments for a job.
+"""fgs phase 5, consolidate: migrate single-GPU tenants to clear fragments for a job.
 
 When the first job that does not fit would fit in the total free capacity,
 tenants of the GPUs nearest to fitting it (at most ``CONSOLIDATE_TRIES`` more
@@ -11,6 +11,8 @@ full search decides the same, ``tests/test_policies_memo.py``): the memo's
 move, so GPUs none of whose tenants may move yet are not scanned; a try
 that would not make room even with every movable tenant gone is not made;
 and no try is made once too few are left to clear the GPUs a gang still misses.
+
+Imports: ``policies`` below fgs, ``fgs.order`` and ``fgs.fit``.
 """
 
 from __future__ import annotations
@@ -19,17 +21,19 @@ import heapq
 import itertools
 import math
 
-from .base import JobView, Migrate, Start
-from .fgs_round import BANDS, util_of
-from .interference import room_for
-from .placement import EPS, GpuUse, free_fraction, to_fragments
+from ..base import JobView, Migrate, Start
+from ..interference import room_for
+from ..placement import EPS, GpuUse, free_fraction, to_fragments
+from .fit import SLACK, util_of
+from .order import BANDS, search_band
+
+__all__ = ["CONSOLIDATE_TRIES", "ConsolidateMixin", "MovableIndex"]
 
 CONSOLIDATE_TRIES = 8   # nearly fitting GPUs a consolidation tries to clear
-SLACK = 1e-9            # margin over float rounding in the bounds the shortcuts check
 
 
 class ConsolidateMixin:
-    """The consolidation part of an fgs round (mixed into the round in ``fgs``)."""
+    """The consolidation part of an fgs round (mixed into ``policy._Round``)."""
 
     def consolidate(self, job: JobView) -> None:
         """Clear fragments for ``job`` by migrating single-GPU tenants into others' free room."""
@@ -41,7 +45,7 @@ class ConsolidateMixin:
             return
         # GPUs that could take the job now (fewer than k, or it would have been placed)
         chosen: list[str] = []
-        band = min(BANDS, int(max(0.0, util) * BANDS))
+        band = search_band(util)
         while len(chosen) < k - 1:
             got = fm.best_fit(need, chosen, lambda g: self.calm(g, util), band)
             if got is None:
@@ -232,6 +236,7 @@ class ConsolidateMixin:
         return False
 
     def _may_consolidate(self, h: JobView) -> bool:
+        """Whether consolidation may move this tenant now (a single-GPU one, movable)."""
         return h.num_gpus == 1 and self.movable(h, 1)
 
     def _restore(self, before: dict) -> None:
@@ -241,6 +246,7 @@ class ConsolidateMixin:
 
 
 def _smallest_first(h: JobView) -> tuple[float, str]:
+    """Sort key: smallest fragment first, then by id."""
     return (h.fragments[0].fraction, h.id)
 
 

@@ -1,13 +1,15 @@
-"""fgs's waiting queues and promotion, kept between rounds in its memo.
+"""fgs's memo: what it keeps between rounds (``policies.memo``), kept up to date per change.
 
-Waiting jobs live in sorted lists in the orders fgs walks them (jobs to
+``FgsMemo`` owns the waiting queues in the orders a round walks them (jobs to
 sample by arrival, the others by predicted remaining time, promoted jobs by
-arrival), updated only for jobs whose view changed; each job's promotion is a
-timed event at the moment its wait passes its bound. ``SmallestLeft`` tells a walk
-over one of these queues the smallest job not reached yet, so the walk can
-stop once nothing left could fit. The shortest-first queue is also kept split
-by size (``SizedWalk``), so a walk can pass over every job of a size bucket
-that is bigger than any free room at once instead of one by one.
+arrival), each waiting job's entry (``records.WaitingJob``) and its promotion
+as a timed event at the moment its wait passes its bound; for the jobs holding
+GPUs, what each index reads of them (``Fgs.tenant_keys``), the GPUs each
+index must read again (``indexes``), the count of single-GPU holders per GPU,
+and the minimum-run ends of the tenants that may be moved. All is updated
+only for the jobs whose view changed (``changed``).
+
+Imports: ``policies`` below fgs, ``fgs.records`` and ``fgs.order``.
 """
 
 from __future__ import annotations
@@ -18,33 +20,20 @@ from collections import Counter
 
 from sortedcontainers import SortedList
 
-from .base import JobState, JobView
-from .fgs_records import (ArrivalKey, IdleWalk, JobSize, MemoFreeMap, KeyedView,
-                          KeysBeforeAfter, MinRunEnd, Movability, PromotionDue, QueueConfig,
-                          ShortestKey, SizeBucket, WaitClock, WaitingJob)
-from .frag_choice import LeastFragmenting, request_of, target_types
-from .memo import Memo
-from .placement import fraction_for
-from .prediction import remaining_s
-from .queueing import WAITING
+from ..base import JobState, JobView
+from ..frag_choice import LeastFragmenting, request_of, target_types
+from ..memo import Memo
+from ..placement import fraction_for
+from ..prediction import remaining_s
+from ..queueing import WAITING
+from .order import size_bucket
+from .records import (ArrivalKey, IdleWalk, JobSize, KeyedView, KeysBeforeAfter, MemoFreeMap,
+                      MinRunEnd, Movability, PromotionDue, QueueConfig, ShortestKey, SizeBucket,
+                      WaitClock, WaitingJob)
 
-BANDS = 20       # steps of utilisation room by which GPUs are indexed for search
+__all__ = ["FgsMemo"]
+
 REFRESH = 0.05   # FGD's target workload is made again when the requests seen grow 5 %
-SIZE_STEPS = 32  # a size bucket holds the jobs whose fraction is in [i, i + 1) / SIZE_STEPS
-
-
-def size_bucket(f: float, u: float, k: int) -> SizeBucket:
-    """The bucket of a ``k``-GPU job of fraction ``f`` and utilisation ``u``.
-
-    The band is the one a round searches for the job (``fgs_round``).
-    """
-    step = 1 << 30 if f == math.inf else int(f * SIZE_STEPS)
-    return SizeBucket(step, (BANDS if u >= 1.0 else int(max(0.0, u) * BANDS)), k)
-
-
-def bucket_floor(name: SizeBucket) -> float:
-    """A lower bound on the fraction of every job in this size bucket (a little low, never high)."""
-    return name.fraction_step / SIZE_STEPS - 1e-9
 
 
 class FgsMemo(Memo):
@@ -86,11 +75,12 @@ class FgsMemo(Memo):
         return KeysBeforeAfter(old_keys, new_keys)
 
     def reset(self) -> None:
+        """Forget every job and every index (the next changes are all the jobs)."""
         self.free: MemoFreeMap | None = None   # the FreeMap as the holders hold it
         self.unplanned: set[str] = set()    # GPUs changed since ``free`` was last brought up to date
         self.config: QueueConfig | None = None   # the settings and GPU size the queues are for
         self.now = -math.inf                # the latest decision time seen
-        # per-GPU indexes of the tenants (fgs_room, fgs_consolidate), by name; each
+        # per-GPU indexes of the tenants (room_index, consolidate), by name; each
         # has a ``stale`` set of the GPUs whose tenants' views changed since it was read,
         # and ``reads``: the name of its key in ``keys`` (only a change of that key
         # makes a GPU stale), or "view" (every change)
@@ -112,9 +102,10 @@ class FgsMemo(Memo):
         self._clear()
 
     def _clear(self) -> None:
+        """Empty the waiting queues and what is kept of the tenants (``rebuild``)."""
         self.waiting: dict[str, WaitingJob] = {}   # id -> its entry, every waiting job
         self.to_sample = SortedList()       # ArrivalKey
-        self.to_sample_by_fraction = SortedList()       # (fraction, id) of those
+        self.to_sample_by_fraction = SortedList()   # (fraction, id) of those
         self.ordinary = SortedList()        # ShortestKey: all others
         self.by_fraction = SortedList()     # (fraction, id) of those
         self.by_util = SortedList()         # (utilisation, id) of those
@@ -124,7 +115,7 @@ class FgsMemo(Memo):
         self.at_bound: dict[str, JobView] = {}   # due, but not past the bound yet to the bit
         # GPU id -> how many running single-GPU jobs hold it (the only jobs consolidation moves)
         self.single_gpu_holders: dict[str, int] = {}
-        # job id -> fgs_room's movability, as far as the view decides it (not time)
+        # job id -> make_room's movability, as far as the view decides it (not time)
         self.movability: dict[str, Movability] = {}
         self.expiries: list[MinRunEnd] = []
         self.pushed = 0
@@ -153,6 +144,8 @@ class FgsMemo(Memo):
             self.changed(jid, None, v)
 
     def changed(self, jid: str, old: JobView | None, new: JobView | None) -> None:
+        """Bring the queues, the tenants' keys and the indexes' stale GPUs up to date
+        with one job's change of view (None: no view on that side)."""
         self.movability.pop(jid, None)
         holds = (old is not None and old.fragments) or (new is not None and new.fragments)
         pair = None
@@ -344,114 +337,3 @@ class FgsMemo(Memo):
                 del self.at_bound[jid]
                 self.promoted.add(ArrivalKey(had.view.submit_time, jid))
         self.now = now
-
-
-class SmallestLeft:
-    """The smallest fraction and utilisation among a walk's jobs not passed yet.
-
-    The walk calls ``passed(id)`` for each job it reaches; the answer is worked
-    out again only when one of the two smallest jobs was passed.
-    """
-
-    def __init__(self, by_fraction: SortedList, by_util: SortedList | None,
-                 gone: set[str]):
-        self.by_fraction, self.by_util, self.gone = by_fraction, by_util, gone
-        self.i = self.j = 0
-        self._known: JobSize | None = None
-        self._ids: tuple[str | None, str | None] = (None, None)
-
-    def passed(self, jid: str) -> None:
-        self.gone.add(jid)
-        if jid in self._ids:
-            self._known = None
-
-    def smallest(self) -> JobSize:
-        """The smallest fraction and the smallest utilisation (each of some job) left."""
-        if self._known is not None:
-            return self._known
-        fs, us, gone = self.by_fraction, self.by_util, self.gone   # (value, id) pairs
-        while self.i < len(fs) and fs[self.i][1] in gone:
-            self.i += 1
-        f, fid = fs[self.i] if self.i < len(fs) else (math.inf, None)
-        if us is None:   # sampling: no utilisation check
-            self._known = JobSize(f, -1.0 if fid is not None else math.inf)
-            self._ids = (fid, None)
-            return self._known
-        while self.j < len(us) and us[self.j][1] in gone:
-            self.j += 1
-        u, uid = us[self.j] if self.j < len(us) else (math.inf, None)
-        self._known, self._ids = JobSize(f, u), (fid, uid)
-        return self._known
-
-
-class SizedWalk:
-    """The shortest-first queue in its order, merged from its size buckets.
-
-    Yields (view, size) as iterating ``ordinary`` does (jobs in ``skip`` left
-    out). While a job is the current one, ``floor`` is a lower bound on the
-    fraction of every job in its bucket (a little low, never high; all of them
-    have its band and gang size), and ``drop()`` passes over the rest of that
-    bucket. Until the first drop it walks ``ordinary`` itself, so a round that
-    stops early (a full cluster) costs O(1), not one step per bucket.
-    """
-
-    def __init__(self, memo: FgsMemo, skip: set[str]):
-        self.memo, self.skip = memo, skip
-        self.floor = -math.inf
-        self._dropped = False
-        self._hopeless = None
-
-    def drop(self, hopeless=None) -> None:
-        """Pass over the rest of the current job's bucket.
-
-        ``hopeless(name)``: whether every job of that bucket would be passed
-        over as this one was, from now to the end of the walk (the free room
-        only shrinks in it); such buckets are left out of the merge at once.
-        """
-        self._dropped = True
-        if hopeless is not None:
-            self._hopeless = hopeless
-
-    def __iter__(self):
-        waiting, skip = self.memo.waiting, self.skip
-        for key in self.memo.ordinary:
-            jid = key.job_id
-            if jid in skip:
-                continue
-            had = waiting[jid]
-            name = size_bucket(had.size.fraction, had.size.util, had.view.num_gpus)
-            self._dropped = False
-            self.floor = bucket_floor(name)
-            yield had.view, had.size
-            if self._dropped:
-                yield from self._merged(key, name)
-                return
-
-    def _merged(self, after: ShortestKey, dropped: SizeBucket):
-        """The rest of the walk past ``after``, bucket by bucket, ``dropped`` left out."""
-        waiting, skip = self.memo.waiting, self.skip
-        hopeless = self._hopeless
-        heap = []
-        for name, bucket in self.memo.sized.items():
-            if name != dropped and (hopeless is None or not hopeless(name)):
-                it = bucket.irange(minimum=after, inclusive=(False, True))
-                first = next(it, None)
-                if first is not None:
-                    heap.append((first, name, it))
-        heapq.heapify(heap)   # keys end with the job id: no two compare equal
-        while heap:
-            key, name, it = heap[0]
-            jid = key.job_id
-            if jid not in skip:
-                self._dropped = False
-                self.floor = bucket_floor(name)
-                had = waiting[jid]
-                yield had.view, had.size
-                if self._dropped:
-                    heapq.heappop(heap)
-                    continue
-            nxt = next(it, None)
-            if nxt is None:
-                heapq.heappop(heap)
-            else:
-                heapq.heapreplace(heap, (nxt, name, it))

@@ -3,7 +3,9 @@
 A NamedTuple is a tuple (as fast to build, compare, sort and hash), so a
 record that is a sort key or a cache key orders and compares as the tuple of
 its fields in order: the field order of those is part of the decision and is
-kept as the plain tuples had it. Nothing here imports the rest of fgs.
+kept as the plain tuples had it.
+
+Imports: nothing of fgs (types of ``policies`` below fgs only).
 """
 
 from __future__ import annotations
@@ -11,8 +13,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable, NamedTuple
 
 if TYPE_CHECKING:
-    from .base import GPU, JobView
-    from .freemap import FreeMap
+    from ..base import GPU, JobView
+    from ..freemap import FreeMap
 
 
 # ---- settings and layouts a kept answer was made under (cache keys) -------------------
@@ -110,7 +112,7 @@ class JobSize(NamedTuple):
 
 
 class SizeBucket(NamedTuple):
-    """A bucket of the shortest-first queue split by size (``fgs_queues.size_bucket``)."""
+    """A bucket of the shortest-first queue split by size (``order.size_bucket``)."""
     fraction_step: int   # the fraction is in [step, step + 1) / SIZE_STEPS
     band: int            # the utilisation band a round searches for the job
     gpus: int            # gang size
