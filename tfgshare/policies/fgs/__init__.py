@@ -9,10 +9,10 @@ docs (PAPER.md). Each decision, in order:
    ``max_reservations`` longest waiting go first (the others keep their
    shortest-first place until their turn). One that cannot be placed makes
    room: small running jobs (no more GPUs than it, past their ``min_run``) on
-   the GPUs that free soonest are moved elsewhere (migrate) or suspended. If those jobs are still inside their
-   ``min_run``, or bigger jobs must finish first, the GPUs are reserved
-   (nothing else starts on them this round) if they free within
-   ``reserve_horizon_s``.
+   the GPUs that free soonest are moved elsewhere (migrate) or suspended. If
+   those jobs are still inside their ``min_run``, or bigger jobs must finish
+   first, the GPUs are reserved (nothing else starts on them this round) if
+   they free within ``reserve_horizon_s``.
 2. **Sampling**: a new job (no sample, no prediction) runs its sampling phase
    (``sample_only``) on a best-fit ``sample_memory_mb`` fragment, or with
    ``sample_on_idle`` on an idle GPU, else the least-loaded one.

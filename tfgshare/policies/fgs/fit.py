@@ -4,8 +4,8 @@
 FreeMap, the tenants of each GPU, the actions so far) and answers the fit
 questions every later phase asks: a job's size (``size``, ``need``), whether a
 GPU has room and stays calm for one more tenant (``room``, ``calm``,
-``util_room``), and takes or releases room as the round acts (``_take``,
-``_release``). Placing jobs on the best-fit fragments is ``best_fit``,
+``util_room``), whether a tenant may be moved (``movable``), and takes or
+releases room as the round acts (``_take``, ``_release``). Placing jobs on the best-fit fragments is ``best_fit``,
 making room ``make_room``, consolidation ``consolidate``: ``policy._Round``
 is the round with all of them.
 
@@ -24,7 +24,7 @@ from ..interference import room_for
 from ..placement import EPS, GpuUse, fraction_for
 from .memo import FgsMemo
 from .order import BANDS
-from .records import JobSize, MayMove
+from .records import MAY_LATER, MAY_NEVER, MAY_NOW, JobSize, MayMove, Movability
 
 if TYPE_CHECKING:
     from .policy import Fgs
@@ -81,6 +81,37 @@ class RoundBase:
         # gang size -> ready_in of every holder (holders and now are fixed in a round)
         self._movable: dict[tuple[str, int], MayMove] = {}
         self._ready: dict[int, dict[str, float]] = {}
+
+    def movable(self, holder: JobView, size: int) -> bool:
+        """Whether a running job may be moved now for a job of ``size`` GPUs."""
+        return holder.id not in self.acted and self._may_move(holder, size).now
+
+    def _may_move(self, holder: JobView, size: int) -> MayMove:
+        """Whether a job holding GPUs may be moved for a job of ``size`` GPUs now, and
+        once past its minimum run, as if it were not acted on this round (kept per round).
+
+        Never one that already waited past its own bound (it was promoted once):
+        otherwise promoted jobs would take turns suspending each other.
+        """
+        key = (holder.id, size)
+        got = self._movable.get(key)
+        if got is None:
+            # what the view alone decides is kept in the memo until the view changes
+            moving = self.memo.movability
+            seen = moving.get(holder.id)
+            if seen is None or seen.view is not holder:
+                pol = self.pol
+                may = pol.may_be_moved(holder)
+                seen = moving[holder.id] = Movability(holder, may,
+                                                      pol.min_run(holder) if may else 0.0)
+            if not (seen.may_be_moved and holder.num_gpus <= size):
+                got = MAY_NEVER
+            else:
+                last = holder.last_start
+                got = (MAY_NOW if last is None or self.now - last >= seen.min_run
+                       else MAY_LATER)
+            self._movable[key] = got
+        return got
 
     def need(self, job: JobView, sample_only: bool = False):
         """The job's fraction as a function of the GPU."""

@@ -23,9 +23,8 @@ from ..placement import EPS, MIN_FRACTION, exclusive_fraction, reserve_fraction,
 from ..queueing import arrival_key
 from .fit import SLACK, util_of
 from .order import BANDS
-from .records import (MAY_LATER, MAY_NEVER, MAY_NOW, ClearClock, ClearCost, ClearJob,
-                      ClearLayout, ClearStep, ClearSteps, GpuCost, MayMove, MinRunTimer,
-                      Movability, RoomLayout)
+from .records import (ClearClock, ClearCost, ClearJob, ClearLayout, ClearStep, ClearSteps,
+                      GpuCost, MinRunTimer, RoomLayout)
 from .room_index import (ClearIndex, RoomIndex, clear_cost_from, finish_in, frac_on,
                          node_score, retimed)
 
@@ -34,45 +33,6 @@ __all__ = ["RoomMixin"]
 
 class RoomMixin:
     """The making-room part of an fgs round (mixed into ``policy._Round``)."""
-
-    def movable(self, holder: JobView, size: int) -> bool:
-        """Whether a running job may be moved now for a job of ``size`` GPUs."""
-        return holder.id not in self.acted and self._may_move(holder, size).now
-
-    def evictable(self, holder: JobView, size: int) -> bool:
-        """Whether a running job may ever be moved for a job of ``size`` GPUs.
-
-        Not one that already waited past its own bound (it was promoted once):
-        otherwise promoted jobs would take turns suspending each other.
-        """
-        return holder.id not in self.acted and self._may_move(holder, size).ever
-
-    def _may_move(self, holder: JobView, size: int) -> MayMove:
-        """``movable`` and ``evictable`` as if the job were not acted on this round (kept
-        per round)."""
-        key = (holder.id, size)
-        got = self._movable.get(key)
-        if got is None:
-            # what the view alone decides is kept in the memo until the view changes
-            moving = self.memo.movability
-            seen = moving.get(holder.id)
-            if seen is None or seen.view is not holder:
-                pol = self.pol
-                may = pol.may_be_moved(holder)
-                seen = moving[holder.id] = Movability(holder, may,
-                                                      pol.min_run(holder) if may else 0.0)
-            if not (seen.may_be_moved and holder.num_gpus <= size):
-                got = MAY_NEVER
-            else:
-                last = holder.last_start
-                got = (MAY_NOW if last is None or self.now - last >= seen.min_run
-                       else MAY_LATER)
-            self._movable[key] = got
-        return got
-
-    def settled(self, job: JobView) -> bool:
-        """Whether the job has run at least its ``min_run`` since its last start."""
-        return job.last_start is None or self.now - job.last_start >= self.pol.min_run(job)
 
     def readiness(self, size: int):
         """``ready_in`` of a job holding a GPU as if not acted on this round, as a function.

@@ -115,7 +115,7 @@ class FgsMemo(Memo):
         self.at_bound: dict[str, JobView] = {}   # due, but not past the bound yet to the bit
         # GPU id -> how many running single-GPU jobs hold it (the only jobs consolidation moves)
         self.single_gpu_holders: dict[str, int] = {}
-        # job id -> make_room's movability, as far as the view decides it (not time)
+        # job id -> the round's movability, as far as the view decides it (not time)
         self.movability: dict[str, Movability] = {}
         self.expiries: list[MinRunEnd] = []
         self.pushed = 0
@@ -277,7 +277,7 @@ class FgsMemo(Memo):
 
     def next_movable(self, now: float) -> float | None:
         """When (never early) the next tenant inside its minimum run at ``now`` passes
-        it and may be moved (``RoomMixin._may_move``), or None: none is inside it."""
+        it and may be moved (``RoundBase._may_move``), or None: none is inside it."""
         if self.next_expiry(now) == math.inf:
             return None
         end = self.expiries[0]

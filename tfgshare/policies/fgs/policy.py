@@ -4,9 +4,11 @@
 phase does), when a waiting job is promoted and a running one may be moved
 (``starving``, ``may_be_moved``, ``min_run``), what each memo index reads of a
 tenant (``tenant_keys``), the memo's FreeMap kept up to date from the changed
-GPUs (``_free_map``), and ``decide``: promoted jobs (making room), then
-sampling, then shortest remaining first (consolidating for the first that
-does not fit), on one round ``_Round`` made of the phases' parts.
+GPUs (``_free_map``), and ``decide``: three walks (``order``) on one round
+``_Round`` made of the phases' parts (``fit``, ``best_fit``, ``make_room``,
+``consolidate``): the promoted jobs, making room for them, then the jobs to
+sample, then the others shortest remaining first, consolidating for the first
+that does not fit (``_OnFail``: what a walk does with a job that did not fit).
 
 Imports: ``policies`` below fgs and every module of fgs.
 """
@@ -269,53 +271,53 @@ class Fgs(Policy):
         if not (memo.to_sample or memo.ordinary):
             return []
         r = _Round(self, now, cluster, jobs, self._free_map(cluster, memo), memo)
-        waiting = memo.waiting
         # only the longest waiting promoted jobs jump the queue and make room;
         # the others keep their shortest-first place until their turn comes
         first = [k.job_id for k in memo.promoted.islice(0, self.max_reservations)]
-        # a promoted job not sampled yet is placed (room made) for its sampling phase
+        on_fail = _OnFail(r, self.max_reservations, self.defrag)
+        self._walk_promoted(r, memo, first, on_fail)
+        self._walk_to_sample(r, memo, set(first))
+        self._walk_shortest_first(now, r, memo, first, on_fail)
+        return r.actions
+
+    def _walk_promoted(self, r: "_Round", memo: FgsMemo, first: list[str],
+                       on_fail: "_OnFail") -> None:
+        """The first walk: the promoted jobs ``first``, each placed or room made for it (a job
+        not sampled yet: for its sampling phase)."""
+        waiting = memo.waiting
         promoted = [(waiting[jid].view, waiting[jid].size) for jid in first
                     if not waiting[jid].to_sample]
         promoted_sample = [(waiting[jid].view, waiting[jid].size) for jid in first
                            if waiting[jid].to_sample]
-        skip = set(first)
-        to_sample = ((waiting[k.job_id].view, waiting[k.job_id].size) for k in memo.to_sample
-                     if k.job_id not in skip)
-        if self.shortcuts:   # the same order, by size bucket (fill passes over big ones whole)
-            ordinary = SizedWalk(memo, skip)
-        else:
-            ordinary = ((waiting[k.job_id].view, waiting[k.job_id].size) for k in memo.ordinary
-                        if k.job_id not in skip)
-        reservations = self.max_reservations
-        defrag = self.defrag
-
-        def make_room(job: JobView, sample_only: bool = False) -> bool:
-            """A promoted job did not fit: make room for it while reservations are left."""
-            nonlocal reservations
-            if reservations > 0 and job.num_gpus <= r.up:
-                reservations -= 1
-                r.make_room(job, sample_only)
-            return reservations > 0
-
-        def consolidate(job: JobView) -> bool:
-            """The first shortest-first job that did not fit: consolidate for it, once."""
-            nonlocal defrag
-            if defrag and job.num_gpus <= r.up:
-                defrag = False
-                r.consolidate(job)
-            return defrag
-
         r.fill(promoted,
                SmallestLeft(SortedList((sz.fraction, j.id) for j, sz in promoted),
                             SortedList((sz.util, j.id) for j, sz in promoted), set()),
-               on_fail=make_room)
+               on_fail=on_fail.make_room)
         if promoted_sample:
             r.fill(promoted_sample,
                    SmallestLeft(SortedList((sz.fraction, j.id) for j, sz in promoted_sample),
                                 None, set()),
-                   sample_only=True, on_fail=lambda job: make_room(job, True))
+                   sample_only=True, on_fail=on_fail.make_room_to_sample)
+
+    def _walk_to_sample(self, r: "_Round", memo: FgsMemo, skip: set[str]) -> None:
+        """The second walk: the jobs still to sample, by arrival, each on a sampling fragment."""
+        waiting = memo.waiting
+        to_sample = ((waiting[k.job_id].view, waiting[k.job_id].size) for k in memo.to_sample
+                     if k.job_id not in skip)
         r.fill(to_sample, SmallestLeft(memo.to_sample_by_fraction, None, set(skip)),
                sample_only=True)
+
+    def _walk_shortest_first(self, now: float, r: "_Round", memo: FgsMemo, first: list[str],
+                             on_fail: "_OnFail") -> None:
+        """The third walk: the other waiting jobs, shortest predicted remaining time first, each
+        on best-fit fragments; consolidation for the first that does not fit."""
+        skip = set(first)
+        if self.shortcuts:   # the same order, by size bucket (fill passes over big ones whole)
+            ordinary = SizedWalk(memo, skip)
+        else:
+            waiting = memo.waiting
+            ordinary = ((waiting[k.job_id].view, waiting[k.job_id].size) for k in memo.ordinary
+                        if k.job_id not in skip)
         # A walk of the shortest-first queue that placed nothing and whose
         # consolidation failed does so again while nothing it reads has changed:
         # the round's map (no action yet, the same reservations), the queue, the
@@ -329,12 +331,11 @@ class Fgs(Policy):
             inputs = WalkInputs(memo.walk_version, frozenset(r.free.closed), tuple(first), self)
             idle = memo.idle_walk
             if idle is not None and idle.key == inputs and now < idle.until:
-                return r.actions
+                return
         r.fill(ordinary, SmallestLeft(memo.by_fraction, memo.by_util, set(skip)),
-               on_fail=consolidate)
+               on_fail=on_fail.consolidate)
         memo.idle_walk = (IdleWalk(inputs, memo.next_expiry(now)) if inputs and not r.actions
                           else None)
-        return r.actions
 
     def tenant_keys(self, job: JobView) -> dict[str, tuple | float | None]:
         """What each reader kept in the memo reads of a job holding GPUs, by name
@@ -362,6 +363,34 @@ class Fgs(Policy):
                 "reach": (*common, fin is not None and fin != math.inf),
                 "clear": (*common, fin),
                 "run": run}
+
+
+class _OnFail:
+    """What a walk does with a job that did not fit (its ``on_fail``); each hook says
+    whether it may still change the cluster for later jobs of the walk."""
+
+    def __init__(self, r: "_Round", reservations: int, defrag: bool) -> None:
+        self.r = r
+        self.reservations = reservations   # promoted jobs left to make room for
+        self.defrag = defrag               # consolidation not tried yet
+
+    def make_room(self, job: JobView, sample_only: bool = False) -> bool:
+        """A promoted job: make room for it while reservations are left."""
+        if self.reservations > 0 and job.num_gpus <= self.r.up:
+            self.reservations -= 1
+            self.r.make_room(job, sample_only)
+        return self.reservations > 0
+
+    def make_room_to_sample(self, job: JobView) -> bool:
+        """A promoted job not sampled yet: make room for its sampling phase."""
+        return self.make_room(job, True)
+
+    def consolidate(self, job: JobView) -> bool:
+        """The first shortest-first job that did not fit: consolidate for it, once."""
+        if self.defrag and job.num_gpus <= self.r.up:
+            self.defrag = False
+            self.r.consolidate(job)
+        return self.defrag
 
 
 class _Round(RoomMixin, ConsolidateMixin, BestFit):

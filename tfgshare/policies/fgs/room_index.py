@@ -383,7 +383,7 @@ def retimed(gid: str, steps: ClearSteps, clock: ClearClock,
     ticking = []
     for timer in clock.timers:
         i, last, min_run = timer.place, timer.last_start, timer.min_run
-        if now - last >= min_run:   # movable now (``RoomMixin._may_move``)
+        if now - last >= min_run:   # movable now (``RoundBase._may_move``)
             waits[i] = 0.0
         else:
             waits[i] = min_run - (now - last)
