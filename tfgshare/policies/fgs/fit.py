@@ -5,9 +5,10 @@ FreeMap, the tenants of each GPU, the actions so far) and answers the fit
 questions every later phase asks: a job's size (``size``, ``need``), whether a
 GPU has room and stays calm for one more tenant (``room``, ``calm``,
 ``util_room``), whether a tenant may be moved (``movable``), and takes or
-releases room as the round acts (``_take``, ``_release``). Placing jobs on the best-fit fragments is ``best_fit``,
-making room ``make_room``, consolidation ``consolidate``: ``policy._Round``
-is the round with all of them.
+releases room as the round acts (``_take``, ``_release``). Placing jobs on
+the best-fit fragments is ``best_fit``, making room ``make_room``,
+consolidation ``consolidate``: ``policy._Round`` is the round with all of
+them.
 
 Imports: ``policies`` below fgs, ``fgs.records``, ``fgs.order`` and
 ``fgs.memo``.

@@ -76,8 +76,8 @@ class FgsMemo(Memo):
 
     def reset(self) -> None:
         """Forget every job and every index (the next changes are all the jobs)."""
-        self.free: MemoFreeMap | None = None   # the FreeMap as the holders hold it
-        self.unplanned: set[str] = set()    # GPUs changed since ``free`` was last brought up to date
+        self.free_map: MemoFreeMap | None = None   # the FreeMap as the holders hold it
+        self.unplanned: set[str] = set()   # GPUs changed since ``free_map`` was brought up to date
         self.config: QueueConfig | None = None   # the settings and GPU size the queues are for
         self.now = -math.inf                # the latest decision time seen
         # per-GPU indexes of the tenants (room_index, consolidate), by name; each
@@ -106,7 +106,7 @@ class FgsMemo(Memo):
         self.waiting: dict[str, WaitingJob] = {}   # id -> its entry, every waiting job
         self.to_sample = SortedList()       # ArrivalKey
         self.to_sample_by_fraction = SortedList()   # (fraction, id) of those
-        self.ordinary = SortedList()        # ShortestKey: all others
+        self.shortest_first = SortedList()        # ShortestKey: all others
         self.by_fraction = SortedList()     # (fraction, id) of those
         self.by_util = SortedList()         # (utilisation, id) of those
         self.sized: dict[SizeBucket, SortedList] = {}   # size_bucket -> their keys
@@ -183,7 +183,7 @@ class FgsMemo(Memo):
                 self.to_sample_by_fraction.remove((size.fraction, jid))
             else:
                 self.walk_version += 1
-                self.ordinary.remove(key)
+                self.shortest_first.remove(key)
                 self.by_fraction.remove((size.fraction, jid))
                 self.by_util.remove((size.util, jid))
                 name = size_bucket(size.fraction, size.util, had.view.num_gpus)
@@ -218,7 +218,7 @@ class FgsMemo(Memo):
         if jid not in self.asked_ids and size.fraction != math.inf:
             self.see_request(jid, new.num_gpus, size.fraction)
         self.walk_version += 1
-        self.ordinary.add(key)
+        self.shortest_first.add(key)
         self.by_fraction.add((size.fraction, jid))
         self.by_util.add((u, jid))
         name = size_bucket(size.fraction, size.util, new.num_gpus)

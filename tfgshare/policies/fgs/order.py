@@ -93,11 +93,11 @@ class SmallestLeft:
 class SizedWalk:
     """The shortest-first queue in its order, merged from its size buckets.
 
-    Yields (view, size) as iterating ``ordinary`` does (jobs in ``skip`` left
+    Yields (view, size) as iterating ``shortest_first`` does (jobs in ``skip`` left
     out). While a job is the current one, ``floor`` is a lower bound on the
     fraction of every job in its bucket (a little low, never high; all of them
     have its band and gang size), and ``drop()`` passes over the rest of that
-    bucket. Until the first drop it walks ``ordinary`` itself, so a round that
+    bucket. Until the first drop it walks ``shortest_first`` itself, so a round that
     stops early (a full cluster) costs O(1), not one step per bucket.
     """
 
@@ -121,7 +121,7 @@ class SizedWalk:
     def __iter__(self):
         """(view, size) of each job, in shortest-first order (merged by bucket once dropped)."""
         waiting, skip = self.memo.waiting, self.skip
-        for key in self.memo.ordinary:
+        for key in self.memo.shortest_first:
             jid = key.job_id
             if jid in skip:
                 continue

@@ -208,7 +208,7 @@ class Fgs(Policy):
         key = FreeMapKey(cluster.down_nodes, cluster.reserve_mb, self.max_cotenants,
                          self.slowdown_cap, self.interference_overhead)
         use = memo.holdings.use
-        cache = memo.free
+        cache = memo.free_map
         dirty = memo.unplanned
         memo.unplanned = set()   # taken now: updated below, or the map is rebuilt from ``use``
         hit = cache is not None and cache.gpus is cluster.gpus and cache.key == key
@@ -233,7 +233,7 @@ class Fgs(Policy):
 
         base = FreeMap(cluster, use=use, max_tenants=self.max_cotenants, band=band,
                        empty_band=BANDS)
-        memo.free = MemoFreeMap(key, cluster.gpus, base)
+        memo.free_map = MemoFreeMap(key, cluster.gpus, base)
         base.total_free()
         base.chooser = memo.fragmentation_chooser() if self.frag_measure else None
         return base.copy()
@@ -247,7 +247,7 @@ class Fgs(Policy):
         other event): a waiting job passes its bound and is promoted, or, while jobs
         wait, a running job passes its minimum run and may be moved for them."""
         times = [memo.next_promotion(now)]
-        if memo.to_sample or memo.ordinary:
+        if memo.to_sample or memo.shortest_first:
             times.append(memo.next_movable(now))
         return min((t for t in times if t is not None), default=None)
 
@@ -268,7 +268,7 @@ class Fgs(Policy):
         if memo.config != config or now < memo.now:
             memo.rebuild(config)
         memo.promote_until(now)
-        if not (memo.to_sample or memo.ordinary):
+        if not (memo.to_sample or memo.shortest_first):
             return []
         r = _Round(self, now, cluster, jobs, self._free_map(cluster, memo), memo)
         # only the longest waiting promoted jobs jump the queue and make room;
@@ -313,11 +313,11 @@ class Fgs(Policy):
         on best-fit fragments; consolidation for the first that does not fit."""
         skip = set(first)
         if self.shortcuts:   # the same order, by size bucket (fill passes over big ones whole)
-            ordinary = SizedWalk(memo, skip)
+            walk = SizedWalk(memo, skip)
         else:
             waiting = memo.waiting
-            ordinary = ((waiting[k.job_id].view, waiting[k.job_id].size) for k in memo.ordinary
-                        if k.job_id not in skip)
+            walk = ((waiting[k.job_id].view, waiting[k.job_id].size)
+                    for k in memo.shortest_first if k.job_id not in skip)
         # A walk of the shortest-first queue that placed nothing and whose
         # consolidation failed does so again while nothing it reads has changed:
         # the round's map (no action yet, the same reservations), the queue, the
@@ -332,7 +332,7 @@ class Fgs(Policy):
             idle = memo.idle_walk
             if idle is not None and idle.key == inputs and now < idle.until:
                 return
-        r.fill(ordinary, SmallestLeft(memo.by_fraction, memo.by_util, set(skip)),
+        r.fill(walk, SmallestLeft(memo.by_fraction, memo.by_util, set(skip)),
                on_fail=on_fail.consolidate)
         memo.idle_walk = (IdleWalk(inputs, memo.next_expiry(now)) if inputs and not r.actions
                           else None)
