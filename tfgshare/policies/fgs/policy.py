@@ -35,8 +35,8 @@ from .fit import room_band, sampling_fraction, util_of
 from .make_room import RoomMixin
 from .memo import FgsMemo
 from .order import BANDS, SizedWalk, SmallestLeft
-from .records import (FreeMapKey, IdleWalk, MemoFreeMap, PromotionSettings, QueueConfig,
-                      RoomSettings, WalkInputs)
+from .records import (FreeMapKey, HolderKey, IdleWalk, MemoFreeMap, MoveKey, PromotionSettings,
+                      QueueConfig, RoomSettings, WalkInputs)
 from .room_index import finish_in
 
 __all__ = ["Fgs", "FgsMemo", "util_of"]
@@ -337,7 +337,7 @@ class Fgs(Policy):
         memo.idle_walk = (IdleWalk(inputs, memo.next_expiry(now)) if inputs and not r.actions
                           else None)
 
-    def tenant_keys(self, job: JobView) -> dict[str, tuple | float | None]:
+    def tenant_keys(self, job: JobView) -> dict[str, MoveKey | HolderKey | float | None]:
         """What each reader kept in the memo reads of a job holding GPUs, by name
         (``FgsMemo.keys``): a change of a name's key makes its GPUs stale there.
 
@@ -357,11 +357,12 @@ class Fgs(Policy):
         util = util_of(job)
         fin = (finish_in(job, self.reserve_horizon_s)
                if running and (not may or job.num_gpus > 1) else None)
-        common = (job.fragments, job.num_gpus, running, util, may, job.last_start, run)
-        return {"tenant": ((job.fragments, job.last_start, util, may, run)
-                           if running and job.num_gpus == 1 else None),
-                "reach": (*common, fin is not None and fin != math.inf),
-                "clear": (*common, fin),
+        frags, k, last = job.fragments, job.num_gpus, job.last_start
+        return {"tenant": (MoveKey(frags, last, util, may, run)
+                           if running and k == 1 else None),
+                "reach": HolderKey(frags, k, running, util, may, last, run,
+                                   fin is not None and fin != math.inf),
+                "clear": HolderKey(frags, k, running, util, may, last, run, fin),
                 "run": run}
 
 

@@ -161,6 +161,29 @@ class PromotionDue(NamedTuple):
 
 # ---- a job holding GPUs ----------------------------------------------------------------
 
+class MoveKey(NamedTuple):
+    """What consolidation reads of a running single-GPU tenant (``Fgs.tenant_keys``'s
+    "tenant"): a change of it makes its GPUs stale in ``MovableIndex``."""
+    fragments: tuple
+    last_start: float | None
+    util: float
+    may_move: bool
+    min_run: float | None   # None: it may not be moved
+
+
+class HolderKey(NamedTuple):
+    """What making room reads of a job holding GPUs (``Fgs.tenant_keys``'s "reach" and
+    "clear"): a change of it makes its GPUs stale in ``RoomIndex`` / ``ClearIndex``."""
+    fragments: tuple
+    gpus: int
+    running: bool
+    util: float
+    may_move: bool
+    last_start: float | None
+    min_run: float | None
+    end: object   # "reach": whether it ends within the horizon; "clear": when (finish_in)
+
+
 class KeyedView(NamedTuple):
     """A tenant's latest view and what each reader reads of it (``Fgs.tenant_keys``)."""
     view: JobView
