@@ -376,7 +376,7 @@ def test_fgs_walk_by_size_bucket_passes_over_big_jobs(toy_profiles, monkeypatch)
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 10_000), nodes=st.sampled_from(["2x2:8192", "1x4:16384", "2x4:8192"]))
-@example(seed=0, nodes="2x4:8192")   # a quiet walk kept past a tenant's minimum run differs here
+@example(seed=0, nodes="2x4:8192")   # an idle walk kept past a tenant's minimum run differs here
 def test_fgs_walk_passes_over_gangs_as_the_queue_walk(seed, nodes, toy_profiles):
     # long queues of gangs and single-GPU jobs: gangs that too few GPUs have room
     # for are passed over (and their buckets dropped) without a search
@@ -475,7 +475,7 @@ def test_fgs_walks_a_quiet_queue_again_only_once_a_tenant_passes_its_minimum_run
     got = pol.decide(300.5, c, views, memo)
     assert [type(a) for a in got] == [Migrate, Start] and got[1].job == "big"
     assert calls[False] == [100.0, 160.0, 220.0, 280.0, 300.5]
-    assert calls[True] == [100.0, 300.5]   # the ticks between left the quiet walk alone
+    assert calls[True] == [100.0, 300.5]   # the ticks between left the idle walk alone
 
 
 def test_fgs_walks_a_quiet_queue_again_once_a_tenants_move_cost_is_measured():
