@@ -239,3 +239,29 @@ def test_the_runner_import_check_finds_a_circle_and_a_lazy_import(tmp_path):
     problems = runner_import_problems(tmp_path)
     assert problems[0] == "import circle: a -> b -> a"
     assert problems[1:] == ["b.py:4 imports a inside a function"]   # c's keeps out TF
+
+
+def fgs_imports_out_of_layer() -> list[str]:
+    """fgs's modules' run-time imports of fgs modules not before them in ``fgs.LAYERS``
+    (an import under ``if TYPE_CHECKING:`` is for types only and allowed)."""
+    from tfgshare.policies import fgs
+
+    root = REPO / "tfgshare" / "policies" / "fgs"
+    layers = list(fgs.LAYERS)
+    found = {p.stem for p in root.glob("*.py")} - {"__init__"}
+    problems = [f"{name}.py is in no layer" for name in sorted(found - set(layers))]
+    for name in layers:
+        tree = ast.parse((root / f"{name}.py").read_text())
+        typing_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+                       and ast.unparse(node.test) == "TYPE_CHECKING" for n in ast.walk(node)}
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.ImportFrom) and node.level == 1 and node.module
+                    and id(node) not in typing_only):
+                other = node.module.split(".")[0]
+                if other not in layers or layers.index(other) >= layers.index(name):
+                    problems.append(f"{name}.py:{node.lineno} imports .{node.module}")
+    return problems
+
+
+def test_each_fgs_phase_imports_only_the_modules_before_it():
+    assert fgs_imports_out_of_layer() == []

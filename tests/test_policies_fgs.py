@@ -264,7 +264,7 @@ def test_far_reservations_leave_gpus_to_others():
 @pytest.mark.parametrize("shortcuts", [False, True])
 def test_a_failed_consolidation_leaves_the_free_room_as_it_was_to_the_bit(shortcuts,
                                                                           monkeypatch):
-    from tfgshare.policies.fgs import Fgs, _Round
+    from tfgshare.policies.fgs.policy import Fgs, _Round
     monkeypatch.setattr(Fgs, "shortcuts", shortcuts)
     c = make_cluster(1, 3)
     # n0:0: a small settled tenant and one that just started (may not move), so

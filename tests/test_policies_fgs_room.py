@@ -1,4 +1,4 @@
-"""fgs's kept clear costs (``fgs_room_kept.ClearIndex``) pick exactly what pricing every GPU picks."""
+"""fgs's kept clear costs (``room_index.ClearIndex``) pick what pricing every GPU picks."""
 
 import math
 
@@ -7,7 +7,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from philly.jobs import TraceJob
-from tfgshare.policies import fgs_room, fgs_room_kept
+from tfgshare.policies.fgs import make_room, room_index
+from tfgshare.policies.fgs.records import ClearCost, GpuCost
 from tfgshare.policies.base import GPU, ClusterSnapshot
 from tfgshare.policies.registry import get_policy
 from tfgshare.sim.cluster import load_cluster
@@ -18,15 +19,15 @@ def _as_moves(picked):
     """A pick with each tenant as (id, fragments, utilisation): what moving it reads."""
     if picked is None:
         return None
-    return [(*c[:4], [(h.id, h.fragments, fgs_room.util_of(h)) for h in c[4]]) for c in picked]
+    return [(*c[:4], [(h.id, h.fragments, make_room.util_of(h)) for h in c[4]]) for c in picked]
 
 
 @pytest.fixture
 def checked(monkeypatch):
     """Every kept pick is compared with the plain scan of the same round; counts what was kept."""
     seen = {"picks": 0, "kept": 0, "gangs": 0, "timed": 0, "retimed": 0, "merged": 0}
-    kept, start = fgs_room.RoomMixin.cheapest_kept, fgs_room_kept.ClearIndex.start
-    retimed = fgs_room.retimed
+    kept, start = make_room.RoomMixin.cheapest_from_index, room_index.ClearIndex.start
+    retimed = make_room.retimed
 
     def both(self, k, need, util):
         got = kept(self, k, need, util)
@@ -44,7 +45,7 @@ def checked(monkeypatch):
 
     def counted(self, k, job):
         got = start(self, k, job)
-        seen["kept"] += len(self.up) - len(got[1])   # GPUs whose steps were not worked out anew
+        seen["kept"] += len(self.up) - len(got.redo_steps)   # steps not worked out anew
         return got
 
     def counted_retimed(*args):
@@ -52,9 +53,9 @@ def checked(monkeypatch):
         seen["retimed"] += got is not None   # steps brought to now, not worked out anew
         return got
 
-    monkeypatch.setattr(fgs_room.RoomMixin, "cheapest_kept", both)
-    monkeypatch.setattr(fgs_room, "retimed", counted_retimed)
-    monkeypatch.setattr(fgs_room_kept.ClearIndex, "start", counted)
+    monkeypatch.setattr(make_room.RoomMixin, "cheapest_from_index", both)
+    monkeypatch.setattr(make_room, "retimed", counted_retimed)
+    monkeypatch.setattr(room_index.ClearIndex, "start", counted)
     return seen
 
 
@@ -103,8 +104,8 @@ def test_the_kept_costs_are_read_and_cover_gangs_and_waits_that_fall(toy_profile
 def cost_updates(draw):
     nodes, per = draw(st.integers(1, 4)), draw(st.sampled_from([1, 2, 4]))
     gpus = tuple(GPU(f"n{i}:{j}", f"n{i}", j, 16384) for i in range(nodes) for j in range(per))
-    some = st.tuples(st.sampled_from([0.0, 0.0, 1.0, 5.0, math.inf]), st.integers(0, 2),
-                     st.just(()))
+    some = st.builds(ClearCost, st.sampled_from([0.0, 0.0, 1.0, 5.0, math.inf]),
+                     st.integers(0, 2), st.just(()))
     cost = st.one_of(st.none(), some, some)   # (wait, moves, tenants) or None: not clearable
     rounds = draw(st.lists(st.dictionaries(st.sampled_from([g.id for g in gpus]),
                                            st.tuples(cost, st.booleans())),
@@ -122,7 +123,7 @@ def test_kept_costs_timed_apart_pick_what_sorting_every_cost_picks(case):
     up = {g.id: g for g in gpus}
     order = {g.id: i for i, g in enumerate(gpus)}
     cluster = ClusterSnapshot(gpus, gang_nodes=gang)
-    index = fgs_room_kept.ClearIndex((), gpus, up, order)
+    index = room_index.ClearIndex((), gpus, up, order)
     now = {gid: None for gid in up}
     for i, changes in enumerate(rounds):
         index.start(n, ("job",))
@@ -135,7 +136,7 @@ def test_kept_costs_timed_apart_pick_what_sorting_every_cost_picks(case):
         scan = []   # cheapest's scan of every GPU, in cluster order
         for gid, c in now.items():
             if c is not None:
-                scan.append((c[0], c[1], order[gid], gid, c[2]))
-                if n == 1 and c[0] == 0 and c[1] <= 1:
+                scan.append(GpuCost(c.wait_s, c.moves, order[gid], gid, c.tenants))
+                if n == 1 and c.wait_s == 0 and c.moves <= 1:
                     break
-        assert index.pick(n, cluster) == fgs_room._pick_gpus(scan, n, up, cluster)
+        assert index.pick(n, cluster) == make_room._pick_gpus(scan, n, up, cluster)

@@ -357,10 +357,10 @@ def test_fgs_walk_by_size_bucket_decides_as_the_queue_walk(seed, nodes, toy_prof
 
 
 def test_fgs_walk_by_size_bucket_passes_over_big_jobs(toy_profiles, monkeypatch):
-    from tfgshare.policies import fgs_queues
+    from tfgshare.policies.fgs import order
     drops = []
-    drop = fgs_queues.SizedWalk.drop
-    monkeypatch.setattr(fgs_queues.SizedWalk, "drop",
+    drop = order.SizedWalk.drop
+    monkeypatch.setattr(order.SizedWalk, "drop",
                         lambda self, *a: (drops.append(1), drop(self, *a)))
     # one 8 GB GPU: a few small jobs, then a queue of big ones that cannot share it
     jobs = [TraceJob(f"s{i}", 10.0 * i, 1, 0.0, model="toy", batch_size=1, total_steps=400)
@@ -376,7 +376,7 @@ def test_fgs_walk_by_size_bucket_passes_over_big_jobs(toy_profiles, monkeypatch)
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 10_000), nodes=st.sampled_from(["2x2:8192", "1x4:16384", "2x4:8192"]))
-@example(seed=0, nodes="2x4:8192")   # a quiet walk kept past a tenant's minimum run differs here
+@example(seed=0, nodes="2x4:8192")   # an idle walk kept past a tenant's minimum run differs here
 def test_fgs_walk_passes_over_gangs_as_the_queue_walk(seed, nodes, toy_profiles):
     # long queues of gangs and single-GPU jobs: gangs that too few GPUs have room
     # for are passed over (and their buckets dropped) without a search
@@ -393,16 +393,16 @@ def test_fgs_walk_passes_over_gangs_as_the_queue_walk(seed, nodes, toy_profiles)
 
 def test_fgs_walk_searches_no_gang_that_too_few_gpus_have_room_for(monkeypatch):
     from tfgshare.policies.builders import make_cluster, make_job
-    from tfgshare.policies.fgs_round import RoundBase
+    from tfgshare.policies.fgs.best_fit import BestFit
     failed = {True: [], False: []}   # shortcuts -> gangs whose search failed
-    place = RoundBase.place
+    place = BestFit.place
 
     def counted(self, job, sample_only=False, size=None):
         ok = place(self, job, sample_only, size)
         if not ok and job.num_gpus > 1:
             failed[self.pol.shortcuts].append(job.id)
         return ok
-    monkeypatch.setattr(RoundBase, "place", counted)
+    monkeypatch.setattr(BestFit, "place", counted)
     # three GPUs nearly full, one with room for one gang member: no 2-GPU gang fits
     running = [make_job(f"x{i}", on={f"n0:{i}": 0.9 if i < 3 else 0.4}, memory_mb=1000,
                         gpu_util=0.2, last_start=95.0) for i in range(4)]
@@ -422,7 +422,7 @@ def test_fgs_walk_searches_no_gang_that_too_few_gpus_have_room_for(monkeypatch):
 
 def test_fgs_consolidation_stops_once_too_few_tries_are_left_for_a_gang(monkeypatch):
     from tfgshare.policies.builders import make_cluster, make_job
-    from tfgshare.policies.fgs_consolidate import CONSOLIDATE_TRIES, ConsolidateMixin
+    from tfgshare.policies.fgs.consolidate import CONSOLIDATE_TRIES, ConsolidateMixin
     tries = {True: 0, False: 0}   # shortcuts -> GPUs a consolidation tried to clear
     clear = ConsolidateMixin._clear_by_migration
 
@@ -457,7 +457,7 @@ def _two_small_tenants_and_a_big_job():
 def test_fgs_walks_a_quiet_queue_again_only_once_a_tenant_passes_its_minimum_run(monkeypatch):
     from tfgshare.policies.base import Migrate
     from tfgshare.policies.builders import make_cluster
-    from tfgshare.policies.fgs_consolidate import ConsolidateMixin
+    from tfgshare.policies.fgs.consolidate import ConsolidateMixin
     calls = {True: [], False: []}   # shortcuts -> times a consolidation was tried
     consolidate = ConsolidateMixin.consolidate
 
@@ -475,7 +475,7 @@ def test_fgs_walks_a_quiet_queue_again_only_once_a_tenant_passes_its_minimum_run
     got = pol.decide(300.5, c, views, memo)
     assert [type(a) for a in got] == [Migrate, Start] and got[1].job == "big"
     assert calls[False] == [100.0, 160.0, 220.0, 280.0, 300.5]
-    assert calls[True] == [100.0, 300.5]   # the ticks between left the quiet walk alone
+    assert calls[True] == [100.0, 300.5]   # the ticks between left the idle walk alone
 
 
 def test_fgs_walks_a_quiet_queue_again_once_a_tenants_move_cost_is_measured():
@@ -498,8 +498,8 @@ def test_fgs_walks_a_quiet_queue_again_once_a_tenants_move_cost_is_measured():
 
 def test_fgs_memo_keeps_a_gpu_fresh_in_an_index_that_does_not_read_what_its_tenant_reported():
     from tfgshare.policies.builders import make_cluster, make_job
-    from tfgshare.policies.fgs_consolidate import MovableIndex
-    from tfgshare.policies.fgs_room_kept import ClearIndex, RoomIndex
+    from tfgshare.policies.fgs.consolidate import MovableIndex
+    from tfgshare.policies.fgs.room_index import ClearIndex, RoomIndex
     from tfgshare.policies.freemap import FreeMap
     pol = get_policy("fgs")
     c = make_cluster(1, 2)

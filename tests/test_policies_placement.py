@@ -208,7 +208,7 @@ def test_total_free_is_the_exact_sum_whatever_the_order_of_changes(steps):
        st.floats(0.0, 1.0, allow_nan=False))
 def test_kth_free_says_whether_k_gpus_fit_as_count_fitting_does(takes, k, band, f):
     # the walk passes over a k-GPU gang by kth_free; gang_place's first check is count_fitting
-    from tfgshare.policies.fgs_queues import BANDS
+    from tfgshare.policies.fgs.order import BANDS
     from tfgshare.policies.interference import room_for
     from tfgshare.policies.placement import EPS
 

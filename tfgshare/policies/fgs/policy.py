@@ -1,38 +1,16 @@
-"""fgs: the paper's fine-grained GPU sharing scheduler.
+"""fgs's policy: its settings, and ``decide``, which runs the phases of a decision in order.
 
-After Chung, Tong and Chen, "A fine-grained GPU sharing and job scheduling for
-deep learning jobs on the cloud", J. Supercomputing 81(2), 2025, as read in
-docs (PAPER.md). Each decision, in order:
+``Fgs`` holds the paper's settings (see the package docstring for what each
+phase does), when a waiting job is promoted and a running one may be moved
+(``starving``, ``may_be_moved``, ``min_run``), what each memo index reads of a
+tenant (``tenant_keys``), the memo's FreeMap kept up to date from the changed
+GPUs (``_free_map``), and ``decide``: three walks (``order``) on one round
+``_Round`` made of the phases' parts (``fit``, ``best_fit``, ``make_room``,
+``consolidate``): the promoted jobs, making room for them, then the jobs to
+sample, then the others shortest remaining first, consolidating for the first
+that does not fit (``_OnFail``: what a walk does with a job that did not fit).
 
-1. **Promoted jobs** (waited past a bound, see ``starving``; a job still to
-   sample too, at ``max_wait_s``, and then for its sampling phase): the
-   ``max_reservations`` longest waiting go first (the others keep their
-   shortest-first place until their turn). One that cannot be placed makes room: small running jobs (no more
-   GPUs than it, past their ``min_run``) on the GPUs that free soonest are moved
-   elsewhere (migrate) or suspended. If those jobs are still inside their
-   ``min_run``, or bigger jobs must finish first, the GPUs are reserved
-   (nothing else starts on them this round) if they free within
-   ``reserve_horizon_s``.
-2. **Sampling**: a new job (no sample, no prediction) runs its sampling phase
-   (``sample_only``) on a best-fit ``sample_memory_mb`` fragment, or with
-   ``sample_on_idle`` on an idle GPU, else the least-loaded one.
-3. **Shortest predicted remaining time first** for the other waiting jobs, each
-   on the smallest free fragment that fits (best fit) sized from its sampled
-   peak memory plus ``headroom``, with at most ``max_cotenants`` jobs on a GPU
-   and no tenant's predicted slowdown (the ``interference`` model) past
-   ``slowdown_cap``. Multi-GPU jobs are gang-placed on one node if possible.
-4. **Consolidation** (``defrag``): when the first job that does not fit would
-   fit in the total free capacity, tenants of a nearly fitting GPU are
-   migrated to other GPUs' free room to clear a fragment for it.
-
-Running jobs are never preempted for a shorter job, only for promoted jobs
-and consolidation, and never within their ``min_run`` of their last start:
-their measured move cost over ``move_share`` (``policies.movecost``), or
-``min_run_s`` before it is measured.
-
-The policy and its settings are here; the waiting queues and promotion are in
-``fgs_queues``, a round's placing in ``fgs_round``, making room for promoted
-jobs in ``fgs_room`` and consolidation in ``fgs_consolidate``.
+Imports: ``policies`` below fgs and every module of fgs.
 """
 
 from __future__ import annotations
@@ -45,17 +23,21 @@ from sortedcontainers import SortedList
 
 from tfgshare import sampling
 
-from . import movecost
-from .base import Action, ClusterSnapshot, JobState, JobView, Policy
-from .fgs_consolidate import ConsolidateMixin
-from .fgs_queues import FgsMemo, Rest, SizedWalk
-from .fgs_room import RoomMixin
-from .fgs_room_kept import finish_in
-from .fgs_round import BANDS, RoundBase, sampling_fraction, util_of
-from .freemap import FreeMap
-from .interference import room_for
-from .placement import GpuUse, one_size
-from .prediction import remaining_s, total_wait_s
+from .. import movecost
+from ..base import Action, ClusterSnapshot, JobState, JobView, Policy
+from ..freemap import FreeMap
+from ..interference import room_for
+from ..placement import GpuUse, one_size
+from ..prediction import remaining_s, total_wait_s
+from .best_fit import BestFit
+from .consolidate import ConsolidateMixin
+from .fit import room_band, sampling_fraction, util_of
+from .make_room import RoomMixin
+from .memo import FgsMemo
+from .order import BANDS, SizedWalk, SmallestLeft
+from .records import (FreeMapKey, HolderKey, IdleWalk, MemoFreeMap, MoveKey, PromotionSettings,
+                      QueueConfig, RoomSettings, WalkInputs)
+from .room_index import finish_in
 
 __all__ = ["Fgs", "FgsMemo", "util_of"]
 
@@ -69,12 +51,12 @@ class Fgs(Policy):
     # as the live coordinator's one-second tick would find them
     tick_s: ClassVar[float | None] = None
     # skip work whose answer bounds kept in the memo already give: making room
-    # from each GPU's clear cost kept across rounds (fgs_room_kept.ClearIndex) or,
+    # from each GPU's clear cost kept across rounds (room_index.ClearIndex) or,
     # once the round has acted, not at all when it would do nothing
-    # (fgs_room_kept.RoomIndex), consolidation tries on GPUs
-    # with no movable tenant (fgs_consolidate), size buckets of waiting jobs
-    # bigger than any free room (fgs_queues.SizedWalk), and a shortest-first walk
-    # that did nothing while nothing it reads has changed (``decide``'s quiet walk);
+    # (room_index.RoomIndex), consolidation tries on GPUs
+    # with no movable tenant (consolidate), size buckets of waiting jobs
+    # bigger than any free room (order.SizedWalk), and a shortest-first walk
+    # that did nothing while nothing it reads has changed (``decide``'s idle walk);
     # off only to test that
     shortcuts: ClassVar[bool] = True
     # steps measured by the sampling phase after its warm-up; read by the
@@ -185,10 +167,10 @@ class Fgs(Policy):
             return self.promote_floor_s
         return movecost.promote_floor_s(job.move_cost_s, self.promote_floor_s, self.move_share)
 
-    def room_key(self) -> tuple:
-        """The settings a tenant's readiness for a promoted job depends on (``fgs_room``)."""
-        return (self.reserve_horizon_s, self.min_run_s, self.move_share, self.promote_floor_s,
-                self.max_wait_s, self.max_wait_ratio)
+    def room_key(self) -> RoomSettings:
+        """The settings a tenant's readiness for a promoted job depends on (``make_room``)."""
+        return RoomSettings(self.reserve_horizon_s, self.min_run_s, self.move_share,
+                            self.promote_floor_s, self.max_wait_s, self.max_wait_ratio)
 
     def starving(self, job: JobView, now: float) -> bool:
         """Whether a waiting job has waited past its bound and is promoted."""
@@ -206,6 +188,7 @@ class Fgs(Policy):
             job.waited_s, remaining_s(job), self.promote_floor(job))
 
     def _overdue(self, waited: float, left: float | None, floor: float) -> bool:
+        """Whether a job that waited ``waited`` s, ``left`` s from its end, is past its bound."""
         if waited <= floor:
             return False
         if waited > self.max_wait_s:
@@ -222,17 +205,17 @@ class Fgs(Policy):
         whose tenants changed since the map was last updated, also in rounds
         that returned before planning (nothing waited, or the round failed).
         """
-        key = (cluster.down_nodes, cluster.reserve_mb, self.max_cotenants,
-               self.slowdown_cap, self.interference_overhead)
+        key = FreeMapKey(cluster.down_nodes, cluster.reserve_mb, self.max_cotenants,
+                         self.slowdown_cap, self.interference_overhead)
         use = memo.holdings.use
-        cache = memo.free
+        cache = memo.free_map
         dirty = memo.unplanned
         memo.unplanned = set()   # taken now: updated below, or the map is rebuilt from ``use``
-        hit = cache is not None and cache[1] is cluster.gpus and cache[0] == key
+        hit = cache is not None and cache.gpus is cluster.gpus and cache.key == key
         if dirty or not hit:
-            memo.stamp += 1   # the map may differ: a quiet walk kept is void
+            memo.walk_version += 1   # the map may differ: an idle walk kept is void
         if hit:
-            base = cache[2]
+            base = cache.free_map
             base.follow(dirty, use)
             base.total_free()   # worked out once per change, kept by the copies
             base.chooser = memo.fragmentation_chooser() if self.frag_measure else None
@@ -240,12 +223,11 @@ class Fgs(Policy):
         cap, overhead = self.slowdown_cap, self.interference_overhead
 
         def band(u: GpuUse) -> int:
-            room = room_for(u.tenants, u.util, cap, overhead)
-            return -1 if room < 0 else (BANDS if room >= 1.0 else int(room * BANDS))
+            return room_band(room_for(u.tenants, u.util, cap, overhead))
 
         base = FreeMap(cluster, use=use, max_tenants=self.max_cotenants, band=band,
                        empty_band=BANDS)
-        memo.free = (key, cluster.gpus, base)
+        memo.free_map = MemoFreeMap(key, cluster.gpus, base)
         base.total_free()
         base.chooser = memo.fragmentation_chooser() if self.frag_measure else None
         return base.copy()
@@ -259,7 +241,7 @@ class Fgs(Policy):
         other event): a waiting job passes its bound and is promoted, or, while jobs
         wait, a running job passes its minimum run and may be moved for them."""
         times = [memo.next_promotion(now)]
-        if memo.to_sample or memo.ordinary:
+        if memo.to_sample or memo.shortest_first:
             times.append(memo.next_movable(now))
         return min((t for t in times if t is not None), default=None)
 
@@ -272,74 +254,84 @@ class Fgs(Policy):
         memo.unplanned |= memo.sync(jobs)
         rep = one_size(cluster)
         # the floor is per job (its move cost): the settings behind it are in the key too
-        config = ((self.max_wait_ratio, self.max_wait_s, self.promote_floor,
-                   self.promote_floor_s, self.min_run_s, self.move_share), rep,
-                  self.headroom, cluster.reserve_mb,
-                  None if rep is None else sampling_fraction(self, rep))
+        config = QueueConfig(
+            PromotionSettings(self.max_wait_ratio, self.max_wait_s, self.promote_floor,
+                              self.promote_floor_s, self.min_run_s, self.move_share),
+            rep, self.headroom, cluster.reserve_mb,
+            None if rep is None else sampling_fraction(self, rep))
         if memo.config != config or now < memo.now:
             memo.rebuild(config)
         memo.promote_until(now)
-        if not (memo.to_sample or memo.ordinary):
+        if not (memo.to_sample or memo.shortest_first):
             return []
         r = _Round(self, now, cluster, jobs, self._free_map(cluster, memo), memo)
-        info = memo.info
         # only the longest waiting promoted jobs jump the queue and make room;
         # the others keep their shortest-first place until their turn comes
-        first = [k[1] for k in memo.promoted.islice(0, self.max_reservations)]
-        # a promoted job not sampled yet is placed (room made) for its sampling phase
-        promoted = [(info[jid][0], info[jid][3]) for jid in first if info[jid][1] == 1]
-        promoted_sample = [(info[jid][0], info[jid][3]) for jid in first if info[jid][1] == 0]
-        skip = set(first)
-        to_sample = ((info[k[1]][0], info[k[1]][3]) for k in memo.to_sample if k[1] not in skip)
-        if self.shortcuts:   # the same order, by size bucket (fill passes over big ones whole)
-            ordinary = SizedWalk(memo, skip)
-        else:
-            ordinary = ((info[k[2]][0], info[k[2]][3]) for k in memo.ordinary
-                        if k[2] not in skip)
-        reservations = self.max_reservations
-        defrag = self.defrag
+        first = [k.job_id for k in memo.promoted.islice(0, self.max_reservations)]
+        on_fail = _OnFail(r, self.max_reservations, self.defrag)
+        self._walk_promoted(r, memo, first, on_fail)
+        self._walk_to_sample(r, memo, set(first))
+        self._walk_shortest_first(now, r, memo, first, on_fail)
+        return r.actions
 
-        def make_room(job: JobView, sample_only: bool = False) -> bool:
-            nonlocal reservations
-            if reservations > 0 and job.num_gpus <= r.up:
-                reservations -= 1
-                r.make_room(job, sample_only)
-            return reservations > 0
-
-        def consolidate(job: JobView) -> bool:
-            nonlocal defrag
-            if defrag and job.num_gpus <= r.up:
-                defrag = False
-                r.consolidate(job)
-            return defrag
-
-        r.fill(promoted, Rest(SortedList((sz[0], j.id) for j, sz in promoted),
-                               SortedList((sz[1], j.id) for j, sz in promoted), set()),
-               on_fail=make_room)
+    def _walk_promoted(self, r: "_Round", memo: FgsMemo, first: list[str],
+                       on_fail: "_OnFail") -> None:
+        """The first walk: the promoted jobs ``first``, each placed or room made for it (a job
+        not sampled yet: for its sampling phase)."""
+        waiting = memo.waiting
+        promoted = [(waiting[jid].view, waiting[jid].size) for jid in first
+                    if not waiting[jid].to_sample]
+        promoted_sample = [(waiting[jid].view, waiting[jid].size) for jid in first
+                           if waiting[jid].to_sample]
+        r.fill(promoted,
+               SmallestLeft(SortedList((sz.fraction, j.id) for j, sz in promoted),
+                            SortedList((sz.util, j.id) for j, sz in promoted), set()),
+               on_fail=on_fail.make_room)
         if promoted_sample:
-            r.fill(promoted_sample, Rest(SortedList((sz[0], j.id) for j, sz in promoted_sample),
-                                         None, set()),
-                   sample_only=True, on_fail=lambda job: make_room(job, True))
-        r.fill(to_sample, Rest(memo.sample_fs, None, set(skip)), sample_only=True)
+            r.fill(promoted_sample,
+                   SmallestLeft(SortedList((sz.fraction, j.id) for j, sz in promoted_sample),
+                                None, set()),
+                   sample_only=True, on_fail=on_fail.make_room_to_sample)
+
+    def _walk_to_sample(self, r: "_Round", memo: FgsMemo, skip: set[str]) -> None:
+        """The second walk: the jobs still to sample, by arrival, each on a sampling fragment."""
+        waiting = memo.waiting
+        to_sample = ((waiting[k.job_id].view, waiting[k.job_id].size) for k in memo.to_sample
+                     if k.job_id not in skip)
+        r.fill(to_sample, SmallestLeft(memo.to_sample_by_fraction, None, set(skip)),
+               sample_only=True)
+
+    def _walk_shortest_first(self, now: float, r: "_Round", memo: FgsMemo, first: list[str],
+                             on_fail: "_OnFail") -> None:
+        """The third walk: the other waiting jobs, shortest predicted remaining time first, each
+        on best-fit fragments; consolidation for the first that does not fit."""
+        skip = set(first)
+        if self.shortcuts:   # the same order, by size bucket (fill passes over big ones whole)
+            walk = SizedWalk(memo, skip)
+        else:
+            waiting = memo.waiting
+            walk = ((waiting[k.job_id].view, waiting[k.job_id].size)
+                    for k in memo.shortest_first if k.job_id not in skip)
         # A walk of the shortest-first queue that placed nothing and whose
         # consolidation failed does so again while nothing it reads has changed:
         # the round's map (no action yet, the same reservations), the queue, the
         # promoted jobs it leaves out, what consolidation reads of each tenant
-        # (``memo.stamp``) and which tenants are past their minimum run (none
+        # (``memo.walk_version``) and which tenants are past their minimum run (none
         # passes it before ``memo.next_expiry``). The walk reads no clock but that.
         # The policy is in the key for the settings the memo's config leaves out
         # (``defrag``, ``max_moves``, ...).
-        quiet = None
+        inputs = None
         if self.shortcuts and not r.actions:
-            quiet = (memo.stamp, frozenset(r.free.closed), tuple(first), self)
-            kept = memo.quiet
-            if kept is not None and kept[0] == quiet and now < kept[1]:
-                return r.actions
-        r.fill(ordinary, Rest(memo.fs, memo.us, set(skip)), on_fail=consolidate)
-        memo.quiet = (quiet, memo.next_expiry(now)) if quiet and not r.actions else None
-        return r.actions
+            inputs = WalkInputs(memo.walk_version, frozenset(r.free.closed), tuple(first), self)
+            idle = memo.idle_walk
+            if idle is not None and idle.key == inputs and now < idle.until:
+                return
+        r.fill(walk, SmallestLeft(memo.by_fraction, memo.by_util, set(skip)),
+               on_fail=on_fail.consolidate)
+        memo.idle_walk = (IdleWalk(inputs, memo.next_expiry(now)) if inputs and not r.actions
+                          else None)
 
-    def tenant_keys(self, job: JobView) -> dict[str, tuple | float | None]:
+    def tenant_keys(self, job: JobView) -> dict[str, MoveKey | HolderKey | float | None]:
         """What each reader kept in the memo reads of a job holding GPUs, by name
         (``FgsMemo.keys``): a change of a name's key makes its GPUs stale there.
 
@@ -359,13 +351,43 @@ class Fgs(Policy):
         util = util_of(job)
         fin = (finish_in(job, self.reserve_horizon_s)
                if running and (not may or job.num_gpus > 1) else None)
-        common = (job.fragments, job.num_gpus, running, util, may, job.last_start, run)
-        return {"tenant": ((job.fragments, job.last_start, util, may, run)
-                           if running and job.num_gpus == 1 else None),
-                "reach": (*common, fin is not None and fin != math.inf),
-                "clear": (*common, fin),
+        frags, k, last = job.fragments, job.num_gpus, job.last_start
+        return {"tenant": (MoveKey(frags, last, util, may, run)
+                           if running and k == 1 else None),
+                "reach": HolderKey(frags, k, running, util, may, last, run,
+                                   fin is not None and fin != math.inf),
+                "clear": HolderKey(frags, k, running, util, may, last, run, fin),
                 "run": run}
 
 
-class _Round(RoomMixin, ConsolidateMixin, RoundBase):
-    """One decision: placing in order (``fgs_round``), making room, consolidating."""
+class _OnFail:
+    """What a walk does with a job that did not fit (its ``on_fail``); each hook says
+    whether it may still change the cluster for later jobs of the walk."""
+
+    def __init__(self, r: "_Round", reservations: int, defrag: bool) -> None:
+        self.r = r
+        self.reservations = reservations   # promoted jobs left to make room for
+        self.defrag = defrag               # consolidation not tried yet
+
+    def make_room(self, job: JobView, sample_only: bool = False) -> bool:
+        """A promoted job: make room for it while reservations are left."""
+        if self.reservations > 0 and job.num_gpus <= self.r.up:
+            self.reservations -= 1
+            self.r.make_room(job, sample_only)
+        return self.reservations > 0
+
+    def make_room_to_sample(self, job: JobView) -> bool:
+        """A promoted job not sampled yet: make room for its sampling phase."""
+        return self.make_room(job, True)
+
+    def consolidate(self, job: JobView) -> bool:
+        """The first shortest-first job that did not fit: consolidate for it, once."""
+        if self.defrag and job.num_gpus <= self.r.up:
+            self.defrag = False
+            self.r.consolidate(job)
+        return self.defrag
+
+
+class _Round(RoomMixin, ConsolidateMixin, BestFit):
+    """One decision's round: fit and best fit (``BestFit``), making room (``RoomMixin``)
+    and consolidation (``ConsolidateMixin``) on one working state (``fit.RoundBase``)."""

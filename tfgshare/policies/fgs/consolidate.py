@@ -1,4 +1,4 @@
-"""fgs consolidation: migrate single-GPU tenants to clear fragments for a job.
+"""fgs phase 5, consolidate: migrate single-GPU tenants to clear fragments for a job.
 
 When the first job that does not fit would fit in the total free capacity,
 tenants of the GPUs nearest to fitting it (at most ``CONSOLIDATE_TRIES`` more
@@ -11,6 +11,8 @@ full search decides the same, ``tests/test_policies_memo.py``): the memo's
 move, so GPUs none of whose tenants may move yet are not scanned; a try
 that would not make room even with every movable tenant gone is not made;
 and no try is made once too few are left to clear the GPUs a gang still misses.
+
+Imports: ``policies`` below fgs, ``fgs.order`` and ``fgs.fit``.
 """
 
 from __future__ import annotations
@@ -19,17 +21,19 @@ import heapq
 import itertools
 import math
 
-from .base import JobView, Migrate, Start
-from .fgs_round import BANDS, util_of
-from .interference import room_for
-from .placement import EPS, GpuUse, free_fraction, to_fragments
+from ..base import JobView, Migrate, Start
+from ..interference import room_for
+from ..placement import EPS, GpuUse, free_fraction, to_fragments
+from .fit import SLACK, util_of
+from .order import BANDS, search_band
+
+__all__ = ["CONSOLIDATE_TRIES", "ConsolidateMixin", "MovableIndex"]
 
 CONSOLIDATE_TRIES = 8   # nearly fitting GPUs a consolidation tries to clear
-SLACK = 1e-9            # margin over float rounding in the bounds the shortcuts check
 
 
 class ConsolidateMixin:
-    """The consolidation part of an fgs round (mixed into the round in ``fgs``)."""
+    """The consolidation part of an fgs round (mixed into ``policy._Round``)."""
 
     def consolidate(self, job: JobView) -> None:
         """Clear fragments for ``job`` by migrating single-GPU tenants into others' free room."""
@@ -41,28 +45,29 @@ class ConsolidateMixin:
             return
         # GPUs that could take the job now (fewer than k, or it would have been placed)
         chosen: list[str] = []
-        band = min(BANDS, int(max(0.0, util) * BANDS))
+        band = search_band(util)
         while len(chosen) < k - 1:
             got = fm.best_fit(need, chosen, lambda g: self.calm(g, util), band)
             if got is None:
                 break
-            chosen.append(got[0])
+            gid, _ = got   # (GPU, fraction)
+            chosen.append(gid)
         # used GPUs that a move of small tenants could clear, nearest to fitting first;
         # which tenants may move is asked only of the GPUs tried (it costs more than the sort)
         # (only GPUs that a running single-GPU job held as the round began: no other has
         # a tenant consolidation may move)
         closed, order, gpus, free, use = fm.closed, fm.order, fm.gpus, fm.free, fm.use
-        singles = self.memo.singles
+        candidates = self.memo.single_gpu_holders
         if self.pol.shortcuts:   # only GPUs where some tenant may move by now
-            singles = MovableIndex.of(self).movable_by(self.now)
+            candidates = MovableIndex.of(self).movable_by(self.now)
         if len(fm.sizes) == 1:
             f = need(first)
-            keyed = [(f - free(gid), order[gid], gid) for gid in singles
+            keyed = [(f - free(gid), order[gid], gid) for gid in candidates
                      if gid in use and gid in gpus and gid not in closed and gid not in chosen]
         else:
             fractions: dict[int, float] = {}   # memory size -> the job's fraction
             keyed = []
-            for gid in singles:
+            for gid in candidates:
                 gpu = gpus.get(gid)
                 if gpu is None or gid not in use or gid in closed or gid in chosen:
                     continue
@@ -80,10 +85,10 @@ class ConsolidateMixin:
             # each candidate with its tenants that may move (acted and the round's
             # movability stay as they are until the tries are over)
             while keyed:
-                c = heapq.heappop(keyed)
-                hs = [h for h in holders.get(c[2], ()) if may(h)]
+                _, _, gid = heapq.heappop(keyed)   # (room short, order, GPU)
+                hs = [h for h in holders.get(gid, ()) if may(h)]
                 if hs:
-                    yield c[2], hs
+                    yield gid, hs
 
         plan: list[tuple[JobView, list[tuple[str, float]]]] = []
         saved: dict[str, GpuUse | None] = {}   # each GPU's use before this call changed it
@@ -169,7 +174,8 @@ class ConsolidateMixin:
             if dest is None:
                 self._restore(before)
                 return None
-            before.setdefault(dest[0], use.get(dest[0]))
+            dest_gpu, _ = dest
+            before.setdefault(dest_gpu, use.get(dest_gpu))
             self._take(h.id, hu, [dest])
             step.append((h, [dest]))
         if self.room(gid, f, util):
@@ -230,6 +236,7 @@ class ConsolidateMixin:
         return False
 
     def _may_consolidate(self, h: JobView) -> bool:
+        """Whether consolidation may move this tenant now (a single-GPU one, movable)."""
         return h.num_gpus == 1 and self.movable(h, 1)
 
     def _restore(self, before: dict) -> None:
@@ -239,6 +246,7 @@ class ConsolidateMixin:
 
 
 def _smallest_first(h: JobView) -> tuple[float, str]:
+    """Sort key: smallest fragment first, then by id."""
     return (h.fragments[0].fraction, h.id)
 
 
@@ -307,7 +315,7 @@ class MovableIndex:
         """The GPUs where some single-GPU tenant may have passed its minimum run by ``now``."""
         self.now = now
         heap, due, ready = self.heap, self.due, self.ready
-        while heap and heap[0][0] <= now:
+        while heap and heap[0][0] <= now:   # (moment, GPU)
             t, gid = heapq.heappop(heap)
             if due.get(gid) == t:
                 ready.add(gid)

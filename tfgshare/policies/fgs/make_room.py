@@ -1,11 +1,15 @@
-"""fgs making room for a promoted job: move small tenants off, or reserve GPUs.
+"""fgs phase 4, make room for a promoted job: move small tenants off, or reserve GPUs.
 
 A promoted job that does not fit is given the GPUs cheapest to clear: each
 GPU's cost is when its tenants (soonest-ready first) could all be moved, and
 how many; the gang's GPUs are picked on one node if it can. If they can be
 cleared now, the tenants are migrated elsewhere or suspended and the job
 starts; if they free within ``reserve_horizon_s``, they are reserved (closed
-to other jobs this round).
+to other jobs this round). The memo's indexes (``room_index``) answer the
+same as pricing every GPU, faster.
+
+Imports: ``policies`` below fgs, ``fgs.records``, ``fgs.order``, ``fgs.fit``
+and ``fgs.room_index``.
 """
 
 from __future__ import annotations
@@ -13,54 +17,22 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-from .base import Action, ClusterSnapshot, JobState, JobView, Migrate, Start, Suspend
-from .fgs_room_kept import (ClearIndex, RoomIndex, clear_cost_from, finish_in, frac_on,
-                             retimed)
-from .fgs_round import BANDS, util_of
-from .interference import room_for
-from .placement import (EPS, MIN_FRACTION, exclusive_fraction, reserve_fraction,
-                        to_fragments)
-from .queueing import arrival_key
+from ..base import Action, ClusterSnapshot, JobState, JobView, Migrate, Start, Suspend
+from ..interference import room_for
+from ..placement import EPS, MIN_FRACTION, exclusive_fraction, reserve_fraction, to_fragments
+from ..queueing import arrival_key
+from .fit import SLACK, util_of
+from .order import BANDS
+from .records import (ClearClock, ClearCost, ClearJob, ClearLayout, ClearStep, ClearSteps,
+                      GpuCost, MinRunTimer, RoomLayout)
+from .room_index import (ClearIndex, RoomIndex, clear_cost_from, finish_in, frac_on,
+                         node_score, retimed)
 
-SLACK = 1e-9   # rounding in a GPU's sums that a bound must allow for
+__all__ = ["RoomMixin"]
 
 
 class RoomMixin:
-    """The making-room part of an fgs round (mixed into the round in ``fgs``)."""
-
-    def movable(self, holder: JobView, size: int) -> bool:
-        """Whether a running job may be moved now for a job of ``size`` GPUs."""
-        return holder.id not in self.acted and self._may_move(holder, size)[0]
-
-    def evictable(self, holder: JobView, size: int) -> bool:
-        """Whether a running job may ever be moved for a job of ``size`` GPUs.
-
-        Not one that already waited past its own bound (it was promoted once):
-        otherwise promoted jobs would take turns suspending each other.
-        """
-        return holder.id not in self.acted and self._may_move(holder, size)[1]
-
-    def _may_move(self, holder: JobView, size: int) -> tuple[bool, bool]:
-        """(movable, evictable) as if the job were not acted on this round (kept per round)."""
-        key = (holder.id, size)
-        got = self._movable.get(key)
-        if got is None:
-            # what the view alone decides is kept in the memo until the view changes
-            moving = self.memo.moving
-            seen = moving.get(holder.id)
-            if seen is None or seen[0] is not holder:
-                pol = self.pol
-                may = pol.may_be_moved(holder)
-                seen = moving[holder.id] = (holder, may, pol.min_run(holder) if may else 0.0)
-            ever = seen[1] and holder.num_gpus <= size
-            last = holder.last_start
-            got = self._movable[key] = (ever and (last is None or self.now - last >= seen[2]),
-                                        ever)
-        return got
-
-    def settled(self, job: JobView) -> bool:
-        """Whether the job has run at least its ``min_run`` since its last start."""
-        return job.last_start is None or self.now - job.last_start >= self.pol.min_run(job)
+    """The making-room part of an fgs round (mixed into ``policy._Round``)."""
 
     def readiness(self, size: int):
         """``ready_in`` of a job holding a GPU as if not acted on this round, as a function.
@@ -87,17 +59,17 @@ class RoomMixin:
         """Seconds until this tenant's room could be had: 0 if it may move now, inf if
         it may not be moved and is not predicted to finish within ``reserve_horizon_s``."""
         if holder.id not in self.acted:
-            movable, evictable = self._may_move(holder, size)   # (``movable``, ``evictable``)
-            if movable:
+            may = self._may_move(holder, size)
+            if may.now:
                 return 0.0
-            if evictable:
+            if may.ever:
                 return self.pol.min_run(holder) - (self.now - holder.last_start)
         if holder.state is not JobState.RUNNING:
             return 1.0   # sampling or suspending: gone soon, but not movable
         return finish_in(holder, self.pol.reserve_horizon_s)
 
-    def clear_cost(self, gid: str, f: float, util: float, ready):
-        """(seconds until free, tenants to move, those tenants) to fit one more job on ``gid``.
+    def clear_cost(self, gid: str, f: float, util: float, ready) -> ClearCost | None:
+        """What it costs to fit one more job on ``gid``: when, and which tenants to move.
 
         Tenants go soonest-ready first, larger first on ties. None if even an
         empty GPU would not do.
@@ -105,14 +77,14 @@ class RoomMixin:
         free = self.free.free(gid)
         use = self.free.use.get(gid)
         if use is None:   # idle
-            return (0.0, 0, ()) if free >= f - EPS else None
+            return ClearCost(0.0, 0, ()) if free >= f - EPS else None
         tenants = use.tenants
         pol = self.pol
         cap = pol.max_cotenants
         if free >= f - EPS and tenants < cap and (   # calm(gid, util), inline
                 tenants <= 0 or util <= room_for(tenants, use.util, pol.slowdown_cap,
                                                  pol.interference_overhead) + EPS):
-            return (0.0, 0, ())
+            return ClearCost(0.0, 0, ())
         acted = self.acted
         hs = self.holders.get(gid, ())
         if acted:
@@ -123,7 +95,7 @@ class RoomMixin:
         if len(hs) == 1 and tenants == 1:   # the common case: one tenant to move
             h = hs[0]
             if free + frac_on(h, gid) + r >= f - EPS:
-                return (ready(h), 1, hs)
+                return ClearCost(ready(h), 1, hs)
             return None
         hs = sorted(hs, key=lambda h: (ready(h), -frac_on(h, gid), h.id))
         gone: list[JobView] = []
@@ -134,7 +106,7 @@ class RoomMixin:
             free += frac_on(h, gid) + r
             tenants -= 1
             if free >= f - EPS and tenants < cap and self.calm(gid, util, gone):
-                return (wait, len(gone), hs[:len(gone)])
+                return ClearCost(wait, len(gone), hs[:len(gone)])
         return None
 
     def make_room(self, job: JobView, sample_only: bool = False) -> None:
@@ -145,10 +117,10 @@ class RoomMixin:
                 and not self.free.closed):
             # out of reach last time: the bound (O(changed GPUs)) first, then the pick
             memo = self.memo
-            if memo.far == job.id and self.out_of_reach(job, need):
+            if memo.out_of_reach_job == job.id and self.out_of_reach(job, need):
                 return
-            chosen = self.cheapest_kept(job.num_gpus, need, util)
-            memo.far = job.id if (chosen is None or max(c[0] for c in chosen)
+            chosen = self.cheapest_from_index(job.num_gpus, need, util)
+            memo.out_of_reach_job = job.id if (chosen is None or max(c.wait_s for c in chosen)
                                   > self.pol.reserve_horizon_s) else None
         else:
             if self.out_of_reach(job, need):
@@ -156,15 +128,15 @@ class RoomMixin:
             chosen = self.cheapest(job.num_gpus, need, util)
         if chosen is None:
             return
-        victims = {v.id: v for c in chosen for v in c[4]}
-        wait = max(c[0] for c in chosen)
+        victims = {v.id: v for c in chosen for v in c.tenants}
+        wait = max(c.wait_s for c in chosen)
         if wait > 0 or len(victims) > self.moves_left:
             if wait <= self.pol.reserve_horizon_s:
-                self.free.close(c[3] for c in chosen)
+                self.free.close(c.gpu for c in chosen)
             return
         for v in victims.values():
             self._release(v)
-        placed = [(c[3], need(self.free.gpus[c[3]])) for c in chosen]
+        placed = [(c.gpu, need(self.free.gpus[c.gpu])) for c in chosen]
         self._take(job.id, util, placed)
         moves = [self.relocate(v) for v in sorted(victims.values(), key=arrival_key)]
         self.actions.extend(moves)
@@ -172,9 +144,9 @@ class RoomMixin:
         self.acted.add(job.id)
         self.failed.clear()
 
-    def cheapest(self, k: int, need, util: float) -> list | None:
+    def cheapest(self, k: int, need, util: float) -> list[GpuCost] | None:
         """The ``k`` GPUs cheapest to clear for a job of this need and
-        utilisation, as (wait, moves, order, GPU, tenants to move); None: not ``k`` to be had.
+        utilisation; None: not ``k`` to be had.
 
         Every open GPU is priced; for a 1-GPU job the scan stops at the first
         GPU in cluster order that one move, now, clears.
@@ -191,12 +163,12 @@ class RoomMixin:
                 f = fractions[gpu.memory_mb] = need(gpu)
             c = self.clear_cost(gid, f, util, ready)
             if c is not None:
-                costs.append((c[0], c[1], order[gid], gid, c[2]))
-                if k == 1 and c[0] == 0 and c[1] <= 1:
+                costs.append(GpuCost(c.wait_s, c.moves, order[gid], gid, c.tenants))
+                if k == 1 and c.wait_s == 0 and c.moves <= 1:
                     break   # one move, now: nothing cheaper for a 1-GPU job
         return _pick_gpus(costs, k, self.free.gpus, self.free.cluster)
 
-    def cheapest_kept(self, k: int, need, util: float) -> list | None:
+    def cheapest_from_index(self, k: int, need, util: float) -> list[GpuCost] | None:
         """``cheapest`` from the clear costs kept in the memo (``ClearIndex``).
 
         Only for a round that has not acted yet (the round's free room and
@@ -208,8 +180,8 @@ class RoomMixin:
         the others hold as they were.
         """
         cluster, pol, gpus = self.cluster, self.pol, self.free.gpus
-        layout = (pol.room_key(), pol.max_cotenants, pol.slowdown_cap,
-                  pol.interference_overhead, cluster.reserve_mb, cluster.down_nodes)
+        layout = ClearLayout(pol.room_key(), pol.max_cotenants, pol.slowdown_cap,
+                             pol.interference_overhead, cluster.reserve_mb, cluster.down_nodes)
         memo = self.memo
         index = memo.indexes.get("clear")
         if (index is None or index.layout != layout or index.gpus is not cluster.gpus
@@ -218,18 +190,20 @@ class RoomMixin:
                                                         self.free.order)
         index.now = self.now
         by_mem = {mem: need(g) for mem, g in index.reps.items()}
-        kept, redo_steps, redo, new = index.start(
-            k, (k, tuple(sorted(by_mem.items())), util))
-        steps, clocks, now = kept.steps, kept.clocks, self.now
+        gang_steps, redo_steps, redo, new = index.start(
+            k, ClearJob(k, tuple(sorted(by_mem.items())), util))
+        steps, clocks, now = gang_steps.steps, gang_steps.clocks, self.now
         for gid in [g for g in clocks if g not in redo_steps]:
             got = retimed(gid, steps[gid], clocks[gid], now)
             if got is None:   # the tenants' order changed: worked out again
                 redo_steps.add(gid)
-            elif got[1] is None:
-                steps[gid] = got[0]
-                del clocks[gid]
             else:
-                steps[gid], clocks[gid] = got
+                new_steps, clock = got
+                steps[gid] = new_steps
+                if clock is None:
+                    del clocks[gid]
+                else:
+                    clocks[gid] = clock
         if redo_steps:
             ready = self.readiness(k)
             for gid in redo_steps:
@@ -253,35 +227,33 @@ class RoomMixin:
                           gid in clocks)
         return index.pick(k, cluster)
 
-    def clock(self, steps: tuple, k: int, ready) -> tuple | None:
+    def clock(self, steps: ClearSteps, k: int, ready) -> ClearClock | None:
         """What ``retimed`` needs to bring a GPU's ``clear_steps`` (gang size ``k``) to a
-        later time: (each tenant's wait, in the steps' order; (place, last start, minimum
-        run) of each tenant inside its minimum run), or None if there is none such."""
-        moves = steps[3]
+        later time, or None if no tenant is inside its minimum run."""
+        moves = steps.moves
         if not moves:
             return None
-        hs = moves[0][5]
+        hs = moves[0].tenants
         timers = []
         for i, h in enumerate(hs):
-            movable, ever = self._may_move(h, k)
-            if ever and not movable:   # inside its minimum run: its wait falls with time
-                timers.append((i, h.last_start, self.pol.min_run(h)))
+            may = self._may_move(h, k)
+            if may.ever and not may.now:   # inside its minimum run: its wait falls with time
+                timers.append(MinRunTimer(i, h.last_start, self.pol.min_run(h)))
         if not timers:
             return None
-        return tuple(ready(h) for h in hs), tuple(timers)
+        return ClearClock(tuple(ready(h) for h in hs), tuple(timers))
 
-    def clear_steps(self, gid: str, ready) -> tuple:
+    def clear_steps(self, gid: str, ready) -> ClearSteps:
         """What ``clear_cost`` reads of ``gid``, whatever the job's fraction and utilisation.
 
-        (free room, tenants, utilisation room beside them or None if idle, and
-        per tenant moved in ``clear_cost``'s order: (free room, tenants left,
-        utilisation room left, wait, tenants moved, those tenants)); the sums
-        are made as ``clear_cost`` makes them, so the answers are the same to the bit.
+        Its free room, tenants and utilisation room now, and the same after
+        each tenant moved in ``clear_cost``'s order; the sums are made as
+        ``clear_cost`` makes them, so the answers are the same to the bit.
         """
         free = self.free.free(gid)
         use = self.free.use.get(gid)
         if use is None:   # idle
-            return (free, 0, None, ())
+            return ClearSteps(free, 0, None, ())
         tenants = use.tenants
         pol = self.pol
         cap, overhead = pol.slowdown_cap, pol.interference_overhead
@@ -291,15 +263,15 @@ class RoomMixin:
         if acted:
             hs = [h for h in hs if h.id not in acted]
         if not hs:
-            return (free, tenants, room, ())
+            return ClearSteps(free, tenants, room, ())
         r = reserve_fraction(self.free.gpus[gid], self.reserve)
         if len(hs) == 1 and tenants == 1:   # the common case: one tenant to move
             h = hs[0]
-            return (free, tenants, room, ((free + frac_on(h, gid) + r, 0, math.inf,
-                                           ready(h), 1, hs),))
+            return ClearSteps(free, tenants, room, (ClearStep(free + frac_on(h, gid) + r, 0,
+                                                              math.inf, ready(h), 1, hs),))
         # clear_cost's order (the ids differ, so the views are never compared)
         keyed = sorted([(ready(h), -frac_on(h, gid), h.id, h) for h in hs])
-        hs = [key[3] for key in keyed]
+        hs = [h for *_, h in keyed]
         out = []
         wait, left, total = 0.0, tenants, use.util
         for i, (t, neg_f, _, h) in enumerate(keyed):
@@ -308,9 +280,10 @@ class RoomMixin:
             left -= 1
             total -= util_of(h)
             n = use.tenants - (i + 1)
-            out.append((free, left, math.inf if n <= 0 else room_for(n, total, cap, overhead),
-                        wait, i + 1, hs))
-        return (self.free.free(gid), tenants, room, tuple(out))
+            out.append(ClearStep(free, left,
+                                 math.inf if n <= 0 else room_for(n, total, cap, overhead),
+                                 wait, i + 1, hs))
+        return ClearSteps(self.free.free(gid), tenants, room, tuple(out))
 
     def out_of_reach(self, job: JobView, need) -> bool:
         """Whether no ``num_gpus`` GPUs could be had within ``reserve_horizon_s`` (make_room does nothing).
@@ -337,13 +310,13 @@ class RoomMixin:
         if fitting >= k:
             return False
         memo, cluster = self.memo, self.cluster
-        key = (self.pol.room_key(), cluster.gpus, cluster.reserve_mb)
+        key = RoomLayout(self.pol.room_key(), cluster.gpus, cluster.reserve_mb)
         index = memo.indexes.get("room")
         if index is None or index.key != key or self.now < index.now:
             index = memo.indexes["room"] = RoomIndex(self.pol, key, cluster)
-        near = index.near(k, self.now, memo.holdings.by_gpu(), memo.holdings.use,
+        reachable = index.reachable(k, self.now, memo.holdings.by_gpu(), memo.holdings.use,
                           f - EPS - SLACK, util_of(job) - EPS - SLACK)
-        if fitting + len(near) < k:
+        if fitting + len(reachable) < k:
             return True
         # A gang's GPUs come from one node when some node has k candidates. Before
         # any action this round, every up GPU is one (emptied, it fits the job), so
@@ -354,7 +327,7 @@ class RoomMixin:
                 or exclusive_fraction(self.rep, self.reserve) < f - EPS + SLACK
                 or index.biggest_node(up, cluster.down_nodes) < k):
             return False
-        per_node = Counter(map(index.node_of.__getitem__, near))
+        per_node = Counter(map(index.node_of.__getitem__, reachable))
         down = cluster.down_nodes
         return fitting + max((n for node, n in per_node.items() if node not in down),
                              default=0) < k
@@ -374,25 +347,26 @@ class RoomMixin:
         return Migrate(job.id, to_fragments(placed))
 
 
-def _pick_gpus(costs, k: int, gpus, cluster: ClusterSnapshot) -> list | None:
+def _pick_gpus(costs: list[GpuCost], k: int, gpus,
+               cluster: ClusterSnapshot) -> list[GpuCost] | None:
     """The ``k`` GPUs cheapest to clear: one node if it can, else across the nodes a gang may span."""
     if len(costs) < k:
         return None
-    costs.sort(key=lambda c: c[:4])
+    costs.sort(key=GpuCost.rank)
     if k == 1:
         return costs[:1]
-    by_node: dict[str, list] = {}
+    by_node: dict[str, list[GpuCost]] = {}
     for c in costs:
-        by_node.setdefault(gpus[c[3]].node, []).append(c)
-    best = None
+        by_node.setdefault(gpus[c.gpu].node, []).append(c)
+    best_score, best_pick = None, None
     for node, cs in by_node.items():
         if len(cs) >= k:
             pick = cs[:k]
-            score = (max(c[0] for c in pick), sum(c[1] for c in pick), pick[0][2])
-            if best is None or score < best[0]:
-                best = (score, pick)
-    if best:
-        return best[1]
+            score = node_score(pick)
+            if best_score is None or score < best_score:
+                best_score, best_pick = score, pick
+    if best_pick:
+        return best_pick
     if cluster.gang_nodes is not None:
-        costs = [c for c in costs if cluster.spans_onto(gpus[c[3]].node)]
+        costs = [c for c in costs if cluster.spans_onto(gpus[c.gpu].node)]
     return costs[:k] if len(costs) >= k else None

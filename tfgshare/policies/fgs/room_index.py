@@ -1,11 +1,13 @@
 """What fgs keeps in its memo between rounds to make room fast: per-GPU room and clear costs.
 
 ``RoomIndex`` bounds whether any ``num_gpus`` GPUs could be cleared within
-the reservation horizon (``fgs_room.RoomMixin.out_of_reach``); ``ClearIndex``
+the reservation horizon (``make_room.RoomMixin.out_of_reach``); ``ClearIndex``
 keeps each GPU's clear cost (``RoomMixin.clear_cost``) for the latest promoted
 jobs' sizes, so a round re-prices only the GPUs whose tenants changed. Both
 give the answers of pricing every GPU; the memo adds changed GPUs to their
 ``stale`` sets.
+
+Imports: ``policies`` below fgs, ``fgs.records`` and ``fgs.fit``.
 """
 
 from __future__ import annotations
@@ -13,14 +15,30 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_left, insort
+from dataclasses import dataclass, field
 
 from sortedcontainers import SortedList
 
-from .base import ClusterSnapshot, JobState, JobView
-from .fgs_round import util_of
-from .interference import room_for
-from .placement import EPS, free_fraction, reserve_fraction
-from .prediction import remaining_s
+from ..base import ClusterSnapshot, JobState, JobView
+from ..interference import room_for
+from ..placement import EPS, free_fraction, reserve_fraction
+from ..prediction import remaining_s
+from .fit import util_of
+from .records import (ClearClock, ClearCost, ClearJob, ClearLayout, ClearRead, ClearStep,
+                      ClearSteps, CostRank, GpuCost, NodeScore, Reach, ReachMoment, RoomLayout)
+
+__all__ = ["ClearIndex", "GangClearSteps", "JobClearCosts", "RoomIndex", "clear_cost_from",
+           "finish_in", "frac_on", "node_score", "retimed"]
+
+
+@dataclass(slots=True)
+class ReachForGang:
+    """``RoomIndex``'s GPUs' reach for one gang size, and how to keep it current."""
+    rooms: dict[str, Reach] = field(default_factory=dict)   # GPU -> its reach
+    by_memory: SortedList = field(default_factory=SortedList)     # (reach memory, GPU)
+    by_util_room: SortedList = field(default_factory=SortedList)  # (reach util room, GPU)
+    moments: list[ReachMoment] = field(default_factory=list)      # heap
+    stale: set[str] = field(default_factory=set)   # GPUs to work out again
 
 
 class RoomIndex:
@@ -36,27 +54,27 @@ class RoomIndex:
 
     reads = "reach"   # a GPU's room depends only on this key of its tenants (``FgsMemo.keys``)
 
-    def __init__(self, pol, key: tuple, cluster) -> None:
+    def __init__(self, pol, key: RoomLayout | tuple, cluster) -> None:
         self.pol, self.key = pol, key
         self.gpus = {g.id: g for g in cluster.gpus}
         self.node_of = {g.id: g.node for g in cluster.gpus}
         self.reserve = cluster.reserve_mb
         self.now = -math.inf
-        # k -> (gid -> (room, util room), the two sorted, heap (moment, gid, then), stale GPUs)
-        self.by_size: dict[int, tuple] = {}
+        self.by_size: dict[int, ReachForGang] = {}   # gang size -> its GPUs' reach
         self.stale: set[str] = set()   # GPUs whose tenants changed (the memo adds them)
-        self._nodes: tuple[frozenset, int] | None = None   # (down nodes, most up GPUs on a node)
+        self._nodes_down: frozenset | None = None   # the down nodes ``_biggest`` is for
+        self._biggest = 0                           # the most up GPUs on a node
 
     def biggest_node(self, up: dict, down: frozenset) -> int:
         """The most up GPUs on one node."""
-        if self._nodes is None or self._nodes[0] != down:
+        if self._nodes_down is None or self._nodes_down != down:
             sizes: dict[str, int] = {}
             for g in up.values():
                 sizes[g.node] = sizes.get(g.node, 0) + 1
-            self._nodes = (down, max(sizes.values(), default=0))
-        return self._nodes[1]
+            self._nodes_down, self._biggest = down, max(sizes.values(), default=0)
+        return self._biggest
 
-    def near(self, k: int, now: float, holders: dict[str, list[JobView]], use: dict,
+    def reachable(self, k: int, now: float, holders: dict[str, list[JobView]], use: dict,
              room: float, util: float) -> list[str]:
         """The GPUs that moving their tenants ready within the horizon (``k``-GPU job) clears
         for ``room`` and a tenant of utilisation ``util``.
@@ -68,17 +86,18 @@ class RoomIndex:
         """
         self.now = now
         if self.stale:
-            for *_, stale in self.by_size.values():
-                stale |= self.stale
+            for got in self.by_size.values():
+                got.stale |= self.stale
             self.stale = set()
         got = self.by_size.get(k)
         if got is None:
-            got = self.by_size[k] = ({}, SortedList(), SortedList(), [], set(holders))
-        rooms, by_mem, by_calm, moments, stale = got
-        while moments and moments[0][0] <= now:
-            _, gid, then = heapq.heappop(moments)
-            if rooms.get(gid) == then:   # else worked out again since
-                stale.add(gid)
+            got = self.by_size[k] = ReachForGang(stale=set(holders))
+        rooms, by_mem, by_calm = got.rooms, got.by_memory, got.by_util_room
+        moments, stale = got.moments, got.stale
+        while moments and moments[0].at <= now:
+            moment = heapq.heappop(moments)
+            if rooms.get(moment.gpu) == moment.reach:   # else worked out again since
+                stale.add(moment.gpu)
         pol = self.pol
         for gid in stale:
             old = rooms.get(gid)
@@ -87,8 +106,8 @@ class RoomIndex:
             if g is None or not hs:
                 if old is not None:
                     del rooms[gid]
-                    by_mem.remove((old[0], gid))
-                    by_calm.remove((old[1], gid))
+                    by_mem.remove((old.memory, gid))
+                    by_calm.remove((old.util_room, gid))
                 continue
             r = reserve_fraction(g, self.reserve)
             u = use.get(gid)
@@ -109,21 +128,22 @@ class RoomIndex:
                 calm = -math.inf
             else:
                 calm = room_for(left, left_util, pol.slowdown_cap, pol.interference_overhead)
-            if old != (mem, calm):   # else sorted as before (a tenant's view changed, not its room)
+            reach = Reach(mem, calm)
+            if old != reach:   # else sorted as before (a tenant's view changed, not its room)
                 if old is not None:
-                    by_mem.remove((old[0], gid))
-                    by_calm.remove((old[1], gid))
-                rooms[gid] = (mem, calm)
+                    by_mem.remove((old.memory, gid))
+                    by_calm.remove((old.util_room, gid))
+                rooms[gid] = reach
                 by_mem.add((mem, gid))
                 by_calm.add((calm, gid))
             for t in later:
-                heapq.heappush(moments, (t, gid, (mem, calm)))
+                heapq.heappush(moments, ReachMoment(t, gid, reach))
         stale.clear()
         i = by_mem.bisect_left((room, ""))
         j = by_calm.bisect_left((util, ""))
         if len(by_mem) - i <= len(by_calm) - j:
-            return [gid for _, gid in by_mem.islice(i) if rooms[gid][1] >= util]
-        return [gid for _, gid in by_calm.islice(j) if rooms[gid][0] >= room]
+            return [gid for _, gid in by_mem.islice(i) if rooms[gid].util_room >= util]
+        return [gid for _, gid in by_calm.islice(j) if rooms[gid].memory >= room]
 
     def ready_from(self, h: JobView, k: int) -> float:
         """From when ``ready_in(h, k)`` is within the horizon (early, never late); inf: never."""
@@ -162,7 +182,8 @@ class ClearIndex:
     KEEP = 4
     reads = "clear"   # a GPU's costs depend only on this key of its tenants (``FgsMemo.keys``)
 
-    def __init__(self, layout: tuple, gpus: tuple, up: dict, order: dict) -> None:
+    def __init__(self, layout: ClearLayout | tuple, gpus: tuple, up: dict,
+                 order: dict) -> None:
         self.layout, self.gpus = layout, gpus   # what the costs are for
         self.up = up                            # up GPU id -> GPU, in cluster order
         self.order = order                      # GPU -> its place in the cluster (the scan's order)
@@ -172,95 +193,100 @@ class ClearIndex:
         self.now = -math.inf
         self.stale: set[str] = set()            # GPUs whose tenants changed (the memo adds them)
         # (gang size, fractions by size, utilisation) -> its costs, the latest read last
-        self.kept: dict[tuple, KeptCosts] = {}
-        self.steps: dict[int, KeptSteps] = {}   # gang size -> each GPU's ``clear_steps``
-        self.current: KeptCosts | None = None
-        self.current_steps: KeptSteps | None = None
+        self.by_job: dict[ClearJob, JobClearCosts] = {}
+        self.steps: dict[int, GangClearSteps] = {}   # gang size -> each GPU's ``clear_steps``
+        self.current: JobClearCosts | None = None
+        self.current_steps: GangClearSteps | None = None
 
-    def start(self, k: int, job: tuple) -> tuple:
-        """Begin a read for a job of this size: (the GPUs' steps for gang size ``k``,
-        the GPUs whose steps to work out again, the GPUs whose costs to work out again
-        but for those timed now, whether the costs are new)."""
+    def start(self, k: int, job: ClearJob) -> ClearRead:
+        """Begin a read for a job of this size (``k`` GPUs)."""
         if self.stale:
-            for got in (*self.kept.values(), *self.steps.values()):
+            for got in (*self.by_job.values(), *self.steps.values()):
                 got.stale |= self.stale
             self.stale = set()
         steps = self.steps.get(k)
         if steps is None:
-            steps = self.steps[k] = KeptSteps()
+            steps = self.steps[k] = GangClearSteps()
             redo_steps = set(self.up)
         else:
             redo_steps = steps.stale
             steps.stale = set()
-        kept = self.kept
-        got = kept.pop(job, None)
+        by_job = self.by_job
+        got = by_job.pop(job, None)
         new = got is None
         if new:
-            got = KeptCosts()
+            got = JobClearCosts()
             redo = self.up.keys()
         else:
             redo = got.stale | got.timed
             got.stale = set()
-        kept[job] = got
-        if len(kept) > self.KEEP:
-            del kept[next(iter(kept))]
+        by_job[job] = got
+        if len(by_job) > self.KEEP:
+            del by_job[next(iter(by_job))]
         self.current, self.current_steps = got, steps
-        return steps, redo_steps, redo, new
+        return ClearRead(steps, redo_steps, redo, new)
 
     def fill(self, costs, timed) -> None:
         """Keep ``clear_cost``'s answers (GPU, cost or None) for new costs of every up GPU
         (those of the ``timed`` GPUs are kept out of the sorted lists)."""
         k, up, order = self.current, self.up, self.order
-        nodes: dict[str, list] = {}
+        nodes: dict[str, list[CostRank]] = {}
         for gid, c in costs:
             if c is not None:
-                new = k.costs[gid] = (c[0], c[1], order[gid], gid, c[2])
+                wait, moves, tenants = c
+                new = k.costs[gid] = GpuCost(wait, moves, order[gid], gid, tenants)
                 if gid in timed:
                     k.loose.add(gid)
                     continue
-                nodes.setdefault(up[gid].node, []).append(new[:4])
-                if c[0] == 0 and c[1] <= 1:
-                    k.one_now.append((new[2], gid))
+                nodes.setdefault(up[gid].node, []).append(new.rank())
+                if wait == 0 and moves <= 1:
+                    k.one_now.append((new.order, gid))
         k.all = sorted(c for cs in nodes.values() for c in cs)
         k.by_node = {node: sorted(cs) for node, cs in nodes.items()}
         k.one_now.sort()
         k.dirty = set(nodes)
 
-    def put(self, gid: str, c: tuple | None, timed: bool) -> None:
+    def put(self, gid: str, c: ClearCost | None, timed: bool) -> None:
         """Keep ``clear_cost``'s answer for this GPU (None: it cannot be cleared); a
         ``timed`` GPU's (priced again at every read) is kept out of the sorted lists."""
         k = self.current
         old = k.costs.pop(gid, None)
-        new = None if c is None else (c[0], c[1], self.order[gid], gid, c[2])
+        new = None
+        if c is not None:
+            wait, moves, tenants = c
+            new = GpuCost(wait, moves, self.order[gid], gid, tenants)
         node = self.up[gid].node
         if old is not None:
             if gid in k.loose:
                 k.loose.remove(gid)
-            elif new is not None and not timed and old[0] == c[0] and old[1] == c[1]:
+            elif (new is not None and not timed and old.wait_s == new.wait_s
+                  and old.moves == new.moves):
                 k.costs[gid] = new   # sorted as before: only its tenants' views are new
                 return
             else:
-                _remove(k.all, old[:4])
-                _remove(k.by_node[node], old[:4])
+                was = old.rank()
+                _remove(k.all, was)
+                _remove(k.by_node[node], was)
                 k.dirty.add(node)
-                if old[0] == 0 and old[1] <= 1:
-                    _remove(k.one_now, (old[2], gid))
+                if old.wait_s == 0 and old.moves <= 1:
+                    _remove(k.one_now, (old.order, gid))
         if new is None:
             return
         k.costs[gid] = new
         if timed:
             k.loose.add(gid)
             return
-        insort(k.all, new[:4])
+        rank = new.rank()
+        insort(k.all, rank)
         got = k.by_node.get(node)
         if got is None:
             got = k.by_node[node] = []
-        insort(got, new[:4])
+        insort(got, rank)
         k.dirty.add(node)
-        if c[0] == 0 and c[1] <= 1:
-            insort(k.one_now, (new[2], gid))
+        if new.wait_s == 0 and new.moves <= 1:
+            insort(k.one_now, (new.order, gid))
 
-    def pick(self, n: int, cluster: ClusterSnapshot) -> list | None:
+    def pick(self, n: int, cluster: ClusterSnapshot) -> list[GpuCost] | None:
         """What ``_pick_gpus`` picks from the scan of every GPU (see ``cheapest``), ``n`` GPUs.
 
         The sorted lists' cheapest are merged with the timed GPUs' costs.
@@ -269,16 +295,17 @@ class ClearIndex:
         costs = k.costs
         if len(costs) < n:
             return None
-        loose = [costs[gid][:4] for gid in k.loose]
+        loose = [costs[gid].rank() for gid in k.loose]
         if n == 1:   # the scan stops at the first GPU one move clears now
-            now = [(c[2], c[3]) for c in loose if c[0] == 0 and c[1] <= 1]
+            now = [(c.order, c.gpu) for c in loose if c.wait_s == 0 and c.moves <= 1]
             if k.one_now:
                 now.append(k.one_now[0])
             if now:
-                return [costs[min(now)[1]]]
+                _, gid = min(now)
+                return [costs[gid]]
             if k.all:
                 loose.append(k.all[0])
-            return [costs[min(loose)[3]]]
+            return [costs[min(loose).gpu]]
         # per node with n candidates in the lists: its n cheapest and their score, kept by score
         for node in k.dirty:
             old = k.scores.pop(node, None)
@@ -286,63 +313,63 @@ class ClearIndex:
                 _remove(k.best, (old, node))
             cs = k.by_node.get(node)
             if cs is not None and len(cs) >= n:
-                pick = cs[:n]
-                score = (max(c[0] for c in pick), sum(c[1] for c in pick), pick[0][2])
+                score = node_score(cs[:n])
                 k.scores[node] = score
                 insort(k.best, (score, node))
         k.dirty = set()
-        mixed: dict[str, list] = {}   # node -> its timed GPUs' costs
+        mixed: dict[str, list[CostRank]] = {}   # node -> its timed GPUs' costs
         for c in loose:
-            mixed.setdefault(up[c[3]].node, []).append(c)
-        best = None   # (score, the n cheapest of its node)
+            mixed.setdefault(up[c.gpu].node, []).append(c)
+        best_score, best_pick = None, None   # the best node's score and n cheapest
         for score, node in k.best:
             if node not in mixed:
-                best = (score, k.by_node[node][:n])
+                best_score, best_pick = score, k.by_node[node][:n]
                 break
         for node, cs in mixed.items():
             pick = sorted(cs + k.by_node.get(node, [])[:n])[:n]
             if len(pick) >= n:
-                score = (max(c[0] for c in pick), sum(c[1] for c in pick), pick[0][2])
-                if best is None or score < best[0]:
-                    best = (score, pick)
-        if best:
-            return [costs[c[3]] for c in best[1]]
+                score = node_score(pick)
+                if best_score is None or score < best_score:
+                    best_score, best_pick = score, pick
+        if best_pick:
+            return [costs[c.gpu] for c in best_pick]
         chosen = []
         for c in heapq.merge(k.all, sorted(loose)):
-            if cluster.spans_onto(up[c[3]].node):
-                chosen.append(costs[c[3]])
+            if cluster.spans_onto(up[c.gpu].node):
+                chosen.append(costs[c.gpu])
                 if len(chosen) == n:
                     return chosen
         return None
 
 
-class KeptSteps:
+class GangClearSteps:
     """Each up GPU's ``clear_steps`` for one gang size (see ``ClearIndex``)."""
 
     def __init__(self) -> None:
         self.stale: set[str] = set()        # GPUs whose tenants changed since last read
-        self.steps: dict[str, tuple] = {}
+        self.steps: dict[str, ClearSteps] = {}
         # GPUs with a tenant inside its minimum run -> their clocks (``RoomMixin.clock``)
-        self.clocks: dict[str, tuple] = {}
+        self.clocks: dict[str, ClearClock] = {}
 
 
-class KeptCosts:
+class JobClearCosts:
     """One job size's kept clear costs (see ``ClearIndex``); the lists are kept sorted."""
 
     def __init__(self) -> None:
         self.stale: set[str] = set()        # GPUs whose tenants changed since last read
         self.timed: set[str] = set()        # GPUs with a tenant inside its minimum run
-        self.costs: dict[str, tuple] = {}   # GPU -> (wait, moves, order, GPU, tenants)
+        self.costs: dict[str, GpuCost] = {}
         self.loose: set[str] = set()        # GPUs whose costs are not in the lists (timed)
-        self.all: list = []                 # every other cost's (wait, moves, order, GPU)
-        self.by_node: dict[str, list] = {}
-        self.one_now: list = []             # (place, GPU) of those one move clears now
+        self.all: list[CostRank] = []       # every other cost's rank
+        self.by_node: dict[str, list[CostRank]] = {}
+        self.one_now: list[tuple[int, str]] = []   # (order, GPU) of those one move clears now
         self.dirty: set[str] = set()        # nodes whose costs changed since the last pick
-        self.scores: dict[str, tuple] = {}  # node -> score of its cheapest (pick's gang size)
-        self.best: list = []                # (score, node)
+        self.scores: dict[str, NodeScore] = {}   # node -> score of its cheapest (pick's gang size)
+        self.best: list[tuple[NodeScore, str]] = []   # (score, node)
 
 
-def retimed(gid: str, steps: tuple, clock: tuple, now: float) -> tuple | None:
+def retimed(gid: str, steps: ClearSteps, clock: ClearClock,
+            now: float) -> tuple[ClearSteps, ClearClock | None] | None:
     """A GPU's ``clear_steps`` at ``now`` from its ``clock`` (``RoomMixin.clock``), its
     tenants unchanged since: (steps, clock or None if no wait falls any more), or None
     if the tenants' order (soonest ready first) changed.
@@ -351,28 +378,33 @@ def retimed(gid: str, steps: tuple, clock: tuple, now: float) -> tuple | None:
     maxima are taken in the same order, so the steps are those ``clear_steps``
     would give to the bit.
     """
-    free, tenants, room, moves = steps
-    waits, timers = clock
-    waits = list(waits)
+    moves = steps.moves
+    waits = list(clock.waits)
     ticking = []
-    for i, last, min_run in timers:
-        if now - last >= min_run:   # movable now (``RoomMixin._may_move``)
+    for timer in clock.timers:
+        i, last, min_run = timer.place, timer.last_start, timer.min_run
+        if now - last >= min_run:   # movable now (``RoundBase._may_move``)
             waits[i] = 0.0
         else:
             waits[i] = min_run - (now - last)
-            ticking.append((i, last, min_run))
-    hs = moves[0][5]   # the tenants in the order they are moved
+            ticking.append(timer)
+    hs = moves[0].tenants   # the tenants in the order they are moved
     for i in range(len(hs) - 1):
         a, b = waits[i], waits[i + 1]
         if a > b or (a == b and (-frac_on(hs[i], gid), hs[i].id)
                      > (-frac_on(hs[i + 1], gid), hs[i + 1].id)):
             return None
     out, wait = [], 0.0
-    for (fr, left, util_room, _, n, _), w in zip(moves, waits):
+    for step, w in zip(moves, waits):
         wait = max(wait, w)   # a lone tenant's wait w is never -0.0: max(0.0, w) is w
-        out.append((fr, left, util_room, wait, n, hs))
-    return (free, tenants, room, tuple(out)), ((tuple(waits), tuple(ticking)) if ticking
-                                               else None)
+        out.append(ClearStep(step.free, step.tenants_left, step.util_room, wait, step.moved, hs))
+    return (ClearSteps(steps.free, steps.tenants, steps.util_room, tuple(out)),
+            ClearClock(tuple(waits), tuple(ticking)) if ticking else None)
+
+
+def node_score(pick: list[GpuCost] | list[CostRank]) -> NodeScore:
+    """How a node's ``k`` cheapest GPUs for a gang compare with another node's."""
+    return NodeScore(max(c.wait_s for c in pick), sum(c.moves for c in pick), pick[0].order)
 
 
 def _remove(items: list, x) -> None:
@@ -383,16 +415,16 @@ def _remove(items: list, x) -> None:
     del items[i]
 
 
-def clear_cost_from(steps: tuple, f: float, util: float, cap: int):
+def clear_cost_from(steps: ClearSteps, f: float, util: float, cap: int) -> ClearCost | None:
     """``clear_cost`` of a GPU from its ``clear_steps``."""
-    free, tenants, room, moves = steps
-    if room is None:   # idle
-        return (0.0, 0, ()) if free >= f - EPS else None
-    if free >= f - EPS and tenants < cap and util <= room + EPS:
-        return (0.0, 0, ())
-    for free, left, room, wait, n, hs in moves:
-        if free >= f - EPS and left < cap and util <= room + EPS:
-            return (wait, n, hs if n == len(hs) else hs[:n])
+    if steps.util_room is None:   # idle
+        return ClearCost(0.0, 0, ()) if steps.free >= f - EPS else None
+    if steps.free >= f - EPS and steps.tenants < cap and util <= steps.util_room + EPS:
+        return ClearCost(0.0, 0, ())
+    for step in steps.moves:
+        if step.free >= f - EPS and step.tenants_left < cap and util <= step.util_room + EPS:
+            hs, n = step.tenants, step.moved
+            return ClearCost(step.wait_s, n, hs if n == len(hs) else hs[:n])
     return None
 
 
