@@ -22,6 +22,7 @@ import csv
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -138,8 +139,9 @@ def main(policies: list[str], argv: list[str], no_write: bool = False) -> int:
                    help="skip a run projected past this many CPU seconds")
     p.add_argument("--timeout", type=float, default=2400.0,
                    help="stop a run past this many wall seconds")
-    p.add_argument("--trace-dir", default="/tmp/tfgshare-scale",
-                   help="where the synthetic traces are generated (once)")
+    p.add_argument("--trace-dir", default=str(Path(tempfile.gettempdir()) / "tfgshare-scale"),
+                   help="where the synthetic traces are generated (once; default: the "
+                        "temp dir's tfgshare-scale)")
     args = p.parse_args(argv)
     sizes = tuple(int(x) for x in args.sizes.split(","))
     command = " ".join(["tools/bench_simulator.py"] + sys.argv[1:])
