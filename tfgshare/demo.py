@@ -39,15 +39,16 @@ NODE = "node1"
 # the two virtual GPUs (each one CPU core: a job that keeps its core busy leaves no
 # room beside it); a short job comes once both run and must wait behind them. The long
 # jobs must outlast the short one's promotion: it waits its promote floor (10 moves'
-# measured cost: about 30 s on a busy 2-core machine) after sampling, which comes about
-# 28 s into the demo; at 1,500 / 1,200 steps they finished first (about 45 s) and the demo
-# showed no move. These run about 95 s there, and the demo takes about 105 s.
+# measured cost) after sampling. On the 2-core build VM of 2026-12-05 a step of either
+# long job takes about 0.055 s on its core (0.021 s on the VM of 2026-12-02): the short
+# job is promoted about 60 s into the demo, the long jobs run about 120 s (45 s there),
+# and the demo takes under 3 minutes.
 LONG = [
-    ("lenet", None, 8, 4500),
-    ("cifarnet", None, 8, 3600),
+    ("lenet", None, 8, 2200),
+    ("cifarnet", None, 8, 2200),
 ]
 SHORT = ("lenet", None, 8, 150)
-SHORT_AFTER_S = 15.0   # submitted this long after both long jobs run
+SHORT_AFTER_S = 10.0   # submitted this long after both long jobs run
 RUNNER_FLAGS = ["--log_every_n_steps", "5", "--save_interval_secs", "0"]
 # the narration: what the short job's state means, and a long job's move
 SHORT_NOTES = {
