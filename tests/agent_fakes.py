@@ -49,7 +49,7 @@ while step < a.max_number_of_steps:
     emit("progress", step=step, loss=1.0 / step, step_time_s=a.step_time,
          images_per_sec=1.0, predicted_remaining_s=(a.max_number_of_steps - step) * a.step_time)
     if a.sample_only and sampled == 3:
-        emit("sample", warmup_steps=1, sampled_steps=2, step_time_mean_s=a.step_time,
+        emit("sample", warmup_steps=1, sampled_steps=2, step=step, step_time_mean_s=a.step_time,
              step_time_std_s=0.0, images_per_sec=1.0, peak_memory_mb=100.0,
              memory_source="process_rss_peak", predicted_remaining_s=1.0, predicted_total_s=2.0,
              window_start=time.time() - 2 * a.step_time, cpu_util=0.5, cpu_wait_s=0.0,

@@ -140,9 +140,10 @@ class FakeAgent:
 
 
 def sample_event(step_time: float = 0.1, peak_mb: float = 2000.0, cpu_util: float = 1.0,
-                 remaining_steps: int = 10) -> dict:
-    """The fields of a real runner's ``sample`` event (runner protocol ``EVENTS``)."""
-    return dict(warmup_steps=2, sampled_steps=5, step_time_mean_s=step_time,
+                 remaining_steps: int = 10, step: int = 7) -> dict:
+    """The fields of a real runner's ``sample`` event (runner protocol ``EVENTS``),
+    taken at global step ``step`` (its warm-up and sampled steps from step 0)."""
+    return dict(warmup_steps=2, sampled_steps=5, step=step, step_time_mean_s=step_time,
                 step_time_std_s=0.0, images_per_sec=10.0, peak_memory_mb=peak_mb,
                 memory_source="process_rss_peak",
                 predicted_remaining_s=remaining_steps * step_time,

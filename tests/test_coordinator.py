@@ -92,6 +92,35 @@ def test_job_life_cycle_start_progress_finish_and_logs(make, agents, tmp_path):
     assert client.logs(jid, tail=1) == lines[-1:]
 
 
+def test_a_job_sampled_in_place_is_predicted_from_its_sample_step_and_not_when_done(
+        make, agents):
+    # fifo runs a job in place: its sampling run goes on training. The sample event
+    # comes before the progress of the same step; the prediction counts the steps the
+    # sample was taken at, and a job whose sampling run did every step has nothing
+    # left to predict (its prediction error is not counted)
+    from coordinator_fakes import sample_event
+    ct, client = make(policy="fifo")
+    agent = agents(ct.address, "n1")
+    agent.register()
+
+    def sampled_in_place(jid):
+        assert not agent.wait_command(s.StartJob, jid).sample_only
+        agent.event(jid, "started", global_step=0, restored=False, device="cpu",
+                    memory_fraction=0.5)
+        agent.event(jid, "sample", **sample_event(step_time=0.25, step=7))
+
+    (done_job,) = client.submit([spec(max_number_of_steps=7)])
+    sampled_in_place(done_job)
+    agent.event(done_job, "finished", step=7, loss=1.0)
+    agent.exit(done_job, 0)
+    info = client.job(done_job)
+    assert info["state"] == "finished"
+    assert info["predicted_total_s"] is None and info["prediction_error"] is None
+    (long_job,) = client.submit([spec()])
+    sampled_in_place(long_job)
+    assert client.job(long_job)["predicted_total_s"] == pytest.approx(93 * 0.25, abs=0.5)
+
+
 def test_sampling_record_makes_the_job_sampled(make, agents):
     ct, client = make(policy="fifo")
     agent = agents(ct.address, "n1")
@@ -105,8 +134,10 @@ def test_sampling_record_makes_the_job_sampled(make, agents):
     assert info["sample"]["step_time_s"] == 0.25
     assert info["sample"]["peak_memory_mb"] == 3000.0
     assert info["sample"]["co_tenants"] == 0
-    # 100 steps left at 0.25 s, plus its measured restart and sampling tail (near 0 here)
-    assert info["predicted_remaining_s"] == pytest.approx(25.0, abs=0.5)
+    # the sample was taken at step 7: 93 of its 100 steps left at 0.25 s, plus its
+    # measured restart and sampling tail (near 0 here)
+    assert info["steps_done"] == 7
+    assert info["predicted_remaining_s"] == pytest.approx(23.25, abs=0.5)
     # fifo starts it again at once as a full run from the sampling checkpoint
     restart = agent.wait_command(s.StartJob, jid)
     assert restart.attempt == 2 and not restart.sample_only

@@ -170,8 +170,8 @@ class BesideScript(Policy):
 
 LENET_100 = dict(model_name="lenet", batch_size=32, max_number_of_steps=100)
 # the sample event's fields the live tests below do not vary (a runner sends them all)
-SAMPLE_FIELDS = dict(warmup_steps=2, sampled_steps=8, step_time_std_s=0.0, images_per_sec=32.0,
-                     peak_memory_mb=1000.0, memory_source="process_rss_peak", cpu_util=1.0)
+SAMPLE_FIELDS = dict(warmup_steps=2, sampled_steps=8, step=10, step_time_std_s=0.0,
+                     images_per_sec=32.0, peak_memory_mb=1000.0, memory_source="process_rss_peak", cpu_util=1.0)
 
 
 def send_progress(run, job, step, step_s):

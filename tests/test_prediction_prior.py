@@ -103,11 +103,12 @@ def test_live_first_job_of_a_burst_is_predicted_beside_the_sampling_runs(tmp_pat
     """j1 samples with nothing running (no sharing measured), 0.5 s a step alone, while
     a spare runner imports TensorFlow on its core (one process per core beside it).
     Promoted at once while j2 and j3 are still to sample (2 x its 15 s sampling run on
-    the one GPU), it is predicted to run its first 26 s (after its 4 s start) sharing
+    the one GPU), it is predicted to run its first 28 s (after its 2 s resume: its 4 s start less
+    the graph build a resume imports) sharing
     its core three ways, 1.5 s a step, and the rest alone but for the spare that its
     own start sets importing (``after_sampling``: the 1 runnable a core measured over
-    its 14 s window with 1 start, over its 49 s run). Before, it was predicted
-    alone throughout: 4 + 90 x 0.5 = 49 s."""
+    its 14 s window with 1 start, over its 47 s run). Before, it was predicted
+    alone throughout: 2 + 90 x 0.5 = 47 s."""
     from test_coordinator_accounts import LiveRun
 
     run = LiveRun(tmp_path)
@@ -123,11 +124,11 @@ def test_live_first_job_of_a_burst_is_predicted_beside_the_sampling_runs(tmp_pat
     assert job.solo_step_s == pytest.approx(0.5)
     assert forecast.outside == [pytest.approx(1.0)]    # its wait was the cluster's spare
     assert forecast.sharing == []
-    shared = 30.0 - 4.0
-    after = 1.0 + 14.0 / 49.0
+    shared = 30.0 - 2.0
+    after = 1.0 + 14.0 / 47.0
     assert job.after_sampling == pytest.approx(after)
     assert job.predicted_total_s == pytest.approx(
-        4.0 + shared + (90 - shared / 1.5) * 0.5 * after)
+        2.0 + shared + (90 - shared / 1.5) * 0.5 * after)
 
 
 class ResumeScript(Policy):
@@ -149,8 +150,9 @@ class ResumeScript(Policy):
 
 def test_live_resume_cost_comes_from_measured_resumes(tmp_path):
     """A sampled job's next start is a resume: it imports the exported graph and reads
-    a checkpoint. It is predicted at the measured resumes (2 s here), not at its own
-    sampling start, which built the graph (4 s), and with no wait for a runner."""
+    a checkpoint. It is predicted at the measured resumes (2 s here) once there are
+    some; before, at its own sampling start less its graph build (4 - 2 s); never with
+    its wait for a runner."""
     from test_coordinator_accounts import LiveRun
 
     run = LiveRun(tmp_path)
@@ -180,7 +182,7 @@ def test_live_resume_cost_comes_from_measured_resumes(tmp_path):
     a = run.submit(s.JobSpec(**LENET_100))
     run.round()
     sampled(a, 5.0)                           # after 5 s waiting for a runner
-    assert run.coord.cluster.jobs[a].predicted_total_s == pytest.approx(4.0 + 90 * 1.0)
+    assert run.coord.cluster.jobs[a].predicted_total_s == pytest.approx(2.0 + 90 * 1.0)
     assert run.attempts[a] == 2               # resumed at 20 s
     run.at(24.0)                              # 2 s waiting for a runner, 2 s of phases
     run.event(a, "started", global_step=10, restored=True, device="cpu", memory_fraction=0.1)

@@ -36,7 +36,8 @@ wall time the sampled steps began, ``cpu_util``, the share of its cores it would
 used alone over them (its CPU time over the window less its busiest thread's waits for a
 core, ``runner.cpu.solo_share``), ``cpu_wait_s``, the time it waited runnable then, ``cpu_run_s``, the time it
 ran over its cores, and ``cluster_runnable``, the agent's other runners competing for
-its cores, ``runner.neighbours``) is also written to
+its cores, ``runner.neighbours``, and ``step``, the global step it was taken at) is also
+written to
 ``<train_dir>/sample.json``
 (``SAMPLE_FILE``), and a checkpoint follows it, so the job can be moved right
 after sampling. A run on a train_dir that holds ``sample.json`` does not sample
@@ -88,7 +89,7 @@ EVENTS: dict[str, tuple[str, ...]] = {
     "sample": ("warmup_steps", "sampled_steps", "step_time_mean_s", "step_time_std_s",
                "images_per_sec", "peak_memory_mb", "memory_source",
                "predicted_remaining_s", "predicted_total_s", "window_start", "cpu_util",
-               "cpu_wait_s", "cpu_run_s", "cluster_runnable"),
+               "cpu_wait_s", "cpu_run_s", "cluster_runnable", "step"),
     "progress": ("step", "loss", "step_time_s", "images_per_sec", "predicted_remaining_s"),
     "checkpoint": ("step", "path", "seconds", "size_mb"),
     "suspended": ("step",),

@@ -55,6 +55,7 @@ BEFORE_MSGSPEC = "0cc27e9"
 def sample_event(job: str) -> dict:
     """A sample event with the real runner's fields (runner protocol ``EVENTS``)."""
     return {"event": "sample", "time": time.time(), "warmup_steps": 5, "sampled_steps": 20,
+            "step": 25,
             "step_time_mean_s": 0.2, "step_time_std_s": 0.01, "images_per_sec": 160.0,
             "peak_memory_mb": 3000.0 + 100 * (hash(job) % 40),
             "memory_source": "gpu_allocator_peak", "predicted_remaining_s": 200.0,

@@ -207,8 +207,8 @@ class AgentHandlers:
                             decision=name in ("started", "sample", "suspended", "finished",
                                               "error"))
         step = number(ev, "global_step" if name == "started" else "step", int)
-        if step is not None and name in ("started", "progress", "finished", "suspended",
-                                         "checkpoint"):
+        if step is not None and name in ("started", "sample", "progress", "finished",
+                                         "suspended", "checkpoint"):
             job.steps_done = step
         if name in ("started", "progress"):
             job.training = True
@@ -226,6 +226,8 @@ class AgentHandlers:
             parts = [number(ev, k, float) for k in ("start_s", "graph_s", "restore_s",
                                                     "first_step_s")]
             job.start_cost_s = sum(max(0.0, x) for x in parts if x is not None)
+            job.graph_built_s = (max(0.0, parts[1] or 0.0)
+                                 if ev.get("graph_source") == "built" else 0.0)
             if ev.get("restored_from"):   # a resume: its graph imported, its checkpoint read
                 life.cluster.forecast.note_resume(job.spec.model_name, job.start_cost_s)
         elif name == "checkpoint":

@@ -261,12 +261,12 @@ def train_loop(config: TrainConfig, built, session, sink: EventSink,
             neighbours.scan()          # between steps, not timed as a step
             tick = time.perf_counter()
         if timer.add(seconds):
-            sample = _sample_event(timer, built, total - step, now - run_start, window,
-                                   neighbours)
+            sample = {**_sample_event(timer, built, total - step, now - run_start, window,
+                                      neighbours), "step": step}
             sink.emit("sample", **sample)
             if config.is_chief:   # a gang's chief writes its sample file
                 try:
-                    _write_json(train_dir / SAMPLE_FILE, {**sample, "step": step,
+                    _write_json(train_dir / SAMPLE_FILE, {**sample,
                                                           "job_id": config.job_id})
                 except OSError as exc:   # a full disk: the event above still carries it
                     warn(sink, f"cannot write {SAMPLE_FILE}: {exc}; a resume samples again")
