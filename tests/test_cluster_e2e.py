@@ -186,7 +186,7 @@ def test_coordinator_killed_and_restarted_loses_no_job_and_readopts_runners(make
     cluster.start_coordinator()
     cluster.start_agent("n1", "2x16GiB")
     cluster.wait_nodes({"n1"})
-    steps = {0: 1500, 1: 1500, 2: 100}
+    steps = {0: 1000, 1: 1000, 2: 100}   # 50-55 s of lenet steps on this 2-core VM
     with cluster.client() as c:
         ids = c.submit([lenet(n) for n in steps.values()])
         total = dict(zip(ids, steps.values()))

@@ -39,13 +39,13 @@ NODE = "node1"
 # the two virtual GPUs (each one CPU core: a job that keeps its core busy leaves no
 # room beside it); a short job comes once both run and must wait behind them. The long
 # jobs must outlast the short one's promotion: it waits its promote floor (10 moves'
-# measured cost) after sampling. On the 2-core build VM of 2026-12-05 a step of either
-# long job takes about 0.055 s on its core (0.021 s on the VM of 2026-12-02): the short
-# job is promoted about 60 s into the demo, the long jobs run about 120 s (45 s there),
-# and the demo takes under 3 minutes.
+# measured cost, about 37 s) after sampling. On the 2-core build VM of 2026-12-05 a step
+# of either long job takes 0.055-0.068 s on its core (0.021 s on the VM of 2026-12-02):
+# the short job is promoted about 73 s into the demo, the long jobs run about 120 s
+# (40 s there, still past its promotion), and the demo takes about 3 minutes.
 LONG = [
-    ("lenet", None, 8, 2200),
-    ("cifarnet", None, 8, 2200),
+    ("lenet", None, 8, 1800),
+    ("cifarnet", None, 8, 1800),
 ]
 SHORT = ("lenet", None, 8, 150)
 SHORT_AFTER_S = 10.0   # submitted this long after both long jobs run
