@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -74,14 +75,19 @@ class StateStore:
         # every write since the last durable commit, replayed after the database
         # refused one (a full disk): the coordinator goes on from memory meanwhile
         self._journal: list[tuple[str, Any, bool]] = []
+        self._rows, self._write_s = 0, 0.0   # the journal's rows, and its statements' seconds
         self._broken = False
         self.error: str | None = None     # why the last write or commit failed
+        # of the last commit: the rows it made durable, and the seconds their statements took
+        self.committed_rows, self.committed_write_s = 0, 0.0
 
     def _write(self, sql: str, params: Any, many: bool = False) -> None:
         """Run one write in the open transaction; kept for a replay if the database refuses."""
         self._journal.append((sql, params, many))
+        self._rows += len(params) if many else 1
         if self._broken:
             return                       # replayed by the next commit
+        t0 = time.perf_counter()
         try:
             if not self._in_tx:
                 self.db.execute("BEGIN")
@@ -89,6 +95,7 @@ class StateStore:
             (self.db.executemany if many else self.db.execute)(sql, params)
         except sqlite3.OperationalError as exc:
             self._fail(exc)
+        self._write_s += time.perf_counter() - t0
 
     def _fail(self, exc: sqlite3.Error) -> None:
         try:
@@ -123,6 +130,8 @@ class StateStore:
             self._fail(exc)
             return False
         self._journal.clear()
+        self.committed_rows, self._rows = self._rows, 0
+        self.committed_write_s, self._write_s = self._write_s, 0.0
         self._broken = False
         self.error = None
         return True
