@@ -18,8 +18,13 @@ hands out) offering 1,000 virtual GPUs, and measures:
   from git, ``--before COMMIT``), and one-job submits/s at load against a
   coordinator built from that commit (``git archive``) and against this tree.
 
+``--soak-s S`` runs the scale setting instead (``coordinator_scale``: a queue of
+``--jobs`` filled one job a message at load, a soak of S seconds sampled every
+``--sample-s``; rows added to docs/results/coordinator.csv), for ten thousand GPUs:
+``--gpus 10000 --jobs 100000 --soak-s 1800``.
+
 Usage: python tools/bench_coordinator.py [--gpus 1000] [--jobs 10000] [--policy fgs]
-       [--before COMMIT | --before none]
+       [--before COMMIT | --before none] [--soak-s S [--sample-s 30] [--no-write]]
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tools"))   # agent_load
 
 from agent_load import SimAgents  # noqa: E402
+from coordinator_scale import csv_rows, scale_run, write_rows  # noqa: E402
 from tfgshare.client import commands as client_cli  # noqa: E402
 from tfgshare import schema as s  # noqa: E402
 from tfgshare.client.api import Client  # noqa: E402
@@ -210,15 +216,17 @@ def decode_rate(decode, frames: list[bytes], seconds: float = 1.0) -> float:
             return n / took
 
 
-def start_coordinator(repo: Path, tmp: Path, args, label: str) -> tuple[subprocess.Popen, str]:
+def start_coordinator(repo: Path, tmp: Path, args, label: str,
+                      metrics_port: int | None = None) -> tuple[subprocess.Popen, str]:
     """``tfgshare coordinator`` from the code in ``repo``, on a free loopback port."""
     address = f"tcp://127.0.0.1:{free_port()}"
     log = open(tmp / f"coordinator-{label}.log", "w")
     profile = ["-m", "cProfile", "-o", args.profile] if args.profile and label == "now" else []
+    metrics = [] if metrics_port is None else ["--metrics-port", str(metrics_port)]
     proc = subprocess.Popen(
         [sys.executable, *profile, "-m", "tfgshare.cli", "coordinator", "--bind", address,
          "--state", str(tmp / f"state-{label}.db"), "--policy", args.policy,
-         "--tick", str(args.tick), "--node-timeout", str(args.node_timeout)],
+         "--tick", str(args.tick), "--node-timeout", str(args.node_timeout), *metrics],
         cwd=repo, env=dict(os.environ, PYTHONPATH=str(repo)), stdout=log, stderr=log)
     log.close()
     with Client(address, timeout_s=30) as c:
@@ -253,6 +261,42 @@ def submits_before(commit: str, tmp: Path, args, nodes: int) -> dict:
     return {"raw_batch100_submits_per_s": round(batch), "raw_submits_per_s": round(single)}
 
 
+def scale_main(args, argv: list[str]) -> int:
+    """The scale setting (``--soak-s``): run it, print it, add its rows to the CSV."""
+    t0 = time.gmtime()
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        port = free_port()
+        proc, address = start_coordinator(REPO, tmp, args, "now", metrics_port=port)
+        try:
+            res = scale_run(address, proc.pid, port, tmp / "state-now.db", args)
+        finally:
+            proc.terminate()
+            proc.wait(120)
+    t1 = time.gmtime()
+    date = (time.strftime("%Y-%m-%d %H:%M", t0) + time.strftime("-%H:%M UTC", t1)
+            if t0[:3] == t1[:3] else time.strftime("%Y-%m-%d %H:%M", t0)
+            + time.strftime(" - %Y-%m-%d %H:%M UTC", t1))
+    command = " ".join([".venv/bin/python tools/bench_coordinator.py", *argv])
+    rows = csv_rows(res, date, args.machine, command)
+    if args.json:
+        print(json.dumps(res, indent=1))
+    else:
+        print(f"coordinator at scale: {res['gpus']:,} GPUs on {res['nodes']:,} simulated agents "
+              f"(heartbeat every {res['heartbeat_s']:g} s), policy {res['policy']}, "
+              f"load {rows[0]['load']}")
+        for row in rows:
+            print(f"  {row['figure']}: {row['value']}" + (f"  [{row['goal']}]" if row["goal"]
+                                                           else ""))
+        print(f"  jobs at the end: {res['jobs_end']}; lost nodes {res['node_losses']}; "
+              f"agents' error replies {res['agent_errors'] or 'none'}; WAL at most "
+              f"{res['wal_max_mb']} MiB")
+        print(f"  messages the agents sent: {res['messages_sent']}")
+    if not args.no_write:
+        write_rows(rows)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--gpus", type=int, default=1000)
@@ -274,6 +318,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--settle-s", type=float, default=1.0,
                    help="the GPUs count as filled once no command came for this long (a "
                         "loaded machine needs more: its rounds take seconds)")
+    p.add_argument("--soak-s", type=float, default=None, metavar="S",
+                   help="the scale setting instead (tools/coordinator_scale.py): fill --jobs "
+                        "one job a message at load, then soak S seconds replacing each finished "
+                        "job; e.g. --gpus 10000 --jobs 100000 --soak-s 1800")
+    p.add_argument("--steps", type=int, default=1000,
+                   help="with --soak-s: each job's max_number_of_steps")
+    p.add_argument("--sample-s", type=float, default=30.0,
+                   help="with --soak-s: seconds between samples")
+    p.add_argument("--machine", default=f"{os.cpu_count()}-core machine",
+                   help="with --soak-s: the machine as its CSV rows name it")
+    p.add_argument("--no-write", action="store_true",
+                   help="with --soak-s: print only, add no rows to docs/results/coordinator.csv")
     p.add_argument("--before", default="none", metavar="COMMIT",
                    help=f"compare the wire schema with this commit's (e.g. {BEFORE_MSGSPEC}, the "
                         "last hand-written validator); its coordinator must accept today's "
@@ -281,6 +337,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--profile", metavar="PATH", help="run the coordinator under cProfile")
     args = p.parse_args(argv)
+    if args.soak_s:
+        return scale_main(args, sys.argv[1:] if argv is None else argv)
     nodes = args.gpus // args.gpus_per_node
     res: dict = {"gpus": nodes * args.gpus_per_node, "nodes": nodes, "policy": args.policy}
     frames = sample_frames()
