@@ -13,11 +13,12 @@ real GPUs) register, then:
   new submit, so the queue and the running jobs stay near their level.
 
 Every ``--sample-s`` (and at each phase's end) a sample is taken: the coordinator's
-resident memory, the 1-minute load average, the heartbeats' lag from send to reply
-(``SimAgents.lags``) and what the coordinator's Prometheus endpoint counts
-(``tfgshare_messages_handled_total`` by type, ``tfgshare_db_commit_seconds``,
-``tfgshare_db_rows_written_total``, ``tfgshare_db_write_seconds_total``, the rounds'
-histogram, lost nodes, jobs by state), and the size of the state database's WAL file.
+resident memory and CPU time (and this process's), the 1-minute load average, the
+heartbeats' lag from send to reply (``SimAgents.lags``) and what the coordinator's
+Prometheus endpoint counts (``tfgshare_messages_handled_total`` by type,
+``tfgshare_db_commit_seconds``, ``tfgshare_db_rows_written_total``,
+``tfgshare_db_write_seconds_total``, the rounds' histogram, lost nodes, jobs by state),
+and the size of the state database's WAL file.
 At the end the coordinator's metrics request gives the soak's round times (p50/p99/max,
 exact, from its own record of every round) and ``policy.decide``'s CPU time.
 """
@@ -83,6 +84,8 @@ class Sample:
     t_s: float                       # seconds since its phase began
     phase: str
     rss_mb: float
+    cpu_s: float                     # the coordinator's CPU seconds (all its threads)
+    bench_cpu_s: float               # this process's (the agents and the submits)
     load1: float
     beats_sent: int
     beats_handled: float
@@ -150,9 +153,11 @@ def take_sample(t_s: float, phase: str, pid: int, port: int, agents: SimAgents,
     ms = [1000 * x for x in lags]
     rounds = _buckets(m, "tfgshare_scheduling_round_seconds")
     count = _one(m, "tfgshare_scheduling_round_seconds_count")
+    coord = psutil.Process(pid)
     return Sample(
         t_s=round(t_s, 1), phase=phase,
-        rss_mb=round(psutil.Process(pid).memory_info().rss / 2**20, 1),
+        rss_mb=round(coord.memory_info().rss / 2**20, 1),
+        cpu_s=round(sum(coord.cpu_times()[:2]), 2), bench_cpu_s=round(time.process_time(), 2),
         load1=round(os.getloadavg()[0], 2),
         beats_sent=agents.lags.sent,
         beats_handled=_one(m, "tfgshare_messages_handled_total", type="heartbeat"),
@@ -288,7 +293,10 @@ def summarise(run: Run, answer: dict, agents: SimAgents, args, nodes: int, rss_i
         "soak_s": round(run.soak_s, 1),
         "soak_submits": last.submits_acked - first.submits_acked,
         "jobs_end": {k: int(v) for k, v in last.jobs.items() if v},
+        "coordinator_cores": round((last.cpu_s - first.cpu_s) / run.soak_s, 2),
+        "bench_cores": round((last.bench_cpu_s - first.bench_cpu_s) / run.soak_s, 2),
         "rounds": rounds, "decide_cpu": decide,
+        "round_parts": {k: (v["p50_ms"], v["p99_ms"]) for k, v in answer["round_parts"].items()},
         "rounds_over_50ms": int(last.rounds_over_50ms - first.rounds_over_50ms),
         "beats_sent": last.beats_sent - first.beats_sent,
         "beats_handled": int(last.beats_handled - first.beats_handled),
