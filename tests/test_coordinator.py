@@ -404,6 +404,29 @@ def test_metrics_report_and_prometheus_endpoint(make, agents):
     assert "tfgshare_utilisation_allocated" in body and "tfgshare_migrations_total" in body
 
 
+def test_messages_handled_and_database_commits_are_counted(make, agents):
+    ct, client = make()
+    registry = ct.coord.metrics.registry
+
+    def handled(kind):
+        return registry.get_sample_value("tfgshare_messages_handled_total", {"type": kind})
+
+    assert handled("heartbeat") == 0.0          # every type shows before one comes
+    agent = agents(ct.address, "n1")
+    agent.register()
+    for _ in range(3):
+        agent.heartbeat()
+    commits = registry.get_sample_value("tfgshare_db_commit_seconds_count")
+    rows = registry.get_sample_value("tfgshare_db_rows_written_total")
+    client.submit([spec(), spec()])
+    assert handled("heartbeat") == 3.0 and handled("register") == 1.0
+    assert handled("submit") == 1.0
+    # the submit's turn commits its two job rows and two log lines at least
+    assert registry.get_sample_value("tfgshare_db_commit_seconds_count") > commits
+    assert registry.get_sample_value("tfgshare_db_rows_written_total") >= rows + 4
+    assert registry.get_sample_value("tfgshare_db_write_seconds_total") > 0
+
+
 def test_exit_reported_after_the_job_was_requeued_still_finishes_it(make, agents):
     ct, client = make(node_timeout=0.3)
     agent = agents(ct.address, "n1")

@@ -1,8 +1,9 @@
 """Coordinator benchmark: submit throughput, scheduling round time and memory at scale.
 
-Starts ``tfgshare coordinator`` as a child process, joins simulated agents (one
-DEALER socket per node, all in this process) offering 1,000 virtual GPUs, and
-measures:
+Starts ``tfgshare coordinator`` as a child process, joins simulated agents
+(``agent_load.SimAgents``: one DEALER socket per node, all in this process, sending
+what real agents and their runners send, heartbeats at the period the coordinator
+hands out) offering 1,000 virtual GPUs, and measures:
 
 - submits/s through the raw socket: first 10,000 jobs at 100 a message (filling
   the queue while the GPUs fill up), then, at that load, one job a message
@@ -10,15 +11,20 @@ measures:
   CLI path (``client_cli.submit``: flag parsing, the model check, a fresh
   connection per command, in this process) and as a ``tfgshare submit`` process;
 - p50/p99/max of the coordinator's scheduling rounds while 10,000+ jobs are
-  queued, all GPUs are busy and the agents finish jobs, heartbeat and sample;
+  queued, all GPUs are busy and the agents sample, train, heartbeat and finish;
 - the coordinator process's resident memory at that load;
 - the wire schema before and after its move to msgspec, side by side in one run:
   decode+validate messages/s in this process (the hand-written validator is loaded
   from git, ``--before COMMIT``), and one-job submits/s at load against a
   coordinator built from that commit (``git archive``) and against this tree.
 
+``--soak-s S`` runs the scale setting instead (``coordinator_scale``: a queue of
+``--jobs`` filled one job a message at load, a soak of S seconds sampled every
+``--sample-s``; rows added to docs/results/coordinator.csv), for ten thousand GPUs:
+``--gpus 10000 --jobs 100000 --soak-s 1800``.
+
 Usage: python tools/bench_coordinator.py [--gpus 1000] [--jobs 10000] [--policy fgs]
-       [--before COMMIT | --before none]
+       [--before COMMIT | --before none] [--soak-s S [--sample-s 30] [--no-write]]
 """
 
 from __future__ import annotations
@@ -29,7 +35,6 @@ import importlib.util
 import io
 import json
 import os
-import random
 import socket
 import subprocess
 import sys
@@ -42,129 +47,16 @@ import zmq
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tools"))   # agent_load
 
+from agent_load import SimAgents  # noqa: E402
+from coordinator_scale import csv_rows, scale_run, write_rows  # noqa: E402
 from tfgshare.client import commands as client_cli  # noqa: E402
-from tfgshare import keys  # noqa: E402
 from tfgshare import schema as s  # noqa: E402
 from tfgshare.client.api import Client  # noqa: E402
 
 # the last commit with the hand-written schema validator
 BEFORE_MSGSPEC = "0cc27e9"
-
-
-def sample_event(job: str) -> dict:
-    """A sample event with the real runner's fields (runner protocol ``EVENTS``)."""
-    return {"event": "sample", "time": time.time(), "warmup_steps": 5, "sampled_steps": 20,
-            "step": 25,
-            "step_time_mean_s": 0.2, "step_time_std_s": 0.01, "images_per_sec": 160.0,
-            "peak_memory_mb": 3000.0 + 100 * (hash(job) % 40),
-            "memory_source": "gpu_allocator_peak", "predicted_remaining_s": 200.0,
-            "predicted_total_s": 205.0, "window_start": time.time() - 4.0, "cpu_util": 0.3,
-            "cpu_wait_s": 0.0, "cpu_run_s": 1.2,
-            "cluster_runnable": 0.0}
-
-
-class SimAgents:
-    """Many fake node agents on one poller: they ack commands and play the runners."""
-
-    def __init__(self, address: str, nodes: int, gpus_per_node: int,
-                 keys_dir: Path | None = None) -> None:
-        """``keys_dir``: a keys folder with an agent key per node (``nodeNNNN``): CurveZMQ."""
-        self.ctx = zmq.Context()
-        self.sent = 0                                    # messages sent to the coordinator
-        self.poller = zmq.Poller()
-        self.socks: dict[str, zmq.Socket] = {}
-        self.by_sock: dict[zmq.Socket, str] = {}
-        self.running: dict[str, tuple[str, int]] = {}    # job -> (node, attempt)
-        self.gpus = gpus_per_node
-        for n in range(nodes):
-            name = f"node{n:04d}"
-            sock = self.ctx.socket(zmq.DEALER)
-            sock.setsockopt(zmq.LINGER, 0)
-            sock.setsockopt(zmq.SNDHWM, 0)
-            sock.setsockopt(zmq.RCVHWM, 0)
-            if keys_dir is not None:
-                issued = keys_dir / "issued" / name
-                keys.secure_client(sock, (issued / f"{name}.key_secret",
-                                          issued / "coordinator.key"))
-            sock.connect(address)
-            self.socks[name] = sock
-            self.by_sock[sock] = name
-            self.poller.register(sock, zmq.POLLIN)
-
-    def register(self) -> None:
-        for name, sock in self.socks.items():
-            gpus = [s.GpuInfo(i, "virtual", 16384, True) for i in range(self.gpus)]
-            self._send(sock, s.Register(node=name, gpus=gpus))
-        waiting = set(self.socks)
-        deadline = time.monotonic() + 180   # CurveZMQ handshakes on a loaded machine
-        while waiting and time.monotonic() < deadline:
-            for sock, _ in self.poller.poll(100):
-                msg = s.decode(sock.recv())
-                name = self.by_sock[sock]
-                if isinstance(msg, s.Ok) and "heartbeat_s" in msg.fields:
-                    waiting.discard(name)
-                else:
-                    self._on(name, sock, msg)
-        if waiting:
-            raise RuntimeError(f"{len(waiting)} agents did not register")
-
-    def pump(self, timeout_ms: int = 0, limit: int = 5000) -> int:
-        """Handle waiting commands; return how many."""
-        n = 0
-        for sock, _ in self.poller.poll(timeout_ms):
-            name = self.by_sock[sock]
-            while n < limit:
-                try:
-                    data = sock.recv(zmq.NOBLOCK)
-                except zmq.Again:
-                    break
-                self._on(name, sock, s.decode(data))
-                n += 1
-        return n
-
-    def _on(self, node: str, sock: zmq.Socket, msg: s.Message) -> None:
-        if isinstance(msg, (s.Ok, s.Error)):
-            return
-        self._send(sock, s.reply_ok(msg))
-        if isinstance(msg, s.StartJob):
-            if msg.sample_only:
-                self._send(sock, s.JobEvent(node=node, job=msg.job, attempt=msg.attempt,
-                                            event=sample_event(msg.job)))
-                self._send(sock, s.JobExit(node=node, job=msg.job, attempt=msg.attempt,
-                                           exit_code=75))
-            else:
-                self.running[msg.job] = (node, msg.attempt)
-        elif isinstance(msg, (s.SuspendJob, s.CancelJob)):
-            self.running.pop(msg.job, None)
-            code = 75 if isinstance(msg, s.SuspendJob) else -9
-            self._send(sock, s.JobExit(node=node, job=msg.job, attempt=msg.attempt,
-                                       exit_code=code))
-
-    def finish_one(self, rng: random.Random) -> bool:
-        if not self.running:
-            return False
-        job = rng.choice(list(self.running))
-        node, attempt = self.running.pop(job)
-        self._send(self.socks[node], s.JobExit(node=node, job=job, attempt=attempt,
-                                               exit_code=0))
-        return True
-
-    def heartbeat(self, node: str) -> None:
-        jobs = [s.JobTelemetry(j, 10, {0: 2000.0}) for j, (n, _) in self.running.items()
-                if n == node][:16]
-        self._send(self.socks[node], s.Heartbeat(
-            node=node, gpus=[s.GpuTelemetry(i, 0.5, 4000.0) for i in range(self.gpus)],
-            jobs=jobs))
-
-    def _send(self, sock: zmq.Socket, msg: s.Message) -> None:
-        sock.send(s.encode(msg))
-        self.sent += 1
-
-    def close(self) -> None:
-        for sock in self.socks.values():
-            sock.close(0)
-        self.ctx.term()
 
 
 def rss_mb(pid: int) -> tuple[float, float]:
@@ -265,25 +157,13 @@ def cli_process_s(address: str, agents: SimAgents, n: int = 3) -> float:
     return sum(took) / len(took)
 
 
-def steady(address: str, agents: SimAgents, seconds: float, finish_per_s: float,
-           rng: random.Random) -> dict:
-    """Run the loaded cluster for a while; return the coordinator's round times."""
+def steady(address: str, agents: SimAgents, seconds: float) -> dict:
+    """Run the loaded cluster for a while (the agents heartbeat, report and finish their
+    jobs on their own clock); return the coordinator's round times."""
     with Client(address, timeout_s=60) as client:
         start_round = client.metrics()["rounds_total"]
-        names = list(agents.socks)
         t0 = time.monotonic()
-        next_finish = next_beat = t0
-        beat_every = 1.0 / len(names)
-        k = 0
         while time.monotonic() - t0 < seconds:
-            now = time.monotonic()
-            if now >= next_finish:
-                agents.finish_one(rng)
-                next_finish += 1.0 / finish_per_s
-            if now >= next_beat:
-                agents.heartbeat(names[k % len(names)])
-                k += 1
-                next_beat += beat_every
             agents.pump(1)
         report = client.metrics(since_round=start_round)
         jobs = client.jobs()
@@ -336,15 +216,17 @@ def decode_rate(decode, frames: list[bytes], seconds: float = 1.0) -> float:
             return n / took
 
 
-def start_coordinator(repo: Path, tmp: Path, args, label: str) -> tuple[subprocess.Popen, str]:
+def start_coordinator(repo: Path, tmp: Path, args, label: str,
+                      metrics_port: int | None = None) -> tuple[subprocess.Popen, str]:
     """``tfgshare coordinator`` from the code in ``repo``, on a free loopback port."""
     address = f"tcp://127.0.0.1:{free_port()}"
     log = open(tmp / f"coordinator-{label}.log", "w")
     profile = ["-m", "cProfile", "-o", args.profile] if args.profile and label == "now" else []
+    metrics = [] if metrics_port is None else ["--metrics-port", str(metrics_port)]
     proc = subprocess.Popen(
         [sys.executable, *profile, "-m", "tfgshare.cli", "coordinator", "--bind", address,
          "--state", str(tmp / f"state-{label}.db"), "--policy", args.policy,
-         "--tick", str(args.tick), "--node-timeout", "600"],
+         "--tick", str(args.tick), "--node-timeout", str(args.node_timeout), *metrics],
         cwd=repo, env=dict(os.environ, PYTHONPATH=str(repo)), stdout=log, stderr=log)
     log.close()
     with Client(address, timeout_s=30) as c:
@@ -362,7 +244,7 @@ def submits_before(commit: str, tmp: Path, args, nodes: int) -> dict:
     proc, address = start_coordinator(old, tmp, args, "before")
     agents = None
     try:
-        agents = SimAgents(address, nodes, args.gpus_per_node)
+        agents = SimAgents(address, nodes, args.gpus_per_node, step_s=args.step_s)
         try:
             agents.register()
         except RuntimeError as exc:
@@ -379,6 +261,42 @@ def submits_before(commit: str, tmp: Path, args, nodes: int) -> dict:
     return {"raw_batch100_submits_per_s": round(batch), "raw_submits_per_s": round(single)}
 
 
+def scale_main(args, argv: list[str]) -> int:
+    """The scale setting (``--soak-s``): run it, print it, add its rows to the CSV."""
+    t0 = time.gmtime()
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        port = free_port()
+        proc, address = start_coordinator(REPO, tmp, args, "now", metrics_port=port)
+        try:
+            res = scale_run(address, proc.pid, port, tmp / "state-now.db", args)
+        finally:
+            proc.terminate()
+            proc.wait(120)
+    t1 = time.gmtime()
+    date = (time.strftime("%Y-%m-%d %H:%M", t0) + time.strftime("-%H:%M UTC", t1)
+            if t0[:3] == t1[:3] else time.strftime("%Y-%m-%d %H:%M", t0)
+            + time.strftime(" - %Y-%m-%d %H:%M UTC", t1))
+    command = " ".join([".venv/bin/python tools/bench_coordinator.py", *argv])
+    rows = csv_rows(res, date, args.machine, command)
+    if args.json:
+        print(json.dumps(res, indent=1))
+    else:
+        print(f"coordinator at scale: {res['gpus']:,} GPUs on {res['nodes']:,} simulated agents "
+              f"(heartbeat every {res['heartbeat_s']:g} s), policy {res['policy']}, "
+              f"load {rows[0]['load']}")
+        for row in rows:
+            print(f"  {row['figure']}: {row['value']}" + (f"  [{row['goal']}]" if row["goal"]
+                                                           else ""))
+        print(f"  jobs at the end: {res['jobs_end']}; lost nodes {res['node_losses']}; "
+              f"agents' error replies {res['agent_errors'] or 'none'}; WAL at most "
+              f"{res['wal_max_mb']} MiB")
+        print(f"  messages the agents sent: {res['messages_sent']}")
+    if not args.no_write:
+        write_rows(rows)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--gpus", type=int, default=1000)
@@ -391,11 +309,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--client-submits", type=int, default=500)
     p.add_argument("--cli-submits", type=int, default=200)
     p.add_argument("--steady-s", type=float, default=15.0)
-    p.add_argument("--finish-per-s", type=float, default=50.0)
     p.add_argument("--tick", type=float, default=1.0)
+    p.add_argument("--node-timeout", type=float, default=10.0,
+                   help="the coordinator's (default: its own default); agents heartbeat at "
+                        "the period it hands out, a quarter of this")
+    p.add_argument("--step-s", type=float, default=0.2,
+                   help="the simulated runners' step time (the sample they report)")
     p.add_argument("--settle-s", type=float, default=1.0,
                    help="the GPUs count as filled once no command came for this long (a "
                         "loaded machine needs more: its rounds take seconds)")
+    p.add_argument("--soak-s", type=float, default=None, metavar="S",
+                   help="the scale setting instead (tools/coordinator_scale.py): fill --jobs "
+                        "one job a message at load, then soak S seconds replacing each finished "
+                        "job; e.g. --gpus 10000 --jobs 100000 --soak-s 1800")
+    p.add_argument("--steps", type=int, default=1000,
+                   help="with --soak-s: each job's max_number_of_steps")
+    p.add_argument("--sample-s", type=float, default=30.0,
+                   help="with --soak-s: seconds between samples")
+    p.add_argument("--machine", default=f"{os.cpu_count()}-core machine",
+                   help="with --soak-s: the machine as its CSV rows name it")
+    p.add_argument("--no-write", action="store_true",
+                   help="with --soak-s: print only, add no rows to docs/results/coordinator.csv")
     p.add_argument("--before", default="none", metavar="COMMIT",
                    help=f"compare the wire schema with this commit's (e.g. {BEFORE_MSGSPEC}, the "
                         "last hand-written validator); its coordinator must accept today's "
@@ -403,7 +337,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--profile", metavar="PATH", help="run the coordinator under cProfile")
     args = p.parse_args(argv)
-    rng = random.Random(1)
+    if args.soak_s:
+        return scale_main(args, sys.argv[1:] if argv is None else argv)
     nodes = args.gpus // args.gpus_per_node
     res: dict = {"gpus": nodes * args.gpus_per_node, "nodes": nodes, "policy": args.policy}
     frames = sample_frames()
@@ -419,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
         agents = None
         try:
             base_rss = rss_mb(proc.pid)[0]
-            agents = SimAgents(address, nodes, args.gpus_per_node)
+            agents = SimAgents(address, nodes, args.gpus_per_node, step_s=args.step_s)
             agents.register()
             res["coordinator_rss_idle_mb"] = round(base_rss, 1)
             # fill the queue, let the GPUs fill up, then measure submits at that load
@@ -432,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.cli_submits:   # --cli-submits 0: skip the CLI measures (a loaded machine)
                 res["cli_submits_per_s"] = round(cli_submits(address, agents, args.cli_submits))
                 res["cli_process_s"] = round(cli_process_s(address, agents), 2)
-            st = steady(address, agents, args.steady_s, args.finish_per_s, rng)
+            st = steady(address, agents, args.steady_s)
             res.update({f"steady_{k}": v for k, v in st.items()})
             rss, peak = rss_mb(proc.pid)
             res["coordinator_rss_mb"], res["coordinator_peak_rss_mb"] = round(rss), round(peak)

@@ -6,10 +6,11 @@
 For each of two coordinators in one run, one plain and one with authentication
 on (CurveZMQ: a keys folder with a user key and one agent key per simulated
 node, made as ``tfgshare keys`` makes them), it joins simulated agents offering
-``--gpus`` virtual GPUs (see ``bench_coordinator.SimAgents``), then for
-``--minutes`` submits jobs through the client library, one request each, at
-``--rate`` a second while the agents finish running jobs at the same rate and
-heartbeat. After ``--warmup-s`` of that load (the standing queue's first samples
+``--gpus`` virtual GPUs (``agent_load.SimAgents``: real agents' messages at their rate,
+heartbeats at the period the coordinator hands out), then for ``--minutes`` submits
+jobs through the client library, one request each, at ``--rate`` a second while the
+agents finish running jobs at the same rate (besides those that reach their last
+step). After ``--warmup-s`` of that load (the standing queue's first samples
 and placements), every ``--sample-s`` it records the coordinator's resident memory and
 the p50/p99 of its scheduling rounds since the last sample; at the end it
 reports both as a least-squares slope per minute (flat: near zero), the jobs
@@ -119,8 +120,8 @@ def soak(root: Path, args: argparse.Namespace, secure: bool) -> dict:
     log = open(work / "coordinator.log", "w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "tfgshare.cli", "coordinator", "--bind", address,
-         "--state", str(work / "state.db"), "--policy", args.policy, "--tick", "1.0",
-         "--node-timeout", "600"], cwd=REPO, stdout=log, stderr=log)
+         "--state", str(work / "state.db"), "--policy", args.policy, "--tick", "1.0"],
+        cwd=REPO, stdout=log, stderr=log)
     log.close()
     user_key = str(keys_dir / "issued" / "soak" / "soak.key_secret") if secure else None
     agents = None
@@ -138,12 +139,9 @@ def soak(root: Path, args: argparse.Namespace, secure: bool) -> dict:
             submitted = finished = 0
             samples: list[dict] = []
             round_mark = client.metrics()["rounds_total"]
-            names = list(agents.socks)
             t0 = time.monotonic()
-            next_submit = next_finish = next_beat = t0
+            next_submit = next_finish = t0
             next_sample = t0 + args.warmup_s
-            beat_every = 2.0 / len(names)          # each node every 2 s
-            k = 0
             while True:
                 now = time.monotonic()
                 if now - t0 >= args.warmup_s + args.minutes * 60:
@@ -155,10 +153,6 @@ def soak(root: Path, args: argparse.Namespace, secure: bool) -> dict:
                 if now >= next_finish:
                     finished += agents.finish_one(rng)
                     next_finish += 1.0 / args.rate
-                if now >= next_beat:
-                    agents.heartbeat(names[k % len(names)])
-                    k += 1
-                    next_beat += beat_every
                 if now >= next_sample:
                     answer = client.metrics(since_round=round_mark)
                     rounds, round_mark = answer["rounds"], answer["rounds_total"]

@@ -53,7 +53,8 @@ class ClientHandlers:
         from tfgshare.model_table import check_model
         if not msg.jobs:
             raise RequestError("submit needs at least one job")
-        total = sum(len(n.gpus) for n in self.life.cluster.nodes.values())   # a gang spans nodes
+        # the cluster's GPUs (a gang spans nodes), counted only for a job of several GPUs
+        total = None
         for i, spec in enumerate(msg.jobs, 1):
             label = f"job {i} ({spec.model_name})" if len(msg.jobs) > 1 else spec.model_name
             try:
@@ -66,6 +67,8 @@ class ClientHandlers:
                 except ValueError as exc:
                     raise RequestError(f"{label}: {exc}; the agents read datasets only under "
                                        "their data roots (tfgshare agent --data-root)") from None
+            if spec.num_gpus > 1 and total is None:
+                total = sum(len(n.gpus) for n in self.life.cluster.nodes.values())
             if total and spec.num_gpus > total:
                 raise RequestError(
                     f"{label}: asks for {spec.num_gpus} GPUs but the cluster's nodes have "

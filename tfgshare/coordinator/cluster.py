@@ -5,7 +5,8 @@ volatile telemetry); ``Node`` is one agent's machine. ``Cluster`` holds both and
 builds the policy's ``ClusterSnapshot`` and ``JobView``s cheaply: the snapshot
 is rebuilt only when nodes change, each job's view is cached until the job
 changes (call ``LiveJob.touch``), and the views live in a ``JobSet`` whose change
-log lets the policy's memo follow only the jobs that changed.
+log lets the policy's memo follow only the jobs that changed. Every job refreshed or
+retired is told to the forecast's ``WaitingWindow`` too (``coordinator.window``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from tfgshare.policies.placement import GpuUse, fits
 from tfgshare.policies.prediction import ColocationForecast, predict_remaining_s
 from tfgshare.policies.validate import (Checked, Occupancy, check_actions, fragments_problem,
                                        touched_gpus)
+from tfgshare.coordinator.window import WaitingWindow
 from tfgshare.schema import GpuInfo, JobSpec, plain
 
 # LiveJob fields that are saved to the database (the rest is volatile)
@@ -36,12 +38,9 @@ _VOLATILE = frozenset({"unknown", "gpu_memory_mb", "over_memory", "solo_util", "
 
 @dataclass(eq=False)
 class LiveJob(JobAccount):
-    """One job as the coordinator tracks it.
-
-    It is its own ``JobAccount`` (submit, waits, holds, moves, prediction):
-    the transitions change those only through the account's methods, as the
-    simulator does.
-    """
+    """One job as the coordinator tracks it: its own ``JobAccount`` (submit, waits, holds,
+    moves, prediction), which transitions change only through its methods, as in the
+    simulator."""
 
     id: str
     seq: int
@@ -268,6 +267,7 @@ class Cluster:
         # measured sharing factors and sampling runs, for sampled jobs' predictions
         self.forecast = ColocationForecast()
         self._snapshot: ClusterSnapshot | None = None
+        self.window = WaitingWindow(self.active)    # the forecast's oldest jobs, kept
 
     # ---- nodes -------------------------------------------------------------
 
@@ -327,7 +327,7 @@ class Cluster:
         self._done[job.id] = None
         while len(self._done) > self.keep_done:
             self.jobs.pop(self._done.popitem(last=False)[0], None)
-
+        self.window.note(job)
 
     def place(self, job: LiveJob, fragments: tuple[Fragment, ...]) -> None:
         """Record that ``job`` holds these fragments."""
@@ -397,6 +397,7 @@ class Cluster:
             self._views.drop(job.id)
         else:
             self._views.put(job.view())
+        self.window.note(job)
 
     def views(self) -> JobSet:
         """Views of the jobs the policy decides on (not done, held or unknown).

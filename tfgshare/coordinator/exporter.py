@@ -3,9 +3,9 @@
 The Prometheus registry is the coordinator's own (not the process-global one),
 served over HTTP when a port is given: on loopback by default; off loopback only
 to scrapes that carry the bearer token ``tfgshare keys init`` wrote (401 without).
-Its labels are bounded (job states, refusal reasons, bad-frame reasons), none is per job. The
-report covers every job, the done ones read from the database; its per-job table
-shows the newest ``REPORT_ROWS``. The report is the one the simulator
+Its labels are bounded (job states, refusal reasons, bad-frame reasons, message types),
+none is per job. The report covers every job, the done ones read from the database; its
+per-job table shows the newest ``REPORT_ROWS``. The report is the one the simulator
 prints (``tfgshare.metrics``), built from the live jobs' accounts and the
 timeline, whose figures follow ``tfgshare.metrics``' definitions: allocated
 counts each fragment with its context reserve (``held_share``); effective is
@@ -122,6 +122,20 @@ class CoordinatorMetrics:
                                   "an unknown key), by reason", ["reason"], registry=r)
         for reason in BAD_FRAME_REASONS:   # each reason shows, at 0 until one comes
             self.bad_frames.labels(reason)
+        self.messages = Counter("tfgshare_messages_handled",
+                                "Messages handled (decoded and answered), by type",
+                                ["type"], registry=r)
+        self.db_commits = Histogram("tfgshare_db_commit_seconds",
+                                    "Time of one commit of the state database (a loop "
+                                    "turn's writes)", registry=r,
+                                    buckets=(.0001, .00025, .0005, .001, .0025, .005, .01,
+                                             .025, .05, .1, .25, 1))
+        self.db_rows = Counter("tfgshare_db_rows_written",
+                               "Rows written to the state database (committed)", registry=r)
+        self.db_write = Counter("tfgshare_db_write_seconds",
+                                "Time spent running the state database's writes (the "
+                                "statements of the open transaction, commits aside)",
+                                registry=r)
         self.rounds = Histogram("tfgshare_scheduling_round_seconds",
                                 "Time of one scheduling round", registry=r,
                                 buckets=(.0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1))

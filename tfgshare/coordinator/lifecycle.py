@@ -112,7 +112,12 @@ class Lifecycle:
         from memory and say so."""
         self.save_logs()
         was_broken = self._db_refused_at is not None
-        if self.store.commit():
+        t0, store = time.perf_counter(), self.store
+        if store.commit():
+            if store.committed_rows:
+                self.metrics.db_commits.observe(time.perf_counter() - t0)
+                self.metrics.db_rows.inc(store.committed_rows)
+                self.metrics.db_write.inc(store.committed_write_s)
             if was_broken:
                 log.warning("the state database takes writes again; the kept writes are saved")
                 self._db_refused_at = None

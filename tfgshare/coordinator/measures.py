@@ -19,8 +19,7 @@ from tfgshare.coordinator.errors import RequestError, number
 from tfgshare.coordinator.lifecycle import Lifecycle
 from tfgshare.metrics import format_duration
 from tfgshare.policies.base import SampleRecord
-from tfgshare.policies.forecast import (Forecast, forecast_step_s, prior_sharing,
-                                        sharing_beside, waiting_beside)
+from tfgshare.policies.forecast import Forecast, forecast_step_s, prior_sharing, sharing_beside
 from tfgshare.policies.prediction import outside_slowdown, solo_step_s, start_spill_s
 
 MARKS_KEPT = 64   # progress marks kept per job (co-tenants' step time while a job samples)
@@ -139,7 +138,7 @@ def _forecast(life: Lifecycle, job: LiveJob, restart: float, now: float) -> Fore
         return None
     cluster = life.cluster
     unsampled = cluster.counts.get("queued", 0) + cluster.counts.get("sampling", 0)
-    waiting, mean_run_s = waiting_beside(cluster.active.values(), job, run_left_s)
+    waiting, mean_run_s = cluster.window.read(job)   # policies.forecast.waiting_beside
     node = cluster.nodes.get(job.node or job.sampled_on or "")
     return forecast_step_s(cluster.forecast, life.policy, job, job.view(),
                            max(0, job.spec.max_number_of_steps - job.steps_done), restart,

@@ -98,6 +98,8 @@ class Coordinator:
         self.handlers: dict[str, Callable[[bytes, Any, keys_mod.Identity | None], Any]] = {
             **self.agents.handlers(), **self.clients.handlers()}
         self.bad_frames = BadFrames(self.life.metrics.bad_frames)   # a line per reason per 10 s
+        # the messages handled, a counter per type (each shows, at 0 until one comes)
+        self._handled = {kind: self.life.metrics.messages.labels(kind) for kind in s.MESSAGES}
         self.endpoint: str | None = None
         self.ready = threading.Event()
         self._out: list[tuple[list[bytes], s.Message]] = []   # this turn's replies, commands
@@ -276,6 +278,7 @@ class Coordinator:
                 peer, data, exc.problem.value, str(exc), exc.code)))
             return
         kind = msg.TYPE
+        self._handled[kind].inc()
         if kind in s.REPLY_TYPES:
             if caller is None or caller.role == "agent":
                 self.agents.on_reply(peer, msg)
