@@ -125,6 +125,7 @@ class SimAgents:
         """``keys_dir``: a keys folder with an agent key per node (``nodeNNNN``): CurveZMQ.
         ``virtual``: offer virtual GPUs (else real ones, named as NVML names a V100)."""
         self.ctx = zmq.Context()
+        self.ctx.set(zmq.MAX_SOCKETS, nodes + 64)        # libzmq's default is 1,023
         self.sent = 0                                    # messages sent to the coordinator
         self.sent_by_type: dict[str, int] = {}
         self.poller = zmq.Poller()
