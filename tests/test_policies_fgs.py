@@ -264,7 +264,9 @@ def test_far_reservations_leave_gpus_to_others():
 @pytest.mark.parametrize("shortcuts", [False, True])
 def test_a_failed_consolidation_leaves_the_free_room_as_it_was_to_the_bit(shortcuts,
                                                                           monkeypatch):
-    from tfgshare.policies.fgs.policy import Fgs, _Round
+    from tfgshare.policies.fgs.consolidate import Consolidate
+    from tfgshare.policies.fgs.fit import RoundState
+    from tfgshare.policies.fgs.policy import Fgs
     monkeypatch.setattr(Fgs, "shortcuts", shortcuts)
     c = make_cluster(1, 3)
     # n0:0: a small settled tenant and one that just started (may not move), so
@@ -283,12 +285,12 @@ def test_a_failed_consolidation_leaves_the_free_room_as_it_was_to_the_bit(shortc
     pol = fgs()
     memo = pol.new_memo()
     memo.sync(jobs)   # the tenants of each GPU, as decide() has them
-    r = _Round(pol, 500, c, jobs, memo=memo)
+    r = RoundState(pol, 500, c, jobs, memo=memo)
     before = (dict(r.free.use), {g: r.free.free(g) for g in r.free.gpus}, r.free.total_free())
     moved = []
-    take = r._take
-    r._take = lambda jid, util, placed: (moved.append(jid), take(jid, util, placed))
-    r.consolidate(jobs[-1])
+    take = r.take
+    r.take = lambda jid, util, placed: (moved.append(jid), take(jid, util, placed))
+    Consolidate(r).consolidate(jobs[-1])
     # the full search tries to move a, then gives up; with its shortcuts it sees
     # that even without a, n0:0 would not have room (b may not move yet)
     assert moved == ([] if shortcuts else ["a"]) and r.actions == []

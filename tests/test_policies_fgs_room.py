@@ -26,7 +26,7 @@ def _as_moves(picked):
 def checked(monkeypatch):
     """Every kept pick is compared with the plain scan of the same round; counts what was kept."""
     seen = {"picks": 0, "kept": 0, "gangs": 0, "timed": 0, "retimed": 0, "merged": 0}
-    kept, start = make_room.RoomMixin.cheapest_from_index, room_index.ClearIndex.start
+    kept, start = make_room.MakeRoom.cheapest_from_index, room_index.ClearIndex.start
     retimed = make_room.retimed
 
     def both(self, k, need, util):
@@ -35,12 +35,12 @@ def checked(monkeypatch):
         # the tenants to move as what a move reads of them (a kept cost may hold an
         # older view of a tenant: one that differs only in what the clear cost never reads)
         assert _as_moves(got) == _as_moves(want), (
-            f"t={self.now}: kept costs picked {got}, the scan {want}")
+            f"t={self.round.now}: kept costs picked {got}, the scan {want}")
         seen["picks"] += 1
         seen["gangs"] += k > 1
-        seen["timed"] += bool(self.memo.indexes["clear"].current.timed)
+        seen["timed"] += bool(self.round.memo.indexes["clear"].current.timed)
         # a gang's pick that merged timed GPUs' costs (kept apart) with the sorted ones
-        seen["merged"] += k > 1 and bool(self.memo.indexes["clear"].current.loose)
+        seen["merged"] += k > 1 and bool(self.round.memo.indexes["clear"].current.loose)
         return got
 
     def counted(self, k, job):
@@ -53,7 +53,7 @@ def checked(monkeypatch):
         seen["retimed"] += got is not None   # steps brought to now, not worked out anew
         return got
 
-    monkeypatch.setattr(make_room.RoomMixin, "cheapest_from_index", both)
+    monkeypatch.setattr(make_room.MakeRoom, "cheapest_from_index", both)
     monkeypatch.setattr(make_room, "retimed", counted_retimed)
     monkeypatch.setattr(room_index.ClearIndex, "start", counted)
     return seen

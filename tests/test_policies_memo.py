@@ -400,7 +400,7 @@ def test_fgs_walk_searches_no_gang_that_too_few_gpus_have_room_for(monkeypatch):
     def counted(self, job, sample_only=False, size=None):
         ok = place(self, job, sample_only, size)
         if not ok and job.num_gpus > 1:
-            failed[self.pol.shortcuts].append(job.id)
+            failed[self.round.pol.shortcuts].append(job.id)
         return ok
     monkeypatch.setattr(BestFit, "place", counted)
     # three GPUs nearly full, one with room for one gang member: no 2-GPU gang fits
@@ -422,14 +422,14 @@ def test_fgs_walk_searches_no_gang_that_too_few_gpus_have_room_for(monkeypatch):
 
 def test_fgs_consolidation_stops_once_too_few_tries_are_left_for_a_gang(monkeypatch):
     from tfgshare.policies.builders import make_cluster, make_job
-    from tfgshare.policies.fgs.consolidate import CONSOLIDATE_TRIES, ConsolidateMixin
+    from tfgshare.policies.fgs.consolidate import CONSOLIDATE_TRIES, Consolidate
     tries = {True: 0, False: 0}   # shortcuts -> GPUs a consolidation tried to clear
-    clear = ConsolidateMixin._clear_by_migration
+    clear = Consolidate._clear_by_migration
 
     def counted(self, *a, **kw):
-        tries[self.pol.shortcuts] += 1
+        tries[self.round.pol.shortcuts] += 1
         return clear(self, *a, **kw)
-    monkeypatch.setattr(ConsolidateMixin, "_clear_by_migration", counted)
+    monkeypatch.setattr(Consolidate, "_clear_by_migration", counted)
     # 16 GPUs, each with one busy tenant that no other GPU is calm enough to take:
     # there is room in all (total free room), but every try fails
     running = [make_job(f"x{i}", on={f"n{i // 8}:{i % 8}": 0.3}, memory_mb=4000,
@@ -457,14 +457,14 @@ def _two_small_tenants_and_a_big_job():
 def test_fgs_walks_a_quiet_queue_again_only_once_a_tenant_passes_its_minimum_run(monkeypatch):
     from tfgshare.policies.base import Migrate
     from tfgshare.policies.builders import make_cluster
-    from tfgshare.policies.fgs.consolidate import ConsolidateMixin
+    from tfgshare.policies.fgs.consolidate import Consolidate
     calls = {True: [], False: []}   # shortcuts -> times a consolidation was tried
-    consolidate = ConsolidateMixin.consolidate
+    consolidate = Consolidate.consolidate
 
     def counted(self, job):
-        calls[self.pol.shortcuts].append(self.now)
+        calls[self.round.pol.shortcuts].append(self.round.now)
         return consolidate(self, job)
-    monkeypatch.setattr(ConsolidateMixin, "consolidate", counted)
+    monkeypatch.setattr(Consolidate, "consolidate", counted)
     running, big = _two_small_tenants_and_a_big_job()
     pol = FullSearch(get_policy("fgs"))
     views = JobSet(running + [big]).frozen()

@@ -35,18 +35,19 @@ scheduler framework are (each named for what it decides; each says what it
 owns and may import in its docstring):
 
 - ``policy``: ``Fgs``, its settings and ``decide``, which runs the phases in
-  order on one round (``_Round``) and keeps the memo's FreeMap;
+  order, each receiving one round's state (``fit.RoundState``; they share
+  nothing else), and keeps the memo's FreeMap;
 - ``order`` (queue order): the walks over the waiting queues, stopped once
   nothing left could fit (``SmallestLeft``) and passing over size buckets too
   big for any room (``SizedWalk``);
 - ``fit``: a round's working state, a job's size, and whether a GPU has room
-  and stays calm for one more tenant (``RoundBase``);
+  and stays calm for one more tenant (``RoundState``);
 - ``best_fit``: placing a walk's jobs on the tightest fragments that fit
   (``BestFit``);
 - ``make_room``: making room for a promoted job, or reserving GPUs for it
-  (``RoomMixin``), with the memo-kept indexes in ``room_index``;
+  (``MakeRoom``), with the memo-kept indexes in ``room_index``;
 - ``consolidate``: migrating single-GPU tenants to clear fragments
-  (``ConsolidateMixin``, ``MovableIndex``);
+  (``Consolidate``, ``MovableIndex``);
 - ``memo``: ``FgsMemo``, what fgs keeps between rounds (the queues,
   promotions, what each index reads of a tenant);
 - ``records``: the NamedTuples those keep and pass, never positional tuples.

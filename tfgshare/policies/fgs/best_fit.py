@@ -18,41 +18,47 @@ from typing import Callable, Iterable
 
 from ..base import JobView, Start
 from ..placement import EPS, exclusive_fraction, to_fragments
-from .fit import RoundBase
+from .fit import RoundState
 from .order import BANDS, SizedWalk, SmallestLeft, bucket_floor, search_band
 from .records import JobSize, SizeBucket
 
 __all__ = ["BestFit"]
 
 
-class BestFit(RoundBase):
-    """Placing jobs in queue order on best-fit fragments (part of ``policy._Round``)."""
+class BestFit:
+    """Placing jobs in queue order on best-fit fragments, on one round's state."""
+
+    def __init__(self, state: RoundState) -> None:
+        self.round = state
+        # the last fits_somewhere question ((map version, fraction, utilisation)) and answer
+        self._fits_query: tuple | None = None
+        self._fits_found = False
 
     def place_sample(self, job: JobView) -> list[tuple[str, float]] | None:
         """Fragments for a sampling phase: alone on idle GPUs, else on the least loaded."""
         k = job.num_gpus
-        if self.pol.sample_on_idle:
-            reserve = self.reserve
-            need = self.need(job, True)
+        if self.round.pol.sample_on_idle:
+            reserve = self.round.reserve
+            need = self.round.need(job, True)
             # only an idle GPU has the whole GPU less one reserve free
-            got = self.free.gang_place(k, lambda g: exclusive_fraction(g, reserve))
+            got = self.round.free.gang_place(k, lambda g: exclusive_fraction(g, reserve))
             if got is not None:
-                return [(gid, need(self.free.gpus[gid])) for gid, _ in got]
-            f = need(self.rep) if self.rep is not None else 0.0
+                return [(gid, need(self.round.free.gpus[gid])) for gid, _ in got]
+            f = need(self.round.rep) if self.round.rep is not None else 0.0
             for band in range(BANDS, -1, -1):   # most utilisation room first
-                if self.free.max_free(band) + EPS < f:
+                if self.round.free.max_free(band) + EPS < f:
                     continue
-                got = self.free.gang_place(k, need, min_band=band)
+                got = self.round.free.gang_place(k, need, min_band=band)
                 if got is not None:
                     return got
-            return self.free.gang_place(k, need)
-        return self.free.gang_place(k, self.need(job, True))
+            return self.round.free.gang_place(k, need)
+        return self.round.free.gang_place(k, self.round.need(job, True))
 
     def fits_somewhere(self, f: float, u: float) -> bool:
         """Whether some open GPU has room ``f`` for a tenant of utilisation ``u``."""
-        if f == math.inf or f > self.free.max_free() + EPS:
+        if f == math.inf or f > self.round.free.max_free() + EPS:
             return False
-        query = (self.free.version, f, u)
+        query = (self.round.free.version, f, u)
         if self._fits_query != query:
             self._fits_found = self._search(1, f, None if u < 0 else u) is not None
             self._fits_query = query
@@ -61,9 +67,9 @@ class BestFit(RoundBase):
     def _search(self, k: int, need, u: float | None):
         """Best-fit fragments for ``k`` GPUs of this need and utilisation (None: any)."""
         if u is None:
-            return self.free.gang_place(k, need)
+            return self.round.free.gang_place(k, need)
         u = max(0.0, u)
-        return self.free.gang_place(k, need, lambda gid: u <= self.util_room(gid) + EPS,
+        return self.round.free.gang_place(k, need, lambda gid: u <= self.round.util_room(gid) + EPS,
                                     min_band=search_band(u))
 
     def fill(self, jobs: Iterable[tuple[JobView, JobSize]], rest: SmallestLeft,
@@ -83,17 +89,17 @@ class BestFit(RoundBase):
         out (the room only shrinks in the walk; the stop checks this leaves
         out only stop a walk that could place nothing more).
         """
-        if self.rep is None:   # GPU sizes differ: no cheap checks
+        if self.round.rep is None:   # GPU sizes differ: no cheap checks
             for job, _ in jobs:
                 if not self.place(job, sample_only) and on_fail is not None:
                     on_fail(job)
             return
-        free = self.free
+        free = self.round.free
         fail_hook_done = on_fail is None   # on_fail said False once: it does nothing more
         last = None   # (version, f, u) of the last break check that found room
         passed = rest.passed
         walk = jobs if isinstance(jobs, SizedWalk) else None
-        gangs = self.pol.shortcuts and not sample_only
+        gangs = self.round.pol.shortcuts and not sample_only
 
         def passed_over(f: float, band: int | None, k: int) -> bool:
             """Whether a ``k``-GPU job of fraction ``f`` fails ``place()``'s first checks now."""
@@ -131,27 +137,27 @@ class BestFit(RoundBase):
     def place(self, job: JobView, sample_only: bool = False,
               size: JobSize | None = None) -> bool:
         """Start the job on best-fit fragments if it fits now (``size``: from ``size()``)."""
-        f, u = size if size is not None else self.size(job, sample_only)
+        f, u = size if size is not None else self.round.size(job, sample_only)
         if f != math.inf:   # one GPU size: cheap checks before a search
             band = None if sample_only else search_band(u)
-            if f > self.free.max_free(band) + EPS:
+            if f > self.round.free.max_free(band) + EPS:
                 return False
             # a job at least as big and as busy as one that just failed fails too
-            for f0, u0 in self.failed.get((job.num_gpus, sample_only), ()):
+            for f0, u0 in self.round.failed.get((job.num_gpus, sample_only), ()):
                 if f >= f0 and u >= u0:
                     return False
         if sample_only:
             placed = self.place_sample(job)
         else:
-            placed = self._search(job.num_gpus, self.need(job), u)
+            placed = self._search(job.num_gpus, self.round.need(job), u)
         if placed is None:
             if f != math.inf:
-                fails = self.failed.setdefault((job.num_gpus, sample_only), [])
+                fails = self.round.failed.setdefault((job.num_gpus, sample_only), [])
                 if len(fails) < 8:
                     fails.append(JobSize(f, u))
             return False
-        self.failed.clear()
-        self._take(job.id, 1.0 if sample_only else u, placed)
-        self.actions.append(Start(job.id, to_fragments(placed), sample_only))
-        self.acted.add(job.id)
+        self.round.failed.clear()
+        self.round.take(job.id, 1.0 if sample_only else u, placed)
+        self.round.actions.append(Start(job.id, to_fragments(placed), sample_only))
+        self.round.acted.add(job.id)
         return True

@@ -24,22 +24,27 @@ import math
 from ..base import JobView, Migrate, Start
 from ..interference import room_for
 from ..placement import EPS, GpuUse, free_fraction, to_fragments
-from .fit import SLACK, util_of
+from .fit import SLACK, RoundState, util_of
 from .order import BANDS, search_band
 
-__all__ = ["CONSOLIDATE_TRIES", "ConsolidateMixin", "MovableIndex"]
+__all__ = ["CONSOLIDATE_TRIES", "Consolidate", "MovableIndex"]
 
 CONSOLIDATE_TRIES = 8   # nearly fitting GPUs a consolidation tries to clear
 
 
-class ConsolidateMixin:
-    """The consolidation part of an fgs round (mixed into ``policy._Round``)."""
+class Consolidate:
+    """Consolidation for the first shortest-first job that did not fit, on one round's state."""
+
+    def __init__(self, state: RoundState) -> None:
+        self.round = state
+        # fractions and utilisations no GPU had room for, on the map as this call left it
+        self._nowhere: dict[tuple[float, float], None] = {}
 
     def consolidate(self, job: JobView) -> None:
         """Clear fragments for ``job`` by migrating single-GPU tenants into others' free room."""
-        need, util = self.need(job), util_of(job)
+        need, util = self.round.need(job), util_of(job)
         k = job.num_gpus
-        fm = self.free
+        fm = self.round.free
         first = next(iter(fm.gpus.values()))
         if fm.total_free() < k * need(first) - EPS:
             return
@@ -47,7 +52,7 @@ class ConsolidateMixin:
         chosen: list[str] = []
         band = search_band(util)
         while len(chosen) < k - 1:
-            got = fm.best_fit(need, chosen, lambda g: self.calm(g, util), band)
+            got = fm.best_fit(need, chosen, lambda g: self.round.calm(g, util), band)
             if got is None:
                 break
             gid, _ = got   # (GPU, fraction)
@@ -57,9 +62,9 @@ class ConsolidateMixin:
         # (only GPUs that a running single-GPU job held as the round began: no other has
         # a tenant consolidation may move)
         closed, order, gpus, free, use = fm.closed, fm.order, fm.gpus, fm.free, fm.use
-        candidates = self.memo.single_gpu_holders
-        if self.pol.shortcuts:   # only GPUs where some tenant may move by now
-            candidates = MovableIndex.of(self).movable_by(self.now)
+        candidates = self.round.memo.single_gpu_holders
+        if self.round.pol.shortcuts:   # only GPUs where some tenant may move by now
+            candidates = MovableIndex.of(self.round).movable_by(self.round.now)
         if len(fm.sizes) == 1:
             f = need(first)
             keyed = [(f - free(gid), order[gid], gid) for gid in candidates
@@ -77,7 +82,7 @@ class ConsolidateMixin:
                 keyed.append((f - free(gid), order[gid], gid))
         # in sorted order, but only as far as the tries go
         heapq.heapify(keyed)
-        holders = self.holders
+        holders = self.round.holders
         may = self._may_consolidate
         one = f if len(fm.sizes) == 1 else None   # the job's fraction on every GPU
 
@@ -97,15 +102,15 @@ class ConsolidateMixin:
         for gid, hs in itertools.islice(cands(), tries):
             if len(chosen) == k:
                 break
-            if self.pol.shortcuts and len(chosen) + tries < k:
+            if self.round.pol.shortcuts and len(chosen) + tries < k:
                 break   # too few tries left to clear the GPUs still missing: it fails
             tries -= 1
-            got = self._clear_by_migration(gid, need(self.free.gpus[gid]) if one is None else one,
-                                           util, chosen, hs)
+            room_f = need(self.round.free.gpus[gid]) if one is None else one
+            got = self._clear_by_migration(gid, room_f, util, chosen, hs)
             if got is None:
                 continue
             step, before = got
-            if len(plan) + len(step) <= self.moves_left:
+            if len(plan) + len(step) <= self.round.moves_left:
                 chosen.append(gid)
                 plan.extend(step)
                 for g, u in before.items():
@@ -114,19 +119,19 @@ class ConsolidateMixin:
                     self._nowhere = {}   # the map changed: destinations found before may differ
             else:
                 self._restore(before)
-        placed = [(gid, need(self.free.gpus[gid])) for gid in chosen]
-        fits = len(chosen) == k and all(self.room(g, f, util) for g, f in placed)
+        placed = [(gid, need(self.round.free.gpus[gid])) for gid in chosen]
+        fits = len(chosen) == k and all(self.round.room(g, f, util) for g, f in placed)
         if not fits:
             self._restore(saved)
             return
         for v, dest in plan:
-            self.acted.add(v.id)
-            self.moves_left -= 1
-            self.actions.append(Migrate(v.id, to_fragments(dest)))
-        self._take(job.id, util, placed)
-        self.actions.append(Start(job.id, to_fragments(placed)))
-        self.acted.add(job.id)
-        self.failed.clear()
+            self.round.acted.add(v.id)
+            self.round.moves_left -= 1
+            self.round.actions.append(Migrate(v.id, to_fragments(dest)))
+        self.round.take(job.id, util, placed)
+        self.round.actions.append(Start(job.id, to_fragments(placed)))
+        self.round.acted.add(job.id)
+        self.round.failed.clear()
 
     def _clear_by_migration(self, gid: str, f: float, util: float, keep: list[str],
                             movable: list[JobView] | None = None):
@@ -137,24 +142,24 @@ class ConsolidateMixin:
         use before them, or None (then the map is as it was, to the bit).
         """
         hs = movable if movable is not None else [
-            h for h in self.holders.get(gid, ()) if self._may_consolidate(h)]
+            h for h in self.round.holders.get(gid, ()) if self._may_consolidate(h)]
         if len(hs) > 1:
             hs = sorted(hs, key=_smallest_first)
         step: list[tuple[JobView, list[tuple[str, float]]]] = []
         before: dict[str, GpuUse | None] = {}
-        if self.pol.shortcuts:
+        if self.round.pol.shortcuts:
             # the first move's answer kept from an earlier try (cheapest first): the
             # loop below would find no room and return at its first tenant
             if (hs and self._nowhere and self._nowhere_known(hs[0].fragments[0].fraction,
                                                              util_of(hs[0]))
-                    and (self.free.free(gid) < f - EPS or not self.room(gid, f, util))):
+                    and (self.round.free.free(gid) < f - EPS or not self.round.room(gid, f, util))):
                 return None
             if self._bound_to_fail(gid, f, util, hs):
                 return None   # with all of them gone it would not fit: nothing to try
         avoid = set(keep) | {gid}
-        use = self.free.use
+        use = self.round.free.use
         for h in hs:
-            if self.room(gid, f, util):
+            if self.round.room(gid, f, util):
                 break
             hu = util_of(h)
             frac = h.fragments[0].fraction
@@ -168,17 +173,17 @@ class ConsolidateMixin:
                 return None
             for x in h.fragments:
                 before.setdefault(x.gpu, use.get(x.gpu))
-            self._release(h)
-            dest = self.free.best_fit(frac, avoid, lambda g, hu=hu: self.calm(g, hu),
+            self.round.release(h)
+            dest = self.round.free.best_fit(frac, avoid, lambda g, hu=hu: self.round.calm(g, hu),
                                       min_band=band)
             if dest is None:
                 self._restore(before)
                 return None
             dest_gpu, _ = dest
             before.setdefault(dest_gpu, use.get(dest_gpu))
-            self._take(h.id, hu, [dest])
+            self.round.take(h.id, hu, [dest])
             step.append((h, [dest]))
-        if self.room(gid, f, util):
+        if self.round.room(gid, f, util):
             return step, before
         self._restore(before)
         return None
@@ -190,22 +195,22 @@ class ConsolidateMixin:
         utilisation, so a try that fails this way fails at every step;
         ``SLACK`` covers the rounding of the try's own sums.
         """
-        use = self.free.use.get(gid)
+        use = self.round.free.use.get(gid)
         if use is None:
             return False
         n = use.tenants - len(hs)
-        if n >= self.pol.max_cotenants:
+        if n >= self.round.pol.max_cotenants:
             return True
         if n <= 0:
-            room = free_fraction(self.free.gpus[gid], None, self.reserve)
+            room = free_fraction(self.round.free.gpus[gid], None, self.round.reserve)
             return room < f - EPS - SLACK
         used = use.used - sum(h.fragments[0].fraction for h in hs)
-        room = free_fraction(self.free.gpus[gid], GpuUse(used, n, 0.0), self.reserve)
+        room = free_fraction(self.round.free.gpus[gid], GpuUse(used, n, 0.0), self.round.reserve)
         if room < f - EPS - SLACK:
             return True
         total = use.util - sum(util_of(h) for h in hs) - SLACK
-        return util > room_for(n, total, self.pol.slowdown_cap,
-                               self.pol.interference_overhead) + EPS
+        return util > room_for(n, total, self.round.pol.slowdown_cap,
+                               self.round.pol.interference_overhead) + EPS
 
     def _nowhere_for(self, frac: float, hu: float, band: int, keep: list[str]) -> bool:
         """Whether no GPU but ``keep`` has room for a tenant of this fraction and utilisation.
@@ -217,7 +222,8 @@ class ConsolidateMixin:
         """
         if self._nowhere_known(frac, hu):
             return True
-        if self.free.best_fit(frac, keep, lambda g: self.calm(g, hu), min_band=band) is not None:
+        calm = self.round.calm
+        if self.round.free.best_fit(frac, keep, lambda g: calm(g, hu), min_band=band) is not None:
             return False
         if len(self._nowhere) < 8:
             self._nowhere[(frac, hu)] = None
@@ -237,12 +243,12 @@ class ConsolidateMixin:
 
     def _may_consolidate(self, h: JobView) -> bool:
         """Whether consolidation may move this tenant now (a single-GPU one, movable)."""
-        return h.num_gpus == 1 and self.movable(h, 1)
+        return h.num_gpus == 1 and self.round.movable(h, 1)
 
     def _restore(self, before: dict) -> None:
         """Put these GPUs' uses back as they were (exactly: no sums undone in floats)."""
         for g, u in before.items():
-            self.free.set_use(g, u)
+            self.round.free.set_use(g, u)
 
 
 def _smallest_first(h: JobView) -> tuple[float, str]:

@@ -1,14 +1,14 @@
 """fgs phase 2, fit: a round's working state, and whether a job fits where.
 
-``RoundBase`` holds what one ``decide`` call plans on (a copy of the memo's
+``RoundState`` holds what one ``decide`` call plans on (a copy of the memo's
 FreeMap, the tenants of each GPU, the actions so far) and answers the fit
 questions every later phase asks: a job's size (``size``, ``need``), whether a
 GPU has room and stays calm for one more tenant (``room``, ``calm``,
-``util_room``), whether a tenant may be moved (``movable``), and takes or
-releases room as the round acts (``_take``, ``_release``). Placing jobs on
-the best-fit fragments is ``best_fit``, making room ``make_room``,
-consolidation ``consolidate``: ``policy._Round`` is the round with all of
-them.
+``util_room``), whether a tenant may be moved (``movable``, ``may_move``), and
+takes or releases room as the round acts (``take``, ``release``). The phases
+that act on it each receive it and share nothing else: placing jobs on the
+best-fit fragments (``best_fit.BestFit``), making room
+(``make_room.MakeRoom``) and consolidation (``consolidate.Consolidate``).
 
 Imports: ``policies`` below fgs, ``fgs.records``, ``fgs.order`` and
 ``fgs.memo``.
@@ -30,7 +30,7 @@ from .records import MAY_LATER, MAY_NEVER, MAY_NOW, JobSize, MayMove, Movability
 if TYPE_CHECKING:
     from .policy import Fgs
 
-__all__ = ["SLACK", "RoundBase", "room_band", "sampling_fraction", "util_of"]
+__all__ = ["SLACK", "RoundState", "room_band", "sampling_fraction", "util_of"]
 
 SLACK = 1e-9   # margin over float rounding in the bounds the shortcuts check
 
@@ -52,8 +52,10 @@ def room_band(room: float) -> int:
     return -1 if room < 0 else (BANDS if room >= 1.0 else int(room * BANDS))
 
 
-class RoundBase:
-    """The state of one ``decide`` call: free room, tenants, and actions so far."""
+class RoundState:
+    """The state of one ``decide`` call (free room, tenants, actions so far) and the fit
+    questions every phase asks of it; each phase (``BestFit``, ``MakeRoom``,
+    ``Consolidate``) receives it and acts on it."""
 
     def __init__(self, pol: "Fgs", now: float, cluster: ClusterSnapshot,
                  jobs: Sequence[JobView], free: FreeMap | None = None,
@@ -65,9 +67,6 @@ class RoundBase:
         self.reserve = cluster.reserve_mb
         self.jobs = jobs
         self._holders: dict[str, list[JobView]] | None = None
-        # the last fits_somewhere question ((map version, fraction, utilisation)) and answer
-        self._fits_query: tuple | None = None
-        self._fits_found = False
         self.free = free if free is not None else FreeMap(
             cluster, jobs, max_tenants=pol.max_cotenants, band=self.band, empty_band=BANDS)
         self.up = len(self.free.gpus)
@@ -78,16 +77,14 @@ class RoundBase:
         self.rep = next(iter(self.free.gpus.values())) if len(self.free.sizes) == 1 else None
         self.actions: list[Action] = []
         self.acted: set[str] = set()
-        # per round, actions apart: (job id, gang size) -> may move now / ever;
-        # gang size -> ready_in of every holder (holders and now are fixed in a round)
+        # per round, actions apart: (job id, gang size) -> may move now / ever
         self._movable: dict[tuple[str, int], MayMove] = {}
-        self._ready: dict[int, dict[str, float]] = {}
 
     def movable(self, holder: JobView, size: int) -> bool:
         """Whether a running job may be moved now for a job of ``size`` GPUs."""
-        return holder.id not in self.acted and self._may_move(holder, size).now
+        return holder.id not in self.acted and self.may_move(holder, size).now
 
-    def _may_move(self, holder: JobView, size: int) -> MayMove:
+    def may_move(self, holder: JobView, size: int) -> MayMove:
         """Whether a job holding GPUs may be moved for a job of ``size`` GPUs now, and
         once past its minimum run, as if it were not acted on this round (kept per round).
 
@@ -167,11 +164,11 @@ class RoundBase:
         return room_band(room_for(use.tenants, use.util, self.pol.slowdown_cap,
                                   self.pol.interference_overhead))
 
-    def _take(self, job_id: str, util: float, placed: list[tuple[str, float]]) -> None:
+    def take(self, job_id: str, util: float, placed: list[tuple[str, float]]) -> None:
         """Take the room ``placed`` for a job of this utilisation."""
         self.free.take(placed, util)
 
-    def _release(self, job: JobView) -> None:
+    def release(self, job: JobView) -> None:
         """Give back the room the job holds."""
         self.free.release(job.fragments, util_of(job))
 

@@ -21,18 +21,24 @@ from ..base import Action, ClusterSnapshot, JobState, JobView, Migrate, Start, S
 from ..interference import room_for
 from ..placement import EPS, MIN_FRACTION, exclusive_fraction, reserve_fraction, to_fragments
 from ..queueing import arrival_key
-from .fit import SLACK, util_of
+from .fit import SLACK, RoundState, util_of
 from .order import BANDS
 from .records import (ClearClock, ClearCost, ClearJob, ClearLayout, ClearStep, ClearSteps,
                       GpuCost, MinRunTimer, RoomLayout)
 from .room_index import (ClearIndex, RoomIndex, clear_cost_from, finish_in, frac_on,
                          node_score, retimed)
 
-__all__ = ["RoomMixin"]
+__all__ = ["MakeRoom"]
 
 
-class RoomMixin:
-    """The making-room part of an fgs round (mixed into ``policy._Round``)."""
+class MakeRoom:
+    """Making room for a promoted job, on one round's state."""
+
+    def __init__(self, state: RoundState) -> None:
+        self.round = state
+        # gang size -> ready_in of every holder asked about (holders and now are fixed
+        # in a round)
+        self._ready: dict[int, dict[str, float]] = {}
 
     def readiness(self, size: int):
         """``ready_in`` of a job holding a GPU as if not acted on this round, as a function.
@@ -47,26 +53,26 @@ class RoomMixin:
         def ready(h: JobView) -> float:
             t = seen.get(h.id)
             if t is None:
-                acted, self.acted = self.acted, set()
+                acted, self.round.acted = self.round.acted, set()
                 try:
                     t = seen[h.id] = self.ready_in(h, size)
                 finally:
-                    self.acted = acted
+                    self.round.acted = acted
             return t
         return ready
 
     def ready_in(self, holder: JobView, size: int) -> float:
         """Seconds until this tenant's room could be had: 0 if it may move now, inf if
         it may not be moved and is not predicted to finish within ``reserve_horizon_s``."""
-        if holder.id not in self.acted:
-            may = self._may_move(holder, size)
+        if holder.id not in self.round.acted:
+            may = self.round.may_move(holder, size)
             if may.now:
                 return 0.0
             if may.ever:
-                return self.pol.min_run(holder) - (self.now - holder.last_start)
+                return self.round.pol.min_run(holder) - (self.round.now - holder.last_start)
         if holder.state is not JobState.RUNNING:
             return 1.0   # sampling or suspending: gone soon, but not movable
-        return finish_in(holder, self.pol.reserve_horizon_s)
+        return finish_in(holder, self.round.pol.reserve_horizon_s)
 
     def clear_cost(self, gid: str, f: float, util: float, ready) -> ClearCost | None:
         """What it costs to fit one more job on ``gid``: when, and which tenants to move.
@@ -74,24 +80,24 @@ class RoomMixin:
         Tenants go soonest-ready first, larger first on ties. None if even an
         empty GPU would not do.
         """
-        free = self.free.free(gid)
-        use = self.free.use.get(gid)
+        free = self.round.free.free(gid)
+        use = self.round.free.use.get(gid)
         if use is None:   # idle
             return ClearCost(0.0, 0, ()) if free >= f - EPS else None
         tenants = use.tenants
-        pol = self.pol
+        pol = self.round.pol
         cap = pol.max_cotenants
         if free >= f - EPS and tenants < cap and (   # calm(gid, util), inline
                 tenants <= 0 or util <= room_for(tenants, use.util, pol.slowdown_cap,
                                                  pol.interference_overhead) + EPS):
             return ClearCost(0.0, 0, ())
-        acted = self.acted
-        hs = self.holders.get(gid, ())
+        acted = self.round.acted
+        hs = self.round.holders.get(gid, ())
         if acted:
             hs = [h for h in hs if h.id not in acted]
         if not hs:
             return None
-        r = reserve_fraction(self.free.gpus[gid], self.reserve)
+        r = reserve_fraction(self.round.free.gpus[gid], self.round.reserve)
         if len(hs) == 1 and tenants == 1:   # the common case: one tenant to move
             h = hs[0]
             if free + frac_on(h, gid) + r >= f - EPS:
@@ -105,23 +111,23 @@ class RoomMixin:
             wait = max(wait, ready(h))
             free += frac_on(h, gid) + r
             tenants -= 1
-            if free >= f - EPS and tenants < cap and self.calm(gid, util, gone):
+            if free >= f - EPS and tenants < cap and self.round.calm(gid, util, gone):
                 return ClearCost(wait, len(gone), hs[:len(gone)])
         return None
 
     def make_room(self, job: JobView, sample_only: bool = False) -> None:
         """Move small jobs off the GPUs that free soonest, or reserve those GPUs
         (``sample_only``: for the job's sampling phase)."""
-        need, util = self.need(job, sample_only), util_of(job)
-        if (self.pol.shortcuts and not self.actions and not self.acted
-                and not self.free.closed):
+        need, util = self.round.need(job, sample_only), util_of(job)
+        if (self.round.pol.shortcuts and not self.round.actions and not self.round.acted
+                and not self.round.free.closed):
             # out of reach last time: the bound (O(changed GPUs)) first, then the pick
-            memo = self.memo
+            memo = self.round.memo
             if memo.out_of_reach_job == job.id and self.out_of_reach(job, need):
                 return
             chosen = self.cheapest_from_index(job.num_gpus, need, util)
             memo.out_of_reach_job = job.id if (chosen is None or max(c.wait_s for c in chosen)
-                                  > self.pol.reserve_horizon_s) else None
+                                  > self.round.pol.reserve_horizon_s) else None
         else:
             if self.out_of_reach(job, need):
                 return
@@ -130,19 +136,19 @@ class RoomMixin:
             return
         victims = {v.id: v for c in chosen for v in c.tenants}
         wait = max(c.wait_s for c in chosen)
-        if wait > 0 or len(victims) > self.moves_left:
-            if wait <= self.pol.reserve_horizon_s:
-                self.free.close(c.gpu for c in chosen)
+        if wait > 0 or len(victims) > self.round.moves_left:
+            if wait <= self.round.pol.reserve_horizon_s:
+                self.round.free.close(c.gpu for c in chosen)
             return
         for v in victims.values():
-            self._release(v)
-        placed = [(c.gpu, need(self.free.gpus[c.gpu])) for c in chosen]
-        self._take(job.id, util, placed)
+            self.round.release(v)
+        placed = [(c.gpu, need(self.round.free.gpus[c.gpu])) for c in chosen]
+        self.round.take(job.id, util, placed)
         moves = [self.relocate(v) for v in sorted(victims.values(), key=arrival_key)]
-        self.actions.extend(moves)
-        self.actions.append(Start(job.id, to_fragments(placed), sample_only))
-        self.acted.add(job.id)
-        self.failed.clear()
+        self.round.actions.extend(moves)
+        self.round.actions.append(Start(job.id, to_fragments(placed), sample_only))
+        self.round.acted.add(job.id)
+        self.round.failed.clear()
 
     def cheapest(self, k: int, need, util: float) -> list[GpuCost] | None:
         """The ``k`` GPUs cheapest to clear for a job of this need and
@@ -153,9 +159,9 @@ class RoomMixin:
         """
         ready = self.readiness(k)
         costs = []
-        closed, order = self.free.closed, self.free.order
+        closed, order = self.round.free.closed, self.round.free.order
         fractions: dict[int, float] = {}   # memory size -> the job's fraction
-        for gid, gpu in self.free.gpus.items():
+        for gid, gpu in self.round.free.gpus.items():
             if gid in closed:
                 continue
             f = fractions.get(gpu.memory_mb)
@@ -166,7 +172,7 @@ class RoomMixin:
                 costs.append(GpuCost(c.wait_s, c.moves, order[gid], gid, c.tenants))
                 if k == 1 and c.wait_s == 0 and c.moves <= 1:
                     break   # one move, now: nothing cheaper for a 1-GPU job
-        return _pick_gpus(costs, k, self.free.gpus, self.free.cluster)
+        return _pick_gpus(costs, k, self.round.free.gpus, self.round.free.cluster)
 
     def cheapest_from_index(self, k: int, need, util: float) -> list[GpuCost] | None:
         """``cheapest`` from the clear costs kept in the memo (``ClearIndex``).
@@ -179,20 +185,20 @@ class RoomMixin:
         falls with time: their steps are brought to now from their clocks);
         the others hold as they were.
         """
-        cluster, pol, gpus = self.cluster, self.pol, self.free.gpus
+        cluster, pol, gpus = self.round.cluster, self.round.pol, self.round.free.gpus
         layout = ClearLayout(pol.room_key(), pol.max_cotenants, pol.slowdown_cap,
                              pol.interference_overhead, cluster.reserve_mb, cluster.down_nodes)
-        memo = self.memo
+        memo = self.round.memo
         index = memo.indexes.get("clear")
         if (index is None or index.layout != layout or index.gpus is not cluster.gpus
-                or self.now < index.now):
+                or self.round.now < index.now):
             index = memo.indexes["clear"] = ClearIndex(layout, cluster.gpus, gpus,
-                                                        self.free.order)
-        index.now = self.now
+                                                        self.round.free.order)
+        index.now = self.round.now
         by_mem = {mem: need(g) for mem, g in index.reps.items()}
         gang_steps, redo_steps, redo, new = index.start(
             k, ClearJob(k, tuple(sorted(by_mem.items())), util))
-        steps, clocks, now = gang_steps.steps, gang_steps.clocks, self.now
+        steps, clocks, now = gang_steps.steps, gang_steps.clocks, self.round.now
         for gid in [g for g in clocks if g not in redo_steps]:
             got = retimed(gid, steps[gid], clocks[gid], now)
             if got is None:   # the tenants' order changed: worked out again
@@ -236,9 +242,9 @@ class RoomMixin:
         hs = moves[0].tenants
         timers = []
         for i, h in enumerate(hs):
-            may = self._may_move(h, k)
+            may = self.round.may_move(h, k)
             if may.ever and not may.now:   # inside its minimum run: its wait falls with time
-                timers.append(MinRunTimer(i, h.last_start, self.pol.min_run(h)))
+                timers.append(MinRunTimer(i, h.last_start, self.round.pol.min_run(h)))
         if not timers:
             return None
         return ClearClock(tuple(ready(h) for h in hs), tuple(timers))
@@ -250,21 +256,21 @@ class RoomMixin:
         each tenant moved in ``clear_cost``'s order; the sums are made as
         ``clear_cost`` makes them, so the answers are the same to the bit.
         """
-        free = self.free.free(gid)
-        use = self.free.use.get(gid)
+        free = self.round.free.free(gid)
+        use = self.round.free.use.get(gid)
         if use is None:   # idle
             return ClearSteps(free, 0, None, ())
         tenants = use.tenants
-        pol = self.pol
+        pol = self.round.pol
         cap, overhead = pol.slowdown_cap, pol.interference_overhead
         room = math.inf if tenants <= 0 else room_for(tenants, use.util, cap, overhead)
-        acted = self.acted
-        hs = self.holders.get(gid, ())
+        acted = self.round.acted
+        hs = self.round.holders.get(gid, ())
         if acted:
             hs = [h for h in hs if h.id not in acted]
         if not hs:
             return ClearSteps(free, tenants, room, ())
-        r = reserve_fraction(self.free.gpus[gid], self.reserve)
+        r = reserve_fraction(self.round.free.gpus[gid], self.round.reserve)
         if len(hs) == 1 and tenants == 1:   # the common case: one tenant to move
             h = hs[0]
             return ClearSteps(free, tenants, room, (ClearStep(free + frac_on(h, gid) + r, 0,
@@ -283,7 +289,7 @@ class RoomMixin:
             out.append(ClearStep(free, left,
                                  math.inf if n <= 0 else room_for(n, total, cap, overhead),
                                  wait, i + 1, hs))
-        return ClearSteps(self.free.free(gid), tenants, room, tuple(out))
+        return ClearSteps(self.round.free.free(gid), tenants, room, tuple(out))
 
     def out_of_reach(self, job: JobView, need) -> bool:
         """Whether no ``num_gpus`` GPUs could be had within ``reserve_horizon_s`` (make_room does nothing).
@@ -298,23 +304,23 @@ class RoomMixin:
         O(changed GPUs + log n)) bounds the round's.
         """
         k = job.num_gpus
-        if self.rep is None or not self.pol.shortcuts:
+        if self.round.rep is None or not self.round.pol.shortcuts:
             return False
-        f = need(self.rep)
-        if f < MIN_FRACTION or self.moves_left != self.pol.max_moves:
+        f = need(self.round.rep)
+        if f < MIN_FRACTION or self.round.moves_left != self.round.pol.max_moves:
             return False
         # GPUs it fits on now: room, and calm (counted by band, a little generously)
         lo = util_of(job) - EPS - SLACK
-        fitting = self.free.count_fitting(f - SLACK,
+        fitting = self.round.free.count_fitting(f - SLACK,
                                           None if lo <= 0 else min(BANDS, int(lo * BANDS)))
         if fitting >= k:
             return False
-        memo, cluster = self.memo, self.cluster
-        key = RoomLayout(self.pol.room_key(), cluster.gpus, cluster.reserve_mb)
+        memo, cluster = self.round.memo, self.round.cluster
+        key = RoomLayout(self.round.pol.room_key(), cluster.gpus, cluster.reserve_mb)
         index = memo.indexes.get("room")
-        if index is None or index.key != key or self.now < index.now:
-            index = memo.indexes["room"] = RoomIndex(self.pol, key, cluster)
-        reachable = index.reachable(k, self.now, memo.holdings.by_gpu(), memo.holdings.use,
+        if index is None or index.key != key or self.round.now < index.now:
+            index = memo.indexes["room"] = RoomIndex(self.round.pol, key, cluster)
+        reachable = index.reachable(k, self.round.now, memo.holdings.by_gpu(), memo.holdings.use,
                           f - EPS - SLACK, util_of(job) - EPS - SLACK)
         if fitting + len(reachable) < k:
             return True
@@ -322,9 +328,9 @@ class RoomMixin:
         # any action this round, every up GPU is one (emptied, it fits the job), so
         # that is so when a node has k up GPUs: then a node with fewer than k GPUs
         # within reach cannot be picked within the horizon.
-        up = self.free.gpus
-        if (k == 1 or self.actions or self.free.closed
-                or exclusive_fraction(self.rep, self.reserve) < f - EPS + SLACK
+        up = self.round.free.gpus
+        if (k == 1 or self.round.actions or self.round.free.closed
+                or exclusive_fraction(self.round.rep, self.round.reserve) < f - EPS + SLACK
                 or index.biggest_node(up, cluster.down_nodes) < k):
             return False
         per_node = Counter(map(index.node_of.__getitem__, reachable))
@@ -334,16 +340,16 @@ class RoomMixin:
 
     def relocate(self, job: JobView) -> Action:
         """Migrate a released job to room elsewhere, or suspend it if there is none."""
-        self.acted.add(job.id)
-        self.moves_left -= 1
+        self.round.acted.add(job.id)
+        self.round.moves_left -= 1
         util = util_of(job)
         own = {f.gpu for f in job.fragments}
         frac = job.fragments[0].fraction
-        placed = self.free.gang_place(
-            job.num_gpus, frac, lambda gid: gid not in own and self.calm(gid, util))
+        placed = self.round.free.gang_place(
+            job.num_gpus, frac, lambda gid: gid not in own and self.round.calm(gid, util))
         if placed is None:
             return Suspend(job.id)
-        self._take(job.id, util, placed)
+        self.round.take(job.id, util, placed)
         return Migrate(job.id, to_fragments(placed))
 
 

@@ -277,7 +277,7 @@ class FgsMemo(Memo):
 
     def next_movable(self, now: float) -> float | None:
         """When (never early) the next tenant inside its minimum run at ``now`` passes
-        it and may be moved (``RoundBase._may_move``), or None: none is inside it."""
+        it and may be moved (``RoundState.may_move``), or None: none is inside it."""
         if self.next_expiry(now) == math.inf:
             return None
         end = self.expiries[0]

@@ -4,11 +4,13 @@
 phase does), when a waiting job is promoted and a running one may be moved
 (``starving``, ``may_be_moved``, ``min_run``), what each memo index reads of a
 tenant (``tenant_keys``), the memo's FreeMap kept up to date from the changed
-GPUs (``_free_map``), and ``decide``: three walks (``order``) on one round
-``_Round`` made of the phases' parts (``fit``, ``best_fit``, ``make_room``,
-``consolidate``): the promoted jobs, making room for them, then the jobs to
-sample, then the others shortest remaining first, consolidating for the first
-that does not fit (``_OnFail``: what a walk does with a job that did not fit).
+GPUs (``_free_map``), and ``decide``: one round's state (``fit.RoundState``)
+and three walks (``order``) placing jobs on it (``best_fit.BestFit``): the
+promoted jobs, making room for them (``make_room.MakeRoom``), then the jobs
+to sample, then the others shortest remaining first, consolidating for the
+first that does not fit (``consolidate.Consolidate``); ``_OnFail`` holds what
+a walk does with a job that did not fit. The phases share nothing but the
+round's state.
 
 Imports: ``policies`` below fgs and every module of fgs.
 """
@@ -30,9 +32,9 @@ from ..interference import room_for
 from ..placement import GpuUse, one_size
 from ..prediction import remaining_s, total_wait_s
 from .best_fit import BestFit
-from .consolidate import ConsolidateMixin
-from .fit import room_band, sampling_fraction, util_of
-from .make_room import RoomMixin
+from .consolidate import Consolidate
+from .fit import RoundState, room_band, sampling_fraction, util_of
+from .make_room import MakeRoom
 from .memo import FgsMemo
 from .order import BANDS, SizedWalk, SmallestLeft
 from .records import (FreeMapKey, HolderKey, IdleWalk, MemoFreeMap, MoveKey, PromotionSettings,
@@ -264,17 +266,18 @@ class Fgs(Policy):
         memo.promote_until(now)
         if not (memo.to_sample or memo.shortest_first):
             return []
-        r = _Round(self, now, cluster, jobs, self._free_map(cluster, memo), memo)
+        state = RoundState(self, now, cluster, jobs, self._free_map(cluster, memo), memo)
+        best_fit = BestFit(state)
         # only the longest waiting promoted jobs jump the queue and make room;
         # the others keep their shortest-first place until their turn comes
         first = [k.job_id for k in memo.promoted.islice(0, self.max_reservations)]
-        on_fail = _OnFail(r, self.max_reservations, self.defrag)
-        self._walk_promoted(r, memo, first, on_fail)
-        self._walk_to_sample(r, memo, set(first))
-        self._walk_shortest_first(now, r, memo, first, on_fail)
-        return r.actions
+        on_fail = _OnFail(state, self.max_reservations, self.defrag)
+        self._walk_promoted(best_fit, memo, first, on_fail)
+        self._walk_to_sample(best_fit, memo, set(first))
+        self._walk_shortest_first(now, best_fit, memo, first, on_fail)
+        return state.actions
 
-    def _walk_promoted(self, r: "_Round", memo: FgsMemo, first: list[str],
+    def _walk_promoted(self, best_fit: BestFit, memo: FgsMemo, first: list[str],
                        on_fail: "_OnFail") -> None:
         """The first walk: the promoted jobs ``first``, each placed or room made for it (a job
         not sampled yet: for its sampling phase)."""
@@ -283,25 +286,25 @@ class Fgs(Policy):
                     if not waiting[jid].to_sample]
         promoted_sample = [(waiting[jid].view, waiting[jid].size) for jid in first
                            if waiting[jid].to_sample]
-        r.fill(promoted,
-               SmallestLeft(SortedList((sz.fraction, j.id) for j, sz in promoted),
-                            SortedList((sz.util, j.id) for j, sz in promoted), set()),
-               on_fail=on_fail.make_room)
+        best_fit.fill(promoted,
+                      SmallestLeft(SortedList((sz.fraction, j.id) for j, sz in promoted),
+                                   SortedList((sz.util, j.id) for j, sz in promoted), set()),
+                      on_fail=on_fail.make_room)
         if promoted_sample:
-            r.fill(promoted_sample,
-                   SmallestLeft(SortedList((sz.fraction, j.id) for j, sz in promoted_sample),
-                                None, set()),
-                   sample_only=True, on_fail=on_fail.make_room_to_sample)
+            best_fit.fill(promoted_sample,
+                          SmallestLeft(SortedList((sz.fraction, j.id)
+                                                  for j, sz in promoted_sample), None, set()),
+                          sample_only=True, on_fail=on_fail.make_room_to_sample)
 
-    def _walk_to_sample(self, r: "_Round", memo: FgsMemo, skip: set[str]) -> None:
+    def _walk_to_sample(self, best_fit: BestFit, memo: FgsMemo, skip: set[str]) -> None:
         """The second walk: the jobs still to sample, by arrival, each on a sampling fragment."""
         waiting = memo.waiting
         to_sample = ((waiting[k.job_id].view, waiting[k.job_id].size) for k in memo.to_sample
                      if k.job_id not in skip)
-        r.fill(to_sample, SmallestLeft(memo.to_sample_by_fraction, None, set(skip)),
-               sample_only=True)
+        best_fit.fill(to_sample, SmallestLeft(memo.to_sample_by_fraction, None, set(skip)),
+                      sample_only=True)
 
-    def _walk_shortest_first(self, now: float, r: "_Round", memo: FgsMemo, first: list[str],
+    def _walk_shortest_first(self, now: float, best_fit: BestFit, memo: FgsMemo, first: list[str],
                              on_fail: "_OnFail") -> None:
         """The third walk: the other waiting jobs, shortest predicted remaining time first, each
         on best-fit fragments; consolidation for the first that does not fit."""
@@ -321,15 +324,17 @@ class Fgs(Policy):
         # The policy is in the key for the settings the memo's config leaves out
         # (``defrag``, ``max_moves``, ...).
         inputs = None
-        if self.shortcuts and not r.actions:
-            inputs = WalkInputs(memo.walk_version, frozenset(r.free.closed), tuple(first), self)
+        state = best_fit.round
+        if self.shortcuts and not state.actions:
+            inputs = WalkInputs(memo.walk_version, frozenset(state.free.closed), tuple(first),
+                                self)
             idle = memo.idle_walk
             if idle is not None and idle.key == inputs and now < idle.until:
                 return
-        r.fill(walk, SmallestLeft(memo.by_fraction, memo.by_util, set(skip)),
-               on_fail=on_fail.consolidate)
-        memo.idle_walk = (IdleWalk(inputs, memo.next_expiry(now)) if inputs and not r.actions
-                          else None)
+        best_fit.fill(walk, SmallestLeft(memo.by_fraction, memo.by_util, set(skip)),
+                      on_fail=on_fail.consolidate)
+        memo.idle_walk = (IdleWalk(inputs, memo.next_expiry(now))
+                          if inputs and not state.actions else None)
 
     def tenant_keys(self, job: JobView) -> dict[str, MoveKey | HolderKey | float | None]:
         """What each reader kept in the memo reads of a job holding GPUs, by name
@@ -364,16 +369,18 @@ class _OnFail:
     """What a walk does with a job that did not fit (its ``on_fail``); each hook says
     whether it may still change the cluster for later jobs of the walk."""
 
-    def __init__(self, r: "_Round", reservations: int, defrag: bool) -> None:
-        self.r = r
+    def __init__(self, state: RoundState, reservations: int, defrag: bool) -> None:
+        self.up = state.up
+        self.room = MakeRoom(state)
+        self.consolidation = Consolidate(state)
         self.reservations = reservations   # promoted jobs left to make room for
         self.defrag = defrag               # consolidation not tried yet
 
     def make_room(self, job: JobView, sample_only: bool = False) -> bool:
         """A promoted job: make room for it while reservations are left."""
-        if self.reservations > 0 and job.num_gpus <= self.r.up:
+        if self.reservations > 0 and job.num_gpus <= self.up:
             self.reservations -= 1
-            self.r.make_room(job, sample_only)
+            self.room.make_room(job, sample_only)
         return self.reservations > 0
 
     def make_room_to_sample(self, job: JobView) -> bool:
@@ -382,12 +389,7 @@ class _OnFail:
 
     def consolidate(self, job: JobView) -> bool:
         """The first shortest-first job that did not fit: consolidate for it, once."""
-        if self.defrag and job.num_gpus <= self.r.up:
+        if self.defrag and job.num_gpus <= self.up:
             self.defrag = False
-            self.r.consolidate(job)
+            self.consolidation.consolidate(job)
         return self.defrag
-
-
-class _Round(RoomMixin, ConsolidateMixin, BestFit):
-    """One decision's round: fit and best fit (``BestFit``), making room (``RoomMixin``)
-    and consolidation (``ConsolidateMixin``) on one working state (``fit.RoundBase``)."""

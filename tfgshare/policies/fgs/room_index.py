@@ -1,8 +1,8 @@
 """What fgs keeps in its memo between rounds to make room fast: per-GPU room and clear costs.
 
 ``RoomIndex`` bounds whether any ``num_gpus`` GPUs could be cleared within
-the reservation horizon (``make_room.RoomMixin.out_of_reach``); ``ClearIndex``
-keeps each GPU's clear cost (``RoomMixin.clear_cost``) for the latest promoted
+the reservation horizon (``make_room.MakeRoom.out_of_reach``); ``ClearIndex``
+keeps each GPU's clear cost (``MakeRoom.clear_cost``) for the latest promoted
 jobs' sizes, so a round re-prices only the GPUs whose tenants changed. Both
 give the answers of pricing every GPU; the memo adds changed GPUs to their
 ``stale`` sets.
@@ -348,7 +348,7 @@ class GangClearSteps:
     def __init__(self) -> None:
         self.stale: set[str] = set()        # GPUs whose tenants changed since last read
         self.steps: dict[str, ClearSteps] = {}
-        # GPUs with a tenant inside its minimum run -> their clocks (``RoomMixin.clock``)
+        # GPUs with a tenant inside its minimum run -> their clocks (``MakeRoom.clock``)
         self.clocks: dict[str, ClearClock] = {}
 
 
@@ -370,7 +370,7 @@ class JobClearCosts:
 
 def retimed(gid: str, steps: ClearSteps, clock: ClearClock,
             now: float) -> tuple[ClearSteps, ClearClock | None] | None:
-    """A GPU's ``clear_steps`` at ``now`` from its ``clock`` (``RoomMixin.clock``), its
+    """A GPU's ``clear_steps`` at ``now`` from its ``clock`` (``MakeRoom.clock``), its
     tenants unchanged since: (steps, clock or None if no wait falls any more), or None
     if the tenants' order (soonest ready first) changed.
 
@@ -383,7 +383,7 @@ def retimed(gid: str, steps: ClearSteps, clock: ClearClock,
     ticking = []
     for timer in clock.timers:
         i, last, min_run = timer.place, timer.last_start, timer.min_run
-        if now - last >= min_run:   # movable now (``RoundBase._may_move``)
+        if now - last >= min_run:   # movable now (``RoundState.may_move``)
             waits[i] = 0.0
         else:
             waits[i] = min_run - (now - last)
