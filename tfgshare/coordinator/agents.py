@@ -206,6 +206,7 @@ class AgentHandlers:
         life.outbox.log_job(job, now, f"{msg.node} #{msg.attempt} {name} {details}".rstrip(),
                             decision=name in ("started", "sample", "suspended", "finished",
                                               "error"))
+        was_training = job.training
         step = number(ev, "global_step" if name == "started" else "step", int)
         if step is not None and name in ("started", "sample", "progress", "finished",
                                          "suspended", "checkpoint"):
@@ -240,7 +241,10 @@ class AgentHandlers:
             peak = number(ev, "peak_memory_mb", float)
             if peak is not None:
                 job.memory_need_mb = max(job.memory_need_mb, peak)
-        life.save(job)
+        if name == "progress" and was_training and job.state is JobState.RUNNING:
+            life.save_progress(job, now)
+        else:
+            life.save(job)
         return {}
 
     def _late(self, msg: s.JobEvent | s.JobExit) -> LiveJob | None:

@@ -3,10 +3,10 @@
 ``LiveJob`` is one job as the coordinator tracks it (what is persisted plus
 volatile telemetry); ``Node`` is one agent's machine. ``Cluster`` holds both and
 builds the policy's ``ClusterSnapshot`` and ``JobView``s cheaply: the snapshot
-is rebuilt only when nodes change, each job's view is cached until the job
-changes (call ``LiveJob.touch``), and the views live in a ``JobSet`` whose change
-log lets the policy's memo follow only the jobs that changed. Every job refreshed or
-retired is told to the forecast's ``WaitingWindow`` too (``coordinator.window``).
+is rebuilt only when nodes change, each job's view is cached until the job changes
+(``LiveJob.touch``), and the views live in a ``JobSet`` whose change log lets the
+policy's memo follow only the jobs that changed. Every job refreshed or retired is
+told to the forecast's ``WaitingWindow`` (``coordinator.window``).
 """
 
 from __future__ import annotations
@@ -29,11 +29,10 @@ from tfgshare.policies.validate import (Checked, Occupancy, check_actions, fragm
 from tfgshare.coordinator.window import WaitingWindow
 from tfgshare.schema import GpuInfo, JobSpec, plain
 
-# LiveJob fields that are saved to the database (the rest is volatile)
-_VOLATILE = frozenset({"unknown", "gpu_memory_mb", "over_memory", "solo_util", "step_time_s",
-                       "training", "_view", "_spec_record", "_counted", "reserved",
-                       "reserved_as", "marks", "marks_attempt", "sampling_start",
-                       "sampled_beside", "sampled_on", "after_sampling"})
+_VOLATILE = frozenset({   # LiveJob fields not saved to the database
+    "unknown", "gpu_memory_mb", "over_memory", "solo_util", "step_time_s", "training", "_view",
+    "_spec_record", "_counted", "reserved", "reserved_as", "marks", "marks_attempt",
+    "sampling_start", "sampled_beside", "sampled_on", "after_sampling", "viewed_at"})
 
 
 @dataclass(eq=False)
@@ -95,6 +94,7 @@ class LiveJob(JobAccount):
     reserved: tuple[Fragment, ...] | None = None
     reserved_as: str = ""             # "sample", "migrated" or "" (a start or resume)
     _view: JobView | None = field(default=None, repr=False)
+    viewed_at: float = float("-inf")  # when a save last refreshed the policy's view
     _spec_record: dict[str, Any] | None = field(default=None, repr=False)  # plain(spec)
     _counted: tuple[str, bool, bool] | None = field(default=None, repr=False)  # in the counts
 

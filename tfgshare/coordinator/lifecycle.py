@@ -31,6 +31,13 @@ from tfgshare.coordinator.outbox import Outbox
 from tfgshare.coordinator.store import StateStore
 from tfgshare.policies.base import Fragment, JobState, Policy
 
+# A training job's progress reports (every ``--log_every_n_steps``, about every few
+# seconds) change the policy's view of it at most this often: each new view costs
+# the policy's memo work in the next round, and a running job's remaining time a
+# few seconds old decides the same (the simulator's running jobs report every
+# ``SimConfig.refresh_s``, 300 s). Its record is stored at every report.
+VIEW_REFRESH_S = 10.0
+
 
 class Lifecycle:
     """Jobs from submission to their end, with the cluster, the store and the agents in step."""
@@ -132,12 +139,21 @@ class Lifecycle:
     def save(self, job: LiveJob) -> None:
         """Store the job as it is now (a done one with its report figures)."""
         self.cluster.refresh(job)
+        job.viewed_at = self.clock()
         report = None
         if job.state.done:   # the report reads it from the database
             rec = job_record(job, self.clock())
             report = report_fields(rec)
             self.store.save_done(job.seq, report, prediction_error(rec))
-        self.store.save_job(job.id, job.to_record(), report)
+        self.store.save_job(job.id, lambda: (job.to_record(), report))
+
+    def save_progress(self, job: LiveJob, now: float) -> None:
+        """Store a training job's progress report; the policy's view of the job follows
+        it at most every ``VIEW_REFRESH_S``."""
+        if now - job.viewed_at < VIEW_REFRESH_S:
+            self.store.save_job(job.id, lambda: (job.to_record(), None))
+        else:
+            self.save(job)
 
     def job(self, job_id: str) -> LiveJob:
         """The job in memory, else as stored (a done job); RequestError if none."""

@@ -7,7 +7,10 @@ report, a restart), so its memory does not grow with the jobs it has run.
 Writes go into one open transaction that the coordinator commits once per
 turn of its event loop, before it sends any reply or command of that turn: a
 submit, a transition or a log line is on disk before anyone hears of it, and a
-burst of messages costs one commit.
+burst of messages costs one commit. A job's record is written once per turn,
+as it is last (``save_job``): a job that reports ten times in a turn costs one
+row, all of them written by one statement at the commit or before any read of
+the jobs.
 
 The database runs in WAL mode with ``synchronous=NORMAL``. In WAL mode NORMAL
 never corrupts the file and loses nothing when the *process* dies (SIGKILL,
@@ -24,7 +27,7 @@ import json
 import sqlite3
 import time
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import msgspec
 
@@ -85,6 +88,8 @@ class StateStore:
         # every write since the last durable commit, replayed after the database
         # refused one (a full disk): the coordinator goes on from memory meanwhile
         self._journal: list[tuple[str, Any, bool]] = []
+        # job id -> its (record, report) as it is when written (``save_job``)
+        self._jobs_due: dict[str, Callable[[], tuple[dict[str, Any], Any]]] = {}
         self._rows, self._write_s = 0, 0.0   # the journal's rows, and its statements' seconds
         self._broken = False
         self.error: str | None = None     # why the last write or commit failed
@@ -119,7 +124,7 @@ class StateStore:
     @property
     def pending(self) -> int:
         """Writes not yet durable (more than a step's worth only while the database refuses)."""
-        return len(self._journal)
+        return len(self._journal) + len(self._jobs_due)
 
     def commit(self) -> bool:
         """Make every write since the last durable commit durable.
@@ -127,6 +132,7 @@ class StateStore:
         False when the database refused (e.g. a full disk): the writes are kept
         in memory and replayed by the next commit, and ``error`` says why.
         """
+        self._write_jobs_due()
         try:
             if self._broken:
                 self.db.execute("BEGIN")
@@ -159,12 +165,25 @@ class StateStore:
         self._write("INSERT INTO jobs (id, seq, data, state) VALUES (?, ?, ?, ?)",
                     [(i, s, _record(r), r["state"]) for i, s, r in jobs], many=True)
 
-    def save_job(self, job_id: str, record: dict[str, Any],
-                 report: dict[str, Any] | None = None) -> None:
-        """Overwrite one job's record (and, once it is done, its report record)."""
-        self._write("UPDATE jobs SET data = ?, state = ?, report = ? WHERE id = ?",
-                    (_record(record), record["state"],
-                     None if report is None else json.dumps(report), job_id))
+    def save_job(self, job_id: str,
+                 row: Callable[[], tuple[dict[str, Any], dict[str, Any] | None]]) -> None:
+        """Overwrite one job's record (and, once it is done, its report record) at the
+        turn's commit, or before a read of the jobs: ``row()`` gives (record, report)
+        then, and a later save of the job in the turn replaces this one."""
+        self._jobs_due[job_id] = row
+
+    def _write_jobs_due(self) -> None:
+        """Write the jobs saved since the last write of them, in one statement."""
+        if not self._jobs_due:
+            return
+        due, self._jobs_due = self._jobs_due, {}
+        rows = []
+        for job_id, row in due.items():
+            record, report = row()
+            rows.append((_record(record), record["state"],
+                         None if report is None else json.dumps(report), job_id))
+        self._write("UPDATE jobs SET data = ?, state = ?, report = ? WHERE id = ?", rows,
+                    many=True)
 
     def save_done(self, seq: int, r: dict[str, Any], pred_err: float | None) -> None:
         """A done job's report figures (a ``JobRecord``'s fields), for ``done_summary``."""
@@ -225,12 +244,14 @@ class StateStore:
 
     def load_jobs(self, active_only: bool = False) -> list[dict[str, Any]]:
         """Every job's record (or only those not done), in submit order."""
+        self._write_jobs_due()
         where = f" WHERE state NOT IN {_DONE}" if active_only else ""
         return [json.loads(d) for (d,) in
                 self.db.execute(f"SELECT data FROM jobs{where} ORDER BY seq")]
 
     def load_job(self, job_id: str) -> dict[str, Any] | None:
         """One job's record, None if there is no such job."""
+        self._write_jobs_due()
         row = self.db.execute("SELECT data FROM jobs WHERE id = ?", (job_id,)).fetchone()
         return None if row is None else json.loads(row[0])
 
@@ -238,6 +259,7 @@ class StateStore:
                   ) -> list[tuple[int, str, str]]:
         """(seq, id, record JSON) of up to ``limit`` jobs after sequence ``cursor`` in
         submit order, or of the ``limit`` newest jobs (newest first)."""
+        self._write_jobs_due()
         if newest:
             return self.db.execute("SELECT seq, id, data FROM jobs ORDER BY seq DESC LIMIT ?",
                                    (limit,)).fetchall()
@@ -246,11 +268,13 @@ class StateStore:
 
     def count_jobs(self) -> dict[str, int]:
         """How many jobs there are in each stored state."""
+        self._write_jobs_due()
         return dict(self.db.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state"))
 
     def done_reports(self) -> Iterator[tuple[int, str, str, str | None]]:
         """(seq, state, record JSON, report JSON or None if stored by an older version) of
         every done job, in submit order (read whole: the caller may write meanwhile)."""
+        self._write_jobs_due()
         return iter(self.db.execute(f"SELECT seq, state, data, report FROM jobs WHERE state "
                                     f"IN {_DONE} ORDER BY seq").fetchall())
 

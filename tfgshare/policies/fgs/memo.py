@@ -113,6 +113,8 @@ class FgsMemo(Memo):
         self.promoted = SortedList()        # ArrivalKey: waited past their bound
         self.promotions_due: list[PromotionDue] = []   # heap
         self.at_bound: dict[str, JobView] = {}   # due, but not past the bound yet to the bit
+        # heap of those, by when each passes its bound (``WaitClock.passes_at``; some gone)
+        self.passing: list[PromotionDue] = []
         # GPU id -> how many running single-GPU jobs hold it (the only jobs consolidation moves)
         self.single_gpu_holders: dict[str, int] = {}
         # job id -> the round's movability, as far as the view decides it (not time)
@@ -308,11 +310,11 @@ class FgsMemo(Memo):
         it at ``b + (bound - a)``: that moment, not ``now`` (a caller that
         wakes a step after ``now`` would otherwise wake at every step until then).
         """
-        best = None
-        for jid in self.at_bound:
-            t = self.waiting[jid].wait.passes_at()
-            best = t if best is None else min(best, t)
+        passing, at_bound = self.passing, self.at_bound
+        while passing and at_bound.get(passing[0].job_id) is not passing[0].view:
+            heapq.heappop(passing)   # promoted, or that view is gone
         heap, waiting = self.promotions_due, self.waiting
+        best = waiting[passing[0].job_id].wait.passes_at() if passing else None
         while heap:
             due = heap[0]
             had = waiting.get(due.job_id)
@@ -323,17 +325,33 @@ class FgsMemo(Memo):
 
     def promote_until(self, now: float) -> None:
         """Move the jobs whose wait has passed their bound by ``now`` to ``promoted``."""
-        heap, waiting = self.promotions_due, self.waiting
+        heap, waiting, at_bound, passing = (self.promotions_due, self.waiting, self.at_bound,
+                                            self.passing)
         while heap and heap[0].at <= now:
             due = heapq.heappop(heap)
             had = waiting.get(due.job_id)
             if had is not None and had.view is due.view:
-                self.at_bound[due.job_id] = due.view
-        for jid in list(self.at_bound):
+                at_bound[due.job_id] = due.view
+                wait = had.wait   # past it whatever the clock if it waited past it already
+                at = -math.inf if wait.waited_s > wait.bound else wait.passes_at()
+                heapq.heappush(passing, PromotionDue(at, due.job_id, due.view))
+        # only the jobs that pass their bound by about now (a margin over the rounding
+        # between ``passes_at`` and the sum below) can be past it: the others stay
+        near = now + 1e-9 * (1.0 + abs(now))
+        kept = []
+        while passing and passing[0].at <= near:
+            entry = heapq.heappop(passing)
+            jid = entry.job_id
+            if at_bound.get(jid) is not entry.view:
+                continue   # promoted, or that view is gone
             had = waiting[jid]
             wait = had.wait
             since = wait.since
             if wait.waited_s + (now - since if now > since else 0.0) > wait.bound:
-                del self.at_bound[jid]
+                del at_bound[jid]
                 self.promoted.add(ArrivalKey(had.view.submit_time, jid))
+            else:
+                kept.append(entry)
+        for entry in kept:
+            heapq.heappush(passing, entry)
         self.now = now
