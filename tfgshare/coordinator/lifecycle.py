@@ -30,13 +30,7 @@ from tfgshare.coordinator.logs import log
 from tfgshare.coordinator.outbox import Outbox
 from tfgshare.coordinator.store import StateStore
 from tfgshare.policies.base import Fragment, JobState, Policy
-
-# A training job's progress reports (every ``--log_every_n_steps``, about every few
-# seconds) change the policy's view of it at most this often: each new view costs
-# the policy's memo work in the next round, and a running job's remaining time a
-# few seconds old decides the same (the simulator's running jobs report every
-# ``SimConfig.refresh_s``, 300 s). Its record is stored at every report.
-VIEW_REFRESH_S = 10.0
+from tfgshare.policies.prediction import view_refresh_s
 
 
 class Lifecycle:
@@ -149,8 +143,8 @@ class Lifecycle:
 
     def save_progress(self, job: LiveJob, now: float) -> None:
         """Store a training job's progress report; the policy's view of the job follows
-        it at most every ``VIEW_REFRESH_S``."""
-        if now - job.viewed_at < VIEW_REFRESH_S:
+        it as the simulator's running jobs report (``prediction.view_refresh_s``)."""
+        if now - job.viewed_at < view_refresh_s(job.predicted_remaining_s):
             self.store.save_job(job.id, lambda: (job.to_record(), None))
         else:
             self.save(job)

@@ -18,6 +18,22 @@ def remaining_time_s(total_steps: float, steps_done: float, step_time_s: float) 
     return left * step_time_s if left > 0 else 0.0
 
 
+# How often a running job's view follows its progress: every VIEW_REFRESH_S, or every
+# VIEW_REFRESH_SHARE of its predicted remaining time when that is longer. The simulator's
+# running jobs report so (``SimConfig.refresh_s``, ``refresh_share``) and the coordinator
+# refreshes the policy's view of a job reporting progress so: each new view costs the
+# policy's memo work, and a remaining time a few minutes old ranks and reserves as a fresh
+# one would (an estimate: a job's steps are at most that stale, and its end is an event).
+VIEW_REFRESH_S = 300.0
+VIEW_REFRESH_SHARE = 0.10
+
+
+def view_refresh_s(left_s: float | None, every_s: float = VIEW_REFRESH_S,
+                   share: float = VIEW_REFRESH_SHARE) -> float:
+    """Seconds after which a running job's view next follows its progress."""
+    return max(every_s, share * (left_s or 0.0))
+
+
 def predict_remaining_s(steps_left: float, step_time_s: float, restarts: int = 0,
                         restart_s: float = 0.0) -> float:
     """Run time a job still needs: its steps at the current measured step time, plus

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tfgshare import sampling
+from tfgshare.policies.prediction import VIEW_REFRESH_S, VIEW_REFRESH_SHARE
 
 from .colocation import Colocation
 
@@ -33,8 +34,9 @@ class SimConfig:
     step_noise: float = 0.05             # relative s.d. of a sampled step time
     memory_noise: float = 0.03           # measured peak exceeds the true one by up to ~this
     tick_s: float | None = 60.0          # call the policy at least this often while jobs wait
-    refresh_s: float = 300.0             # running jobs report progress this often ...
-    refresh_share: float = 0.10          # ... or this share of their predicted remaining time
+    refresh_s: float = VIEW_REFRESH_S    # running jobs report progress this often ...
+    refresh_share: float = VIEW_REFRESH_SHARE   # ... or this share of their predicted
+                                         # remaining time (``prediction.view_refresh_s``)
     check: bool = False                  # check the invariants after every round (slow; the
                                          # actions are always checked: policies.validate)
     startup_s: float | None = None       # every (re)start's start-up time; None: the profile's

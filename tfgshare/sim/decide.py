@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Sequence
 from tfgshare.policies.base import Action, JobView
 from tfgshare.policies.movecost import move_cost_s
 from tfgshare.policies.placement import GpuUse
-from tfgshare.policies.prediction import predict_remaining_s
+from tfgshare.policies.prediction import predict_remaining_s, view_refresh_s
 from tfgshare.policies.validate import Occupancy, check_actions, touched_gpus
 
 from .invariants import check_invariants
@@ -45,7 +45,7 @@ def job_view(sim: "Simulator", job: SimJob) -> JobView:
             job.total_steps - job.steps, job.measured_step_s, restarts,
             job.restart_s or 0.0)
         attained = job.run_until(sim.now) * job.num_gpus
-        due = sim.now + max(cfg.refresh_s, cfg.refresh_share * (left or 0.0))
+        due = sim.now + view_refresh_s(left, cfg.refresh_s, cfg.refresh_share)
         sim.seq += 1
         heapq.heappush(sim.refresh, (due, sim.seq, job, job.view_version))
     else:
