@@ -41,6 +41,7 @@ import zmq
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_coordinator import REPO, SimAgents, free_port, rss_mb, settle  # noqa: E402
+from coordinator_scale import slope_per_10_min  # noqa: E402
 
 from tfgshare import keys  # noqa: E402
 from tfgshare import schema as s  # noqa: E402
@@ -49,12 +50,7 @@ from tfgshare.client.api import Client  # noqa: E402
 
 def slope_per_min(points: list[tuple[float, float]]) -> float:
     """Least-squares slope of (seconds, value) points, per minute."""
-    if len(points) < 2:
-        return 0.0
-    xs, ys = [p[0] for p in points], [p[1] for p in points]
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    var = sum((x - mx) ** 2 for x in xs)
-    return 60 * sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / var if var else 0.0
+    return slope_per_10_min(points) / 10
 
 
 def heartbeat_frame() -> bytes:
