@@ -115,8 +115,7 @@ class AgentHandlers:
             if job is None or job.node != node.name or not job.state.holds_gpu:
                 continue
             if jt.step > job.steps_done:
-                job.steps_done = jt.step
-                cluster.refresh(job)
+                self.life.follow_steps(job, jt.step, now)
             job.gpu_memory_mb = dict(jt.gpu_memory_mb)
             if job.sample is None:
                 self._note_solo_util(job, node)

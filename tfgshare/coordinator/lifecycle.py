@@ -149,6 +149,14 @@ class Lifecycle:
         else:
             self.save(job)
 
+    def follow_steps(self, job: LiveJob, step: int, now: float) -> None:
+        """A heartbeat's step of a job holding GPUs: kept, and in the policy's view when a
+        refresh is due (``prediction.view_refresh_s``)."""
+        job.steps_done = step
+        if now - job.viewed_at >= view_refresh_s(job.predicted_remaining_s):
+            self.cluster.refresh(job)
+            job.viewed_at = now
+
     def job(self, job_id: str) -> LiveJob:
         """The job in memory, else as stored (a done job); RequestError if none."""
         job = self.cluster.jobs.get(job_id)
