@@ -94,7 +94,7 @@ class LiveJob(JobAccount):
     reserved: tuple[Fragment, ...] | None = None
     reserved_as: str = ""             # "sample", "migrated" or "" (a start or resume)
     _view: JobView | None = field(default=None, repr=False)
-    viewed_at: float = float("-inf")  # when a save last refreshed the policy's view
+    viewed_at: float = float("-inf")  # when the policy's view last followed it (refresh)
     _spec_record: dict[str, Any] | None = field(default=None, repr=False)  # plain(spec)
     _counted: tuple[str, bool, bool] | None = field(default=None, repr=False)  # in the counts
 

@@ -132,11 +132,12 @@ class Lifecycle:
 
     def save(self, job: LiveJob) -> None:
         """Store the job as it is now (a done one with its report figures)."""
+        now = self.clock()
         self.cluster.refresh(job)
-        job.viewed_at = self.clock()
+        job.viewed_at = now
         report = None
         if job.state.done:   # the report reads it from the database
-            rec = job_record(job, self.clock())
+            rec = job_record(job, now)
             report = report_fields(rec)
             self.store.save_done(job.seq, report, prediction_error(rec))
         self.store.save_job(job.id, lambda: (job.to_record(), report))
