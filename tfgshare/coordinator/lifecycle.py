@@ -145,18 +145,23 @@ class Lifecycle:
     def save_progress(self, job: LiveJob, now: float) -> None:
         """Store a training job's progress report; the policy's view of the job follows
         it as the simulator's running jobs report (``prediction.view_refresh_s``)."""
-        if now - job.viewed_at < view_refresh_s(job.predicted_remaining_s):
-            self.store.save_job(job.id, lambda: (job.to_record(), None))
-        else:
+        if self._view_due(job, now):
             self.save(job)
+        else:
+            self.store.save_job(job.id, lambda: (job.to_record(), None))
 
     def follow_steps(self, job: LiveJob, step: int, now: float) -> None:
         """A heartbeat's step of a job holding GPUs: kept, and in the policy's view when a
         refresh is due (``prediction.view_refresh_s``)."""
         job.steps_done = step
-        if now - job.viewed_at >= view_refresh_s(job.predicted_remaining_s):
+        if self._view_due(job, now):
             self.cluster.refresh(job)
             job.viewed_at = now
+
+    @staticmethod
+    def _view_due(job: LiveJob, now: float) -> bool:
+        """Whether the policy's view of a running job should follow it now."""
+        return now - job.viewed_at >= view_refresh_s(job.predicted_remaining_s)
 
     def job(self, job_id: str) -> LiveJob:
         """The job in memory, else as stored (a done job); RequestError if none."""
