@@ -274,3 +274,37 @@ def test_same_seed_same_report(toy):
                 for s in (3, 3)]
         assert runs[0].report.as_dict() == runs[1].report.as_dict()
         assert runs[0].records == runs[1].records
+
+
+def test_a_policy_that_reads_no_progress_sees_a_running_job_as_it_started(toy):
+    def run_a(now, jobs):   # "a" runs 1,000 s on the one GPU while "b" waits behind it
+        a = jobs.get("a")
+        if a and a.state is JobState.QUEUED:
+            return [Start("a", whole())]
+        b = jobs.get("b")
+        return [Start("b", whole())] if b and b.state is JobState.QUEUED and not a else []
+
+    seen = {}
+    for reads in (True, False):
+        pol = Script(run_a)
+        pol.reads_progress = reads
+        simulate(load_cluster("1x1"), [job("a", 0, 1000), job("b", 1, 10)], toy, pol,
+                 SimConfig(tick_s=60.0))
+        seen[reads] = {views["a"].steps_done for _, views in pol.seen if "a" in views}
+    assert len(seen[True]) >= 3          # its progress, every 300 s at least
+    assert seen[False] == {0}            # its view as it started
+
+
+def test_fifo_reads_no_progress_and_decides_the_same_as_if_it_did(toy):
+    fifo = get_policy("fifo")
+    assert fifo.reads_progress is False
+
+    class FifoReading(type(fifo)):
+        reads_progress = True
+
+    jobs = [job(f"j{i}", 50.0 * i, 900 + 700 * (i % 5), gpus=1 + i % 2, batch=1 + i % 2)
+            for i in range(16)]
+    quiet, reading = (simulate(load_cluster("2x2"), jobs, toy, pol, SimConfig(seed=1))
+                      for pol in (fifo, FifoReading()))
+    assert quiet.records == reading.records
+    assert max(r.waited_s for r in quiet.records) > 0   # jobs queued: fifo had choices

@@ -183,6 +183,10 @@ class Policy:
     # coordinator decides after every event and at least every second anyway
     tick_s: ClassVar[float | None | Tick] = Tick.CALLER
     acts_when_idle: ClassVar[bool] = False   # call it even when no job waits
+    # whether decide reads a running job's progress (steps_done, predicted_remaining_s,
+    # attained_service_s); False: a caller need not refresh a running job's view as it
+    # trains, only when it starts, moves, is slowed or sped up by co-tenants, or stops
+    reads_progress: ClassVar[bool] = True
     sample_steps: int | None = None          # steps a sampling run measures (None: the caller's)
 
     def new_memo(self) -> Any:

@@ -48,6 +48,7 @@ class Fifo(Policy):
 
     name: ClassVar[str] = "fifo"
     tick_s: ClassVar[float | None] = None   # its decision changes only on arrivals and ends
+    reads_progress: ClassVar[bool] = False   # it reads waiting jobs and where jobs run
 
     def new_memo(self) -> FifoMemo:
         """An empty memo (see ``policies.memo``)."""

@@ -29,7 +29,8 @@ def job_view(sim: "Simulator", job: SimJob) -> JobView:
     """The policy's view of a job, its progress brought up to now."""
     holds = job.state.holds_gpu
     if holds:
-        # running jobs report progress: their view is rebuilt when it is due
+        # running jobs report progress: their view is rebuilt when it is due, if the
+        # policy reads it
         job.view_version += 1
         cfg = sim.config
         sim.settle(job)
@@ -45,9 +46,10 @@ def job_view(sim: "Simulator", job: SimJob) -> JobView:
             job.total_steps - job.steps, job.measured_step_s, restarts,
             job.restart_s or 0.0)
         attained = job.run_until(sim.now) * job.num_gpus
-        due = sim.now + view_refresh_s(left, cfg.refresh_s, cfg.refresh_share)
-        sim.seq += 1
-        heapq.heappush(sim.refresh, (due, sim.seq, job, job.view_version))
+        if sim.reads_progress:
+            due = sim.now + view_refresh_s(left, cfg.refresh_s, cfg.refresh_share)
+            sim.seq += 1
+            heapq.heappush(sim.refresh, (due, sim.seq, job, job.view_version))
     else:
         step = job.measured_step_s
         left = None if step is None else predict_remaining_s(
