@@ -73,13 +73,15 @@ class IdleMap:
         """``k`` idle GPUs, one node if possible, best fit first (None if too few)."""
         if k > self.idle:
             return None
-        order = self._order
+        order, reserve = self._order, self.reserve_mb
         by_node: dict[str, list[GPU]] = {}
         block = None   # room (MB) at which some node first held the gang
         extra = 0
         for i in self._ranks():   # the idle GPUs in best-fit order
             g = order[i]
-            room = self.whole(g) * g.memory_mb
+            if k == 1:
+                return [g]
+            room = g.memory_mb - reserve   # a sole tenant's memory
             if block is not None:
                 extra += 1
                 if room > block + EPS or extra > GANG_LOOKAHEAD:
@@ -87,8 +89,6 @@ class IdleMap:
             cands = by_node.setdefault(g.node, [])
             cands.append(g)
             if block is None and len(cands) == k:
-                if k == 1:
-                    return cands
                 block = room
         whole = [c for c in by_node.values() if len(c) >= k]
         if whole:
