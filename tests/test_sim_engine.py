@@ -308,3 +308,20 @@ def test_fifo_reads_no_progress_and_decides_the_same_as_if_it_did(toy):
                       for pol in (fifo, FifoReading()))
     assert quiet.records == reading.records
     assert max(r.waited_s for r in quiet.records) > 0   # jobs queued: fifo had choices
+
+
+def test_tiresias_reads_no_progress_and_decides_the_same_as_if_it_did(toy):
+    tiresias = get_policy("tiresias")
+    assert tiresias.reads_progress is False
+
+    class TiresiasReading(type(tiresias)):
+        reads_progress = True
+
+    jobs = [job(f"j{i}", 400.0 * i, 2000 + 1700 * (i % 4), gpus=1 + i % 2, batch=1 + i % 2)
+            for i in range(16)]
+    quiet, reading = (simulate(load_cluster("2x2"), jobs, toy, pol, SimConfig(seed=1))
+                      for pol in (tiresias, TiresiasReading()))
+    assert sum(r.suspends for r in quiet.records) > 0   # it demoted and preempted
+    for a, b in zip(quiet.records, reading.records, strict=True):
+        assert (a.id, a.suspends, a.first_start) == (b.id, b.suspends, b.first_start)
+        assert a.finish_time == pytest.approx(b.finish_time, abs=1e-6)

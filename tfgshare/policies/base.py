@@ -183,9 +183,11 @@ class Policy:
     # coordinator decides after every event and at least every second anyway
     tick_s: ClassVar[float | None | Tick] = Tick.CALLER
     acts_when_idle: ClassVar[bool] = False   # call it even when no job waits
-    # whether decide reads a running job's progress (steps_done, predicted_remaining_s,
-    # attained_service_s); False: a caller need not refresh a running job's view as it
-    # trains, only when it starts, moves, is slowed or sped up by co-tenants, or stops
+    # whether decide reads a running job's progress (steps_done, predicted_remaining_s);
+    # False: a caller need not refresh a running job's view as it trains, only when it
+    # starts, moves, is slowed or sped up by co-tenants, or stops (attained service
+    # grows linearly while a job holds GPUs: ``prediction.attained_now`` reads it at any
+    # time from such a view)
     reads_progress: ClassVar[bool] = True
     sample_steps: int | None = None          # steps a sampling run measures (None: the caller's)
 

@@ -71,6 +71,7 @@ class Tiresias(Policy):
     """Discretised 2D-LAS on exclusive GPUs, preemptive, queues kept as ordered lists."""
 
     name: ClassVar[str] = "tiresias"
+    reads_progress: ClassVar[bool] = False   # attained service: prediction.attained_now
     tick_s: ClassVar[float | None] = None   # no periodic call needed: see wake_at
     # dlas-gpu keeps its walk incrementally (False: walk every job, as a check)
     incremental: ClassVar[bool] = True
