@@ -46,7 +46,7 @@ def job_view(sim: "Simulator", job: SimJob) -> JobView:
             job.total_steps - job.steps, job.measured_step_s, restarts,
             job.restart_s or 0.0)
         attained = job.run_until(sim.now) * job.num_gpus
-        if sim.reads_progress:
+        if sim.policy.reads_progress:
             due = sim.now + view_refresh_s(left, cfg.refresh_s, cfg.refresh_share)
             sim.seq += 1
             heapq.heappush(sim.refresh, (due, sim.seq, job, job.view_version))

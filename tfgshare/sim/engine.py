@@ -82,7 +82,6 @@ class Simulator:
         self.rng = random.Random(self.config.seed)
         self.tick_s = self.config.tick_s if policy.tick_s is Tick.CALLER else policy.tick_s
         self.acts_when_idle = policy.acts_when_idle
-        self.reads_progress = policy.reads_progress
         self.sample_steps = int(policy.sample_steps or self.config.sample_steps)
         self.costs = AttemptCosts(self.config, self.sample_steps)
         # measured sharing factors and sampling runs, for sampled jobs' predictions
