@@ -9,6 +9,7 @@ from philly.jobs import TraceJob
 from tfgshare.policies.base import JobState, JobView, Start
 from tfgshare.policies.jobset import JobSet
 from tfgshare.policies.registry import POLICY_NAMES, get_policy
+from tfgshare.policies.tiresias_memo import RunPrefix
 from tfgshare.sim.cluster import load_cluster
 from tfgshare.sim.config import SimConfig
 from tfgshare.sim.engine import simulate
@@ -139,6 +140,45 @@ def test_tiresias_incremental_walk_decides_as_walking_every_job(scenario, author
     res = simulate(load_cluster(spec), jobs, toy_profiles, pol, SimConfig(seed=2))
     assert pol.rounds > 0
     assert len(res.records) == len(jobs)
+
+
+class Tight(RunPrefix):
+    __slots__ = ()
+    slack = 0   # renumber as soon as as many places are left as there are jobs
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("add new drop fit".split()), st.integers(0, 30),
+                          st.integers(-2, 40)), max_size=80))
+@example([("add", 0, 0), ("add", 1, 0), ("fit", 0, 5), ("drop", 0, 0), ("fit", 0, 0)])
+def test_a_run_part_prefix_finds_what_walking_it_one_by_one_finds(ops):
+    """Tiresias's index of a queue's running jobs: the longest run of them, in walk order,
+    that leaves GPUs free is the one a walk job by job finds, through jobs leaving, coming
+    back to their place, and joining behind (several at once, in any order)."""
+    part, keys, live, key = Tight(), {}, {}, 0.0
+    for op, n, free in ops:
+        jid = f"j{n % 12}"
+        if op == "add" and jid not in live:          # back at its place, or new behind all
+            keys.setdefault(jid, key := key + 1.0)
+            live[jid] = 1 + n % 8
+            part.add(jid, (0, 0, keys[jid], jid), live[jid])
+        elif op == "new" and jid not in live:
+            keys[jid], live[jid] = (key := key + 1.0), 1 + n % 8
+            part.add(jid, (0, 0, keys[jid], jid), live[jid])
+        elif op == "drop" and jid in live:
+            del live[jid]
+            part.drop(jid)
+        elif op == "fit":
+            walk = sorted((keys[j], j) for j in live)
+            gpus = count = 0
+            for k, j in walk:
+                if gpus + live[j] >= free:
+                    break
+                gpus, count = gpus + live[j], count + 1
+            after = walk[count] if count < len(walk) else None
+            got = part.fit(free)
+            assert got[:2] == (gpus, count)
+            assert (got[2] and (got[2][2], got[2][3])) == (after and tuple(after))
 
 
 def view(jid, state=JobState.QUEUED, submit=0.0):

@@ -51,6 +51,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable, ClassVar, Iterable, Iterator, Sequence
 
 from sortedcontainers import SortedList
@@ -61,7 +62,7 @@ from .placement import up_gpus
 from .prediction import attained_now, total_wait_s
 from .queueing import HOLDING, WAITING
 # the queues it keeps between decisions (its memo) sit beside it
-from .tiresias_memo import RUN, TAIL, WAIT, Place, RunPart, TiresiasMemo
+from .tiresias_memo import RUN, TAIL, WAIT, Place, RunPart, RunPrefix, TiresiasMemo
 
 EPS = 1e-6
 
@@ -259,11 +260,11 @@ class Tiresias(Policy):
                     break
             at, j = at_j
             if j.__class__ is RunPart:
-                if j.gpus > free:
-                    part = iter(j.jobs)   # one by one, as below
+                if j.gpus > free:   # those that fit leaving GPUs free pass whole, then one by one
+                    gpus, count, rest = j.rest(free)
+                    free, movable, part = free - gpus, movable - count, iter(rest)
                     continue
-                # every job of it fits in turn, free reaching 0 at its last at the
-                # earliest: as one by one, with the check after its last
+                # all fit in turn, free reaching 0 at the last at the earliest: as one by one
                 free -= j.gpus
                 movable -= j.count
                 if free <= 0 and movable > 0:
@@ -360,6 +361,7 @@ class Tiresias(Policy):
                 part[0] -= counted[1] if counted[2] else 0
                 part[1] -= counted[2]
                 part[2] -= 1
+                memo.run_prefix[counted[0]].drop(jid)
         jump = memo.jump_of.pop(jid, None)
         if jump is not None:
             memo.jumps[jump[0]].remove(jump[1])
@@ -381,6 +383,8 @@ class Tiresias(Policy):
                 part[1] += runs
                 part[2] += 1
                 memo.in_run_part[jid] = (p.queue, j.num_gpus, runs)
+                if runs:
+                    memo.run_prefix.setdefault(p.queue, RunPrefix()).add(jid, e, j.num_gpus)
         if s not in HOLDING or p.queue >= len(self.thresholds):
             return
         thr, g = self.thresholds[p.queue], j.num_gpus
@@ -450,13 +454,10 @@ class Tiresias(Policy):
         views, order = memo.tracker.views, memo.order
         for q in range(order[-1][0] + 1 if order else 0):   # every queue with a job
             gpus, running, entries = memo.run_part.get(q, (0, 0, 0))
-            if entries:
-                ones = ((e, views[e[3]]) for e in order.irange(
-                    (q, RUN), (q, WAIT), inclusive=(True, False)))
-                if running == entries:
-                    yield (q, RUN, math.inf), RunPart(gpus, running, ones)
-                else:
-                    yield from ones
+            if running and running == entries:
+                yield (q, RUN, math.inf), RunPart(gpus, running, partial(memo.run_rest, q))
+            elif entries:
+                yield from memo.run_rest(q, None)[2]
             for e in order.irange((q, WAIT), (q + 1,), inclusive=(True, False)):
                 yield e, views[e[3]]
 

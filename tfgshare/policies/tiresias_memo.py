@@ -16,7 +16,7 @@ client or simulator (see ``tfgshare.policies``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable
 
 from sortedcontainers import SortedList
 
@@ -42,11 +42,119 @@ class Place:
 @dataclass(slots=True)
 class RunPart:
     """A queue's running jobs ahead of its waiting ones, in the walk as one item: their
-    GPUs, how many, and the (entry, view) pairs to walk one by one if they do not all fit."""
+    GPUs, how many, and ``rest(free)``, for when they do not all fit: the GPUs and count of
+    the longest run of them that fits leaving GPUs free, and the (entry, view) pairs after
+    it, to walk one by one."""
 
     gpus: int
     count: int
-    jobs: Iterable[tuple[object, JobView]]
+    rest: Callable[[int], tuple[int, int, Iterable[tuple[object, JobView]]]]
+
+
+class RunPrefix:
+    """One queue's running jobs of its RUN part in walk order, their GPUs summed in a
+    Fenwick tree: the longest prefix leaving GPUs free is found in O(log n).
+
+    Entries join only behind every entry so far (a RUN key is always a new
+    ``tail()``), or again at the place they left with the same key; a place
+    left stays, empty, until the positions are renumbered.
+    """
+
+    __slots__ = ("keys", "ents", "gpus", "tree", "at", "pending", "live")
+    slack = 64   # places left kept beyond as many as there are jobs, before renumbering
+
+    def __init__(self) -> None:
+        self.keys: list[float] = []          # position -> key
+        self.ents: list[tuple | None] = []   # position -> entry (None: left)
+        self.gpus: list[int] = []            # position -> GPUs (0: left)
+        self.tree: list[list[int]] = [[0, 0]]  # 1-based Fenwick of [GPUs, jobs]
+        self.at: dict[str, int] = {}         # id -> position
+        self.pending: dict[str, tuple[tuple, int]] = {}   # new keys, placed at ``fit``
+        self.live = 0
+
+    def add(self, jid: str, entry: tuple, gpus: int) -> None:
+        """The running job ``jid`` stands at ``entry`` of this RUN part."""
+        i = self.at.get(jid)
+        if i is not None and self.keys[i] == entry[2]:
+            if self.ents[i] is None:   # back at the place it left
+                self.ents[i], self.gpus[i] = entry, gpus
+                self.live += 1
+                self._bump(i, gpus, 1)
+        else:
+            self.pending[jid] = (entry, gpus)
+
+    def drop(self, jid: str) -> None:
+        """The job left the part (or stopped running); its place stays for a return."""
+        if self.pending.pop(jid, None) is None:
+            i = self.at.get(jid)
+            if i is not None and self.ents[i] is not None:
+                self._bump(i, -self.gpus[i], -1)
+                self.ents[i], self.gpus[i] = None, 0
+                self.live -= 1
+
+    def fit(self, free: int) -> tuple[int, int, tuple | None]:
+        """GPUs and count of the longest prefix whose GPUs stay below ``free``, and the
+        entry after it (None if there is none)."""
+        self._place()
+        tree, n = self.tree, len(self.tree) - 1
+        pos, g, c, step = 0, 0, 0, 1 << n.bit_length() >> 1
+        while step:
+            nxt = pos + step
+            if nxt <= n:
+                s = g + tree[nxt][0]
+                if s < free or s == g:   # (a range of places left holds no GPUs)
+                    pos, g, c = nxt, s, c + tree[nxt][1]
+            step >>= 1
+        return g, c, self.ents[pos] if pos < len(self.ents) else None
+
+    def _bump(self, i: int, dg: int, dc: int) -> None:
+        tree, i = self.tree, i + 1
+        while i < len(tree):
+            node = tree[i]
+            node[0] += dg
+            node[1] += dc
+            i += i & -i
+
+    def _place(self) -> None:
+        """Put the jobs that came with new keys behind the rest, in key order."""
+        if not self.pending:
+            return
+        new = sorted(self.pending.items(), key=lambda t: t[1][0][2])
+        self.pending = {}
+        if (self.keys and new[0][1][0][2] < self.keys[-1]) or \
+                len(self.keys) + len(new) > 2 * (self.live + len(new)) + self.slack:
+            # (a key older than the last placed: every job placed again in key order)
+            new = sorted([(e[3], (e, self.gpus[i])) for i, e in enumerate(self.ents)
+                          if e is not None] + new, key=lambda t: t[1][0][2])
+            self.keys, self.ents, self.gpus, self.at, self.live = [], [], [], {}, 0
+            self.tree = [[0, 0]]
+        for jid, (e, g) in new:
+            self.at[jid] = len(self.keys)
+            self.keys.append(e[2])
+            self.ents.append(e)
+            self.gpus.append(g)
+            self.live += 1
+        if len(self.keys) >= len(self.tree):
+            self._build()
+        else:
+            for jid, (e, g) in new:
+                self._bump(self.at[jid], g, 1)
+
+    def _build(self) -> None:
+        """The Fenwick tree again, for room to twice the positions, in O(positions)."""
+        size = 1 << (2 * len(self.keys) + 16).bit_length()
+        tree = [[0, 0] for _ in range(size)]
+        gpus = self.gpus
+        for i in range(1, size):
+            node = tree[i]
+            if i <= len(gpus) and gpus[i - 1]:
+                node[0] += gpus[i - 1]
+                node[1] += 1
+            up = i + (i & -i)
+            if up < size:
+                tree[up][0] += node[0]
+                tree[up][1] += node[1]
+        self.tree = tree
 
 
 class TiresiasMemo(Memo):
@@ -85,6 +193,7 @@ class TiresiasMemo(Memo):
         # running) counted there
         self.run_part: dict[int, list[int]] = {}
         self.in_run_part: dict[str, tuple[int, int, bool]] = {}
+        self.run_prefix: dict[int, RunPrefix] = {}   # queue -> its RUN part's running jobs
 
     def changed(self, jid: str, old: JobView | None, new: JobView | None) -> None:
         self.pending.add(jid)
@@ -98,6 +207,15 @@ class TiresiasMemo(Memo):
                 self.held_other += sign * v.num_gpus
             elif s in WAITING:
                 self.n_waiting += sign
+
+    def run_rest(self, q: int, free: int | None) -> tuple[int, int, Iterable]:
+        """``RunPart.rest`` of queue ``q`` (``free`` None: all its RUN part's entries)."""
+        gpus, count, first = (0, 0, (q, RUN)) if free is None else \
+            self.run_prefix[q].fit(free)
+        views = self.tracker.views
+        return gpus, count, () if first is None else ((e, views[e[3]]) for e in
+                                                       self.order.irange(first, (q, WAIT),
+                                                                         inclusive=(True, False)))
 
     def tail(self) -> float:
         """A key behind every key given so far."""
