@@ -103,12 +103,13 @@ def test_live_first_job_of_a_burst_is_predicted_beside_the_sampling_runs(tmp_pat
     """j1 samples with nothing running (no sharing measured), 0.5 s a step alone, while
     a spare runner imports TensorFlow on its core (one process per core beside it).
     Promoted at once while j2 and j3 are still to sample (2 x its 15 s sampling run on
-    the one GPU), it is predicted to run its first 28 s (after its 2 s resume: its 4 s start less
-    the graph build a resume imports) sharing
-    its core three ways, 1.5 s a step, and the rest alone but for the spare that its
-    own start sets importing (``after_sampling``: the 1 runnable a core measured over
-    its 14 s window with 1 start, over its 47 s run). Before, it was predicted
-    alone throughout: 2 + 90 x 0.5 = 47 s."""
+    the one GPU), it is predicted to run its first 28 s after its 2 s resume (its 4 s
+    start less the graph build a resume imports) sharing its core three ways, 1.5 s a
+    step, and the rest alone but for the spare that its own start sets importing
+    (``after_sampling``: the 1 runnable a core measured over its 14 s window with 1
+    start, over its 47 s run), then its final save, as long as its sampling run's
+    (0.5 s). Before, it was predicted alone
+    throughout: 2 + 90 x 0.5 = 47 s."""
     from test_coordinator_accounts import LiveRun
 
     run = LiveRun(tmp_path)
@@ -128,7 +129,7 @@ def test_live_first_job_of_a_burst_is_predicted_beside_the_sampling_runs(tmp_pat
     after = 1.0 + 14.0 / 47.0
     assert job.after_sampling == pytest.approx(after)
     assert job.predicted_total_s == pytest.approx(
-        2.0 + shared + (90 - shared / 1.5) * 0.5 * after)
+        2.0 + shared + (90 - shared / 1.5) * 0.5 * after + 0.5)
 
 
 class ResumeScript(Policy):
@@ -151,8 +152,10 @@ class ResumeScript(Policy):
 def test_live_resume_cost_comes_from_measured_resumes(tmp_path):
     """A sampled job's next start is a resume: it imports the exported graph and reads
     a checkpoint. It is predicted at the measured resumes (2 s here) once there are
-    some; before, at its own sampling start less its graph build (4 - 2 s); never with
-    its wait for a runner."""
+    some; before, at its own sampling start (process, graph, variables' initialisation,
+    input start, first step: 4.5 s) less its graph build (2 s) and initialisation (0.4 s),
+    which a resume does not run; never with its wait for a runner. Its final save costs
+    what its last save took (0.5 s)."""
     from test_coordinator_accounts import LiveRun
 
     run = LiveRun(tmp_path)
@@ -160,13 +163,14 @@ def test_live_resume_cost_comes_from_measured_resumes(tmp_path):
     forecast = run.coord.cluster.forecast
 
     def sampled(job, t0):
-        """Started at ``t0`` + 4 s after a 4 s build, 2 + 8 steps of 1 s, nothing
+        """Started at ``t0`` + 4 s after a 4.5 s build, 2 + 8 steps of 1 s, nothing
         beside it but its co-tenant; exits 1 s after."""
         run.at(t0 + 4.0)
         run.event(job, "started", global_step=0, restored=False, device="cpu",
                   memory_fraction=0.3)
         run.event(job, "start_phases", start_s=1.0, graph_s=2.0, graph_source="built",
-                  restore_s=0.0, restored_from=None, first_step_s=1.0)
+                  restore_s=0.0, restored_from=None, first_step_s=1.0, init_s=0.4,
+                  input_s=0.1)
         run.at(t0 + 8.0)
         send_progress(run, job, 3, 1.0)       # its progress before the sample
         run.at(t0 + 14.0)
@@ -182,7 +186,7 @@ def test_live_resume_cost_comes_from_measured_resumes(tmp_path):
     a = run.submit(s.JobSpec(**LENET_100))
     run.round()
     sampled(a, 5.0)                           # after 5 s waiting for a runner
-    assert run.coord.cluster.jobs[a].predicted_total_s == pytest.approx(2.0 + 90 * 1.0)
+    assert run.coord.cluster.jobs[a].predicted_total_s == pytest.approx(2.1 + 90 * 1.0 + 0.5)
     assert run.attempts[a] == 2               # resumed at 20 s
     run.at(24.0)                              # 2 s waiting for a runner, 2 s of phases
     run.event(a, "started", global_step=10, restored=True, device="cpu", memory_fraction=0.1)
@@ -195,4 +199,4 @@ def test_live_resume_cost_comes_from_measured_resumes(tmp_path):
     run.round()
     sampled(b, 26.0)
     # its resume at 2 s
-    assert run.coord.cluster.jobs[b].predicted_total_s == pytest.approx(2.0 + 90 * 1.0)
+    assert run.coord.cluster.jobs[b].predicted_total_s == pytest.approx(2.0 + 90 * 1.0 + 0.5)

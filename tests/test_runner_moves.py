@@ -31,12 +31,17 @@ def one(events, name):
 def test_resume_imports_the_exported_graph_and_matches_a_straight_run(tmp_path):
     straight, _ = run(small_config(tmp_path / "a", max_number_of_steps=8, optimizer="adam"))
     _, first = run(small_config(tmp_path / "b", max_number_of_steps=3, optimizer="adam"))
-    assert one(first, "start_phases")["graph_source"] == "built"
+    fresh = one(first, "start_phases")
+    assert fresh["graph_source"] == "built"
+    # a fresh start initialises its variables where a resume restores them
+    assert fresh["init_s"] > 0 and fresh["input_s"] > 0
+    assert fresh["restore_s"] == 0 and fresh["restored_from"] is None
     assert (tmp_path / "b" / graph_file.GRAPH_FILE).exists()
     resumed, second = run(small_config(tmp_path / "b", max_number_of_steps=8, optimizer="adam"))
     phases = one(second, "start_phases")
     assert phases["graph_source"] == "imported"
     assert phases["restored_from"].endswith("model.ckpt-3") and phases["restore_s"] > 0
+    assert phases["init_s"] == phases["input_s"] == 0
     assert phases["first_step_s"] > 0 and phases["graph_s"] > 0
     assert not [e for e in second if e["event"] == "warning" and "graph" in e["message"]]
     # a resumed job does not checkpoint again after its sample: only at the end

@@ -99,9 +99,11 @@ EVENTS: dict[str, tuple[str, ...]] = {
     # the phases of a move, in seconds: a start or resume (sent after its first step;
     # start_s: process start to this run's training setup, None in-process; graph_source:
     # "built" or "imported"; restore_s: the restore with the input stream's start, which
-    # runs with it; 0, and restored_from None, on a fresh start) ...
+    # runs with it; 0, and restored_from None, on a fresh start, which has init_s, the
+    # variables' initialisation, and input_s, the input stream's start, both 0 on a
+    # resume) ...
     "start_phases": ("start_s", "graph_s", "graph_source", "restore_s", "restored_from",
-                     "first_step_s"),
+                     "first_step_s", "init_s", "input_s"),
     # ... and a suspend (sent before "suspended"; stop_wait_s: from the request to the end
     # of the step in flight, None when the time of the request is unknown)
     "stop_phases": ("stop_wait_s", "save_s"),

@@ -70,6 +70,7 @@ class LiveJob(JobAccount):
     restart_s: float | None = None    # what its last start cost before steps ran at speed
     start_cost_s: float | None = None  # its last start by the runner's phases (start_phases)
     graph_built_s: float = 0.0        # of that start, building its graph (0: imported)
+    init_s: float = 0.0               # of that start, initialising its variables (0: restored)
     save_s: float | None = None       # what its last checkpoint save took
     attempt_step0: int | None = None  # steps_done at this attempt's start, until its cost is known
     pinned: bool = False              # manually suspended: not scheduled until resumed
@@ -100,23 +101,22 @@ class LiveJob(JobAccount):
 
     def last_start_s(self) -> float:
         """What its last start cost: the runner's phases (``start_phases``: process
-        start, graph, restore, first step), else the time from its last start to
+        start, graph, restore or initialisation, first step), else the time from its last start to
         its steps at speed (``restart_s``, which also holds any wait for a runner
         process), else 0."""
         restart = self.start_cost_s if self.start_cost_s is not None else self.restart_s
         return restart or 0.0
 
     def predict(self, restarts: int, restart_s: float | None = None) -> float | None:
-        """Run time left, from what was measured (None before its step time is known).
-
-        A restart still to come costs ``restart_s``, by default what its last
-        start cost (``last_start_s``).
-        """
+        """Run time left, from what was measured (None before its step time is known):
+        a restart still to come costs ``restart_s``, by default what its last start
+        cost (``last_start_s``), and the final save what its last save took."""
         if self.measured_step_s is None:
             return None
         restart = self.last_start_s() if restart_s is None else restart_s
-        return predict_remaining_s(max(0, self.spec.max_number_of_steps - self.steps_done),
-                                   self.measured_step_s, restarts, restart)
+        left = max(0, self.spec.max_number_of_steps - self.steps_done)
+        return predict_remaining_s(left, self.measured_step_s, restarts, restart) + (
+            (self.save_s or 0.0) if left else 0.0)
 
     @property
     def prediction_error(self) -> float | None:

@@ -113,6 +113,7 @@ def _start(config: TrainConfig, built, session, sink: EventSink, stop_event: thr
         return TrainResult("suspended", rp.EXIT_SUSPENDED, 0, None, None, None, None,
                            built.devices)
     phases["restore_s"] = time.perf_counter() - tick if restored else 0.0
+    phases["init_s"] = phases["input_s"] = 0.0
     if member is not None:
         if restored is None and config.is_chief:
             session.run(built.init_op)
@@ -120,9 +121,12 @@ def _start(config: TrainConfig, built, session, sink: EventSink, stop_event: thr
         runner_graph.start_input(session, built)
         step = int(session.run(built.global_step))
     elif restored is None:
+        tick = time.perf_counter()
         session.run(built.init_op)
+        phases["init_s"] = time.perf_counter() - tick
         runner_graph.start_input(session, built)
         step = int(session.run(built.global_step))
+        phases["input_s"] = time.perf_counter() - tick - phases["init_s"]
     else:
         step = restored.global_step
         print(f"resuming from step {step} of {config.max_number_of_steps} "
