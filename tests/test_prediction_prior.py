@@ -108,8 +108,7 @@ def test_live_first_job_of_a_burst_is_predicted_beside_the_sampling_runs(tmp_pat
     step, and the rest alone but for the spare that its own start sets importing
     (``after_sampling``: the 1 runnable a core measured over its 14 s window with 1
     start, over its 47 s run), then its final save, as long as its sampling run's
-    (0.5 s). Before, it was predicted alone
-    throughout: 2 + 90 x 0.5 = 47 s."""
+    (0.5 s). Before, it was predicted alone throughout: 2 + 90 x 0.5 = 47 s."""
     from test_coordinator_accounts import LiveRun
 
     run = LiveRun(tmp_path)
@@ -152,10 +151,10 @@ class ResumeScript(Policy):
 def test_live_resume_cost_comes_from_measured_resumes(tmp_path):
     """A sampled job's next start is a resume: it imports the exported graph and reads
     a checkpoint. It is predicted at the measured resumes (2 s here) once there are
-    some; before, at its own sampling start (process, graph, variables' initialisation,
-    input start, first step: 4.5 s) less its graph build (2 s) and initialisation (0.4 s),
-    which a resume does not run; never with its wait for a runner. Its final save costs
-    what its last save took (0.5 s)."""
+    some; before, at its own sampling start's phases (process, graph, first step: 4 s;
+    not its variables' initialisation and input start, 0.5 s, which a resume does not
+    run) less its graph build (2 s); never with its wait for a runner. Its final save
+    costs what its last save took (0.5 s)."""
     from test_coordinator_accounts import LiveRun
 
     run = LiveRun(tmp_path)
@@ -163,7 +162,7 @@ def test_live_resume_cost_comes_from_measured_resumes(tmp_path):
     forecast = run.coord.cluster.forecast
 
     def sampled(job, t0):
-        """Started at ``t0`` + 4 s after a 4.5 s build, 2 + 8 steps of 1 s, nothing
+        """Started at ``t0`` + 4 s after a 4 s build, 2 + 8 steps of 1 s, nothing
         beside it but its co-tenant; exits 1 s after."""
         run.at(t0 + 4.0)
         run.event(job, "started", global_step=0, restored=False, device="cpu",
@@ -186,7 +185,9 @@ def test_live_resume_cost_comes_from_measured_resumes(tmp_path):
     a = run.submit(s.JobSpec(**LENET_100))
     run.round()
     sampled(a, 5.0)                           # after 5 s waiting for a runner
-    assert run.coord.cluster.jobs[a].predicted_total_s == pytest.approx(2.1 + 90 * 1.0 + 0.5)
+    assert run.coord.cluster.jobs[a].predicted_total_s == pytest.approx(2.0 + 90 * 1.0 + 0.5)
+    # a move costs its save and its start's phases, the initialisation left out
+    assert run.coord.cluster.jobs[a].view().move_cost_s == pytest.approx(0.5 + 4.0)
     assert run.attempts[a] == 2               # resumed at 20 s
     run.at(24.0)                              # 2 s waiting for a runner, 2 s of phases
     run.event(a, "started", global_step=10, restored=True, device="cpu", memory_fraction=0.1)

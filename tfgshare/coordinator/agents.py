@@ -222,13 +222,14 @@ class AgentHandlers:
             record_sample(life, job, ev, now)
         elif name == "start_phases":
             # process start (import), graph, restore and first step: the restart half
-            # of its move cost (JobView.move_cost_s); waiting for a runner is not in it
+            # of its move cost (JobView.move_cost_s), a resume's phases; a fresh start's
+            # initialisation (init_s, input_s), which a resume does not run, and waiting
+            # for a runner are not in it
             parts = [number(ev, k, float) for k in ("start_s", "graph_s", "restore_s",
-                                                    "first_step_s", "init_s", "input_s")]
+                                                    "first_step_s")]
             job.start_cost_s = sum(max(0.0, x) for x in parts if x is not None)
             job.graph_built_s = (max(0.0, parts[1] or 0.0)
                                  if ev.get("graph_source") == "built" else 0.0)
-            job.init_s = max(0.0, parts[4] or 0.0)
             if ev.get("restored_from"):   # a resume: its graph imported, its checkpoint read
                 life.cluster.forecast.note_resume(job.spec.model_name, job.start_cost_s)
         elif name == "checkpoint":

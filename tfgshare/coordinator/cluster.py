@@ -70,7 +70,6 @@ class LiveJob(JobAccount):
     restart_s: float | None = None    # what its last start cost before steps ran at speed
     start_cost_s: float | None = None  # its last start by the runner's phases (start_phases)
     graph_built_s: float = 0.0        # of that start, building its graph (0: imported)
-    init_s: float = 0.0               # of that start, initialising its variables (0: restored)
     save_s: float | None = None       # what its last checkpoint save took
     attempt_step0: int | None = None  # steps_done at this attempt's start, until its cost is known
     pinned: bool = False              # manually suspended: not scheduled until resumed
@@ -101,7 +100,7 @@ class LiveJob(JobAccount):
 
     def last_start_s(self) -> float:
         """What its last start cost: the runner's phases (``start_phases``: process
-        start, graph, restore or initialisation, first step), else the time from its last start to
+        start, graph, restore, first step), else the time from its last start to
         its steps at speed (``restart_s``, which also holds any wait for a runner
         process), else 0."""
         restart = self.start_cost_s if self.start_cost_s is not None else self.restart_s

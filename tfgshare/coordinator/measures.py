@@ -124,11 +124,10 @@ def resume_prior_s(job: LiveJob) -> float:
     """What a job's next start, a resume, is expected to cost before a resume of its
     model is measured: its last start's phases less a graph build, since a resume
     imports the graph its first start saved (0.05-0.55 s against 1.4-12 s built for the
-    paper's models on this project's CPU, 2026-12-06), and less the variables'
-    initialisation, which a resume does not run (0.4-6.2 s there; alexnet_v2's 6 s
-    against its 0.8 s restore). The checkpoint's read is left out, as the simulator's
-    prior leaves it (a low estimate; measured resumes replace it)."""
-    return max(0.0, job.last_start_s() - job.graph_built_s - job.init_s)
+    paper's models on this project's CPU, 2026-12-06). The checkpoint's read is left
+    out, as the simulator's prior leaves it (a low estimate; measured resumes replace
+    it)."""
+    return max(0.0, job.last_start_s() - job.graph_built_s)
 
 
 def _forecast(life: Lifecycle, job: LiveJob, restart: float, now: float) -> Forecast | None:

@@ -51,7 +51,6 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass
-from functools import partial
 from typing import Callable, ClassVar, Iterable, Iterator, Sequence
 
 from sortedcontainers import SortedList
@@ -264,7 +263,7 @@ class Tiresias(Policy):
                     gpus, count, rest = j.rest(free)
                     free, movable, part = free - gpus, movable - count, iter(rest)
                     continue
-                # all fit in turn, free reaching 0 at the last at the earliest: as one by one
+                # all fit in turn, free reaching 0 at the last at the earliest
                 free -= j.gpus
                 movable -= j.count
                 if free <= 0 and movable > 0:
@@ -361,7 +360,8 @@ class Tiresias(Policy):
                 part[0] -= counted[1] if counted[2] else 0
                 part[1] -= counted[2]
                 part[2] -= 1
-                memo.run_prefix[counted[0]].drop(jid)
+                if counted[2]:   # (only running jobs are in its prefix)
+                    memo.run_prefix[counted[0]].drop(jid)
         jump = memo.jump_of.pop(jid, None)
         if jump is not None:
             memo.jumps[jump[0]].remove(jump[1])
@@ -455,7 +455,7 @@ class Tiresias(Policy):
         for q in range(order[-1][0] + 1 if order else 0):   # every queue with a job
             gpus, running, entries = memo.run_part.get(q, (0, 0, 0))
             if running and running == entries:
-                yield (q, RUN, math.inf), RunPart(gpus, running, partial(memo.run_rest, q))
+                yield (q, RUN, math.inf), RunPart(gpus, running, lambda f, q=q: memo.run_rest(q, f))
             elif entries:
                 yield from memo.run_rest(q, None)[2]
             for e in order.irange((q, WAIT), (q + 1,), inclusive=(True, False)):
