@@ -60,12 +60,11 @@ class RunPrefix:
     left stays, empty, until the positions are renumbered.
     """
 
-    __slots__ = ("keys", "ents", "gpus", "tree", "at", "pending", "live")
+    __slots__ = ("ents", "gpus", "tree", "at", "pending", "live")
     slack = 64   # places left kept beyond as many as there are jobs, before renumbering
 
     def __init__(self) -> None:
-        self.keys: list[float] = []          # position -> key
-        self.ents: list[tuple | None] = []   # position -> entry (None: left)
+        self.ents: list[tuple] = []          # position -> entry (kept when it left)
         self.gpus: list[int] = []            # position -> GPUs (0: left)
         self.tree: list[list[int]] = [[0, 0]]  # 1-based Fenwick of [GPUs, jobs]
         self.at: dict[str, int] = {}         # id -> position
@@ -75,8 +74,8 @@ class RunPrefix:
     def add(self, jid: str, entry: tuple, gpus: int) -> None:
         """The running job ``jid`` stands at ``entry`` of this RUN part."""
         i = self.at.get(jid)
-        if i is not None and self.keys[i] == entry[2]:
-            if self.ents[i] is None:   # back at the place it left
+        if i is not None and self.ents[i][2] == entry[2]:
+            if not self.gpus[i]:   # back at the place it left
                 self.ents[i], self.gpus[i] = entry, gpus
                 self.live += 1
                 self._bump(i, gpus, 1)
@@ -87,9 +86,9 @@ class RunPrefix:
         """The job left the part (or stopped running); its place stays for a return."""
         if self.pending.pop(jid, None) is None:
             i = self.at.get(jid)
-            if i is not None and self.ents[i] is not None:
+            if i is not None and self.gpus[i]:
                 self._bump(i, -self.gpus[i], -1)
-                self.ents[i], self.gpus[i] = None, 0
+                self.gpus[i] = 0
                 self.live -= 1
 
     def fit(self, free: int) -> tuple[int, int, tuple | None]:
@@ -121,20 +120,19 @@ class RunPrefix:
             return
         new = sorted(self.pending.items(), key=lambda t: t[1][0][2])
         self.pending = {}
-        if (self.keys and new[0][1][0][2] < self.keys[-1]) or \
-                len(self.keys) + len(new) > 2 * (self.live + len(new)) + self.slack:
+        if (self.ents and new[0][1][0][2] < self.ents[-1][2]) or \
+                len(self.ents) + len(new) > 2 * (self.live + len(new)) + self.slack:
             # (a key older than the last placed: every job placed again in key order)
-            new = sorted([(e[3], (e, self.gpus[i])) for i, e in enumerate(self.ents)
-                          if e is not None] + new, key=lambda t: t[1][0][2])
-            self.keys, self.ents, self.gpus, self.at, self.live = [], [], [], {}, 0
+            new = sorted([(e[3], (e, g)) for e, g in zip(self.ents, self.gpus) if g]
+                         + new, key=lambda t: t[1][0][2])
+            self.ents, self.gpus, self.at, self.live = [], [], {}, 0
             self.tree = [[0, 0]]
         for jid, (e, g) in new:
-            self.at[jid] = len(self.keys)
-            self.keys.append(e[2])
+            self.at[jid] = len(self.ents)
             self.ents.append(e)
             self.gpus.append(g)
             self.live += 1
-        if len(self.keys) >= len(self.tree):
+        if len(self.ents) >= len(self.tree):
             self._build()
         else:
             for jid, (e, g) in new:
@@ -142,7 +140,7 @@ class RunPrefix:
 
     def _build(self) -> None:
         """The Fenwick tree again, for room to twice the positions, in O(positions)."""
-        size = 1 << (2 * len(self.keys) + 16).bit_length()
+        size = 1 << (2 * len(self.ents) + 16).bit_length()
         tree = [[0, 0] for _ in range(size)]
         gpus = self.gpus
         for i in range(1, size):
