@@ -151,6 +151,8 @@ class Tight(RunPrefix):
 @given(st.lists(st.tuples(st.sampled_from("add new drop fit".split()), st.integers(0, 30),
                           st.integers(-2, 40)), max_size=80))
 @example([("add", 0, 0), ("add", 1, 0), ("fit", 0, 5), ("drop", 0, 0), ("fit", 0, 0)])
+@example([("add", 0, 0), ("add", 1, 0), ("fit", 0, 5), ("drop", 0, 0), ("drop", 1, 0),
+          ("new", 2, 0), ("fit", 0, 5), ("add", 0, 0), ("fit", 0, 2)])   # back after a renumber
 def test_a_run_part_prefix_finds_what_walking_it_one_by_one_finds(ops):
     """Tiresias's index of a queue's running jobs: the longest run of them, in walk order,
     that leaves GPUs free is the one a walk job by job finds, through jobs leaving, coming
