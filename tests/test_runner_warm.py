@@ -61,10 +61,35 @@ def test_spare_runner_takes_the_job_and_is_replaced(tmp_path, monkeypatch):
         assert started["device"] == "/cpu:0" and started["memory_fraction"] == 0.5
         phases = next(e for e in events if e["event"] == "start_phases")
         assert 0 < phases["start_s"] < 60     # counted from the hand-over, not the spawn
+        assert 0 <= phases["runner_wait_s"] < 60
         assert "step 3/3" in proc.log_file.read_text()   # its output went to the job's log
     finally:
         sup.stop_all(timeout_s=10)
     assert sup.spare is None
+
+
+def test_a_job_handed_to_a_spare_still_importing_reports_its_wait(tmp_path, monkeypatch):
+    """A start right after a spare was spawned waits for its TensorFlow import: the
+    runner tells that wait apart from its own start (``runner_wait_s``, ``start_s``)."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO),
+                                                                   os.environ.get("PYTHONPATH")])))
+    sup = Supervisor(tmp_path / "work", warm=True)
+    try:
+        sup.keep_spare()
+        spare = sup.spare
+        config = small_config(tmp_path / "train", max_number_of_steps=2)
+        args = [a for a in config.to_argv()]
+        i = args.index("--train_dir")
+        del args[i:i + 2]
+        proc = sup.start("j1", 1, args, config.train_dir, [(0, 0.5)], virtual=True)
+        assert proc.pid == spare.pid                      # handed over at once
+        out, events = wait_exit(sup, "j1")
+        assert out.exit_code == rp.EXIT_OK
+        phases = next(e for e in events if e["event"] == "start_phases")
+        assert phases["runner_wait_s"] > 0.2              # importing TensorFlow takes seconds
+        assert 0 < phases["start_s"] < 60
+    finally:
+        sup.stop_all(timeout_s=10)
 
 
 def test_a_dead_spare_means_a_cold_start(tmp_path):

@@ -50,6 +50,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -75,8 +76,10 @@ WARM_READY = "tfgshare runner: warm, waiting for a job on stdin"
 
 
 def warm_job_line(argv: list[str], env: dict[str, str], log: str | None) -> str:
-    """The stdin line that hands a warm runner its job: flags, environment, log file."""
-    return json.dumps({"argv": list(argv), "env": dict(env), "log": log}) + "\n"
+    """The stdin line that hands a warm runner its job: flags, environment, log file,
+    and when it was handed over (wall clock), for the runner to tell its wait."""
+    return json.dumps({"argv": list(argv), "env": dict(env), "log": log,
+                       "handed_at": time.time()}) + "\n"
 
 
 def request_suspend(pid: int) -> None:
@@ -101,9 +104,10 @@ EVENTS: dict[str, tuple[str, ...]] = {
     # "built" or "imported"; restore_s: the restore with the input stream's start, which
     # runs with it; 0, and restored_from None, on a fresh start, which has init_s, the
     # variables' initialisation, and input_s, the input stream's start, both 0 on a
-    # resume) ...
+    # resume; runner_wait_s: before start_s, how long the job waited for a warm runner
+    # still importing TensorFlow, 0 when one was ready or the start was cold) ...
     "start_phases": ("start_s", "graph_s", "graph_source", "restore_s", "restored_from",
-                     "first_step_s", "init_s", "input_s"),
+                     "first_step_s", "init_s", "input_s", "runner_wait_s"),
     # ... and a suspend (sent before "suspended"; stop_wait_s: from the request to the end
     # of the step in flight, None when the time of the request is unknown)
     "stop_phases": ("stop_wait_s", "save_s"),

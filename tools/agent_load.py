@@ -296,7 +296,7 @@ class SimAgents:
                             restore_s=0.2 if r.step0 else 0.0,
                             restored_from=f"ckpt-{r.step0}" if r.step0 else None,
                             first_step_s=r.step_s, init_s=0.0 if r.step0 else 0.1,
-                            input_s=0.0 if r.step0 else 0.05)
+                            input_s=0.0 if r.step0 else 0.05, runner_wait_s=0.0)
                 r.phase = "train"
             if r.samples and r.step - r.step0 == WARMUP + SAMPLED:
                 self._event(r, "sample", **{k: v for k, v in sample_event(r.job, r.step).items()

@@ -31,7 +31,7 @@ from tfgshare.runner.events import EventSink, warn
 from tfgshare.runner.neighbours import Neighbours
 from tfgshare.runner.saving import periodic_save_due, save_patiently
 from tfgshare.runner.tf_setup import peak_memory
-from tfgshare.runner.timing import StepTimer, job_age_s
+from tfgshare.runner.timing import StepTimer, job_age_s, job_waited_s
 from tfgshare.sampling import SamplePlan, plan_sampling
 
 SAMPLE_FILE = rp.SAMPLE_FILE
@@ -80,7 +80,7 @@ def run(config: TrainConfig, sink: EventSink, stop_event: threading.Event, began
     else:   # a gang member's graph is built each time (it has no graph file)
         built, source = runner_graph.build_training_graph(config), "built"
     phases = {"start_s": start_s, "graph_s": time.perf_counter() - tick,
-              "graph_source": source}
+              "graph_source": source, "runner_wait_s": job_waited_s()}
     if member is None:
         session = tf.compat.v1.Session(graph=built.graph,
                                        config=runner_graph.session_config(config))

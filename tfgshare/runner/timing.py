@@ -3,7 +3,8 @@
 A job first runs a warm-up, then a bounded number of sampled steps; their mean
 step time predicts the remaining time (remaining steps x step time). After the
 sample, the prediction follows an exponential moving average of step times.
-``job_age_s`` is how long the job has been starting (its ``start_phases`` event).
+``job_age_s`` is how long the job has been starting and ``job_waited_s`` how long it
+waited for a warm runner before that (its ``start_phases`` event).
 """
 
 from __future__ import annotations
@@ -70,12 +71,19 @@ class StepTimer:
 
 
 _job_start: float | None = None   # monotonic time a warm runner was handed its job
+_job_waited = 0.0                 # seconds its job line waited for it to be ready
 
 
-def mark_job_start(at: float) -> None:
-    """Count a job's start from ``at`` (monotonic), not from the process start (warm runner)."""
-    global _job_start
-    _job_start = at
+def mark_job_start(at: float, waited_s: float = 0.0) -> None:
+    """Count a job's start from ``at`` (monotonic), not from the process start (warm
+    runner), after its job waited ``waited_s`` for the runner to be ready."""
+    global _job_start, _job_waited
+    _job_start, _job_waited = at, max(0.0, waited_s)
+
+
+def job_waited_s() -> float:
+    """How long the job waited for its warm runner to be ready (0: none, or cold)."""
+    return _job_waited
 
 
 def job_age_s() -> float | None:

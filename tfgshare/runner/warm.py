@@ -2,10 +2,11 @@
 
 ``python -m tfgshare.runner --warm`` imports TensorFlow, tf_slim and the runner's
 modules, and waits for one line on stdin: a JSON object ``{"argv": [runner flags],
-"env": {name: value}, "log": path}`` (``runner.protocol.warm_job_line``). It then sets
-``env`` in ``os.environ``, sends its output to ``log`` and runs the job as
-``python -m tfgshare.runner FLAGS`` would, exiting with its code. An empty stdin
-(the line never comes) ends it with ``EXIT_OK``.
+"env": {name: value}, "log": path, "handed_at": wall time}``
+(``runner.protocol.warm_job_line``). It then sets ``env`` in ``os.environ``, sends its
+output to ``log`` and runs the job as ``python -m tfgshare.runner FLAGS`` would (its
+``start_phases`` telling how long the line waited for the import: ``runner_wait_s``),
+exiting with its code. An empty stdin (the line never comes) ends it with ``EXIT_OK``.
 
 No device is touched before the job arrives: importing TensorFlow does not initialise
 CUDA (that happens when the job first lists devices or opens its session), so the
@@ -53,10 +54,12 @@ def serve(stdin=None) -> int:
     try:
         job = json.loads(line)
         argv, env, log = list(job["argv"]), dict(job.get("env", {})), job.get("log")
+        handed = float(job.get("handed_at") or time.time())
     except (ValueError, KeyError, TypeError) as exc:
         print(f"tfgshare runner --warm: bad job line: {exc}", file=sys.stderr, flush=True)
         return rp.EXIT_BAD_INPUT
-    timing.mark_job_start(time.monotonic())
+    # a job handed over while this runner still imported waited here until now
+    timing.mark_job_start(time.monotonic(), time.time() - handed)
     os.environ.update({str(k): str(v) for k, v in env.items()})
     if log:
         _redirect_output(log)
