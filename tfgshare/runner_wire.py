@@ -103,8 +103,8 @@ EVENTS: dict[str, tuple[str, ...]] = {
     # start_s: process start to this run's training setup, None in-process; graph_source:
     # "built" or "imported"; restore_s: the restore with the input stream's start, which
     # runs with it; 0, and restored_from None, on a fresh start, which has init_s, the
-    # variables' initialisation, and input_s, the input stream's start, both 0 on a
-    # resume; runner_wait_s: before start_s, how long the job waited for a warm runner
+    # variables' initialisation (a gang's chief's too), and input_s, the input stream's
+    # start (one-process runs; a gang's is 0), both 0 on a resume; runner_wait_s: before start_s, how long the job waited for a warm runner
     # still importing TensorFlow, 0 when one was ready or the start was cold) ...
     "start_phases": ("start_s", "graph_s", "graph_source", "restore_s", "restored_from",
                      "first_step_s", "init_s", "input_s", "runner_wait_s"),

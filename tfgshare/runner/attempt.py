@@ -116,7 +116,9 @@ def _start(config: TrainConfig, built, session, sink: EventSink, stop_event: thr
     phases["init_s"] = phases["input_s"] = 0.0
     if member is not None:
         if restored is None and config.is_chief:
+            tick = time.perf_counter()
             session.run(built.init_op)
+            phases["init_s"] = time.perf_counter() - tick
         member.start_replication(session, built)
         runner_graph.start_input(session, built)
         step = int(session.run(built.global_step))
