@@ -283,6 +283,21 @@ def test_silent_coordinator_makes_the_agent_kill_its_runners_and_reconnect(ctx, 
         agent.shutdown(timeout_s=1)
 
 
+@pytest.mark.parametrize("gpus, given, kept", [("1x1GiB", None, 2), ("2x16GiB", None, 3),
+                                               ("8x16GiB", None, 3), ("2x16GiB", 1, 1)])
+def test_an_agent_keeps_a_spare_runner_more_than_its_gpus(ctx, tmp_path, gpus, given, kept):
+    """A sampled job resumes soon after its sampling run: a node's starts come in bursts
+    of more than its GPUs, so by default it keeps one spare more, at most three;
+    ``--spare-runners`` sets the number."""
+    coord = FakeCoordinator(ctx)
+    cfg = AgentConfig(coordinator=coord.address, node="n1", work_dir=tmp_path,
+                      spare_runners=given)
+    agent = Agent(cfg, VirtualGpus(parse_virtual_gpus(gpus)), context=ctx)
+    try:
+        assert agent.sup.spares == kept
+    finally:
+        agent.shutdown(timeout_s=2)
+
 @pytest.mark.parametrize("args, words", [
     (["--coordinator", "tcp://127.0.0.1:1", "--virtual-gpus", "2xlots", "--force-virtual"],
      "bad virtual GPU spec"),

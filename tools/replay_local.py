@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tfgshare.agent.node import MAX_SPARES  # noqa: E402
+from tfgshare.agent.config import default_spares  # noqa: E402
 from tfgshare.localcluster import LocalCluster  # noqa: E402
 from tfgshare.repro import replay  # noqa: E402
 from tfgshare.repro.cpushare import RunnerShareProbe  # noqa: E402
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         cluster.start_coordinator()
         cluster.start_agent("n1", args.virtual_gpus)
         cluster.wait_nodes({"n1"})
-        spares = min(MAX_SPARES, int(args.virtual_gpus.split("x")[0]))
+        spares = default_spares(int(args.virtual_gpus.split("x")[0]))
         print(f"spare runners ready: {wait_warm(cluster.root, {'n1'}, spares)}", flush=True)
         # the CPU share its runners get (the agent's children), for the simulator
         probe = RunnerShareProbe(cluster.procs["agent-n1"].pid)

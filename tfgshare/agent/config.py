@@ -17,10 +17,18 @@ from tfgshare.agent.supervisor import SPARE_WAIT_S
 
 # share of the coordinator's node timeout after which a silent coordinator's runners are killed
 FENCE_SHARE = 0.5
-# default spare runners: one per GPU up to this (each holds ~0.4 GB of host memory and costs
-# an import of CPU time; two cover the common burst of starts on a node)
-MAX_SPARES = 2
+# default spare runners: one per GPU and one more, up to this (each holds ~0.4 GB of host
+# memory and costs an import of CPU time; see ``default_spares``)
+MAX_SPARES = 3
 DEFAULT_GANG_PORTS = (47000, 47999)   # where gang members listen unless --gang-ports says
+
+
+def default_spares(gpus: int) -> int:
+    """How many spare runners a node of ``gpus`` GPUs keeps by default: one per GPU and
+    one more, at most ``MAX_SPARES``. A job sampled and then resumed starts twice in
+    quick succession, so a node's starts come in bursts of more than its GPUs; a spare
+    that is still importing when its job arrives makes the job wait for the import."""
+    return max(1, min(MAX_SPARES, gpus + 1))
 
 
 @dataclass
@@ -36,7 +44,7 @@ class AgentConfig:
     register_retry_s: float = 1.0
     runner_cmd: list[str] | None = None  # None: python -m tfgshare.runner
     warm_runner: bool = True             # keep spare runners with TensorFlow imported
-    spare_runners: int | None = None     # how many; None: one per GPU, at most MAX_SPARES
+    spare_runners: int | None = None     # how many; None: default_spares(GPUs)
     #                                      (real runners only: not with runner_cmd)
     spare_wait_s: float = SPARE_WAIT_S   # a used spare is replaced after its job's first
     #                                      step, or this long after the hand-over; 0: at once

@@ -54,7 +54,7 @@ from tfgshare.agent import gpus as gpus_mod
 # the settings and the command line sit beside this module; re-exported here, where
 # callers have always found them
 from tfgshare.agent.config import (  # noqa: F401  (re-exported)
-    DEFAULT_GANG_PORTS, FENCE_SHARE, MAX_SPARES, AgentConfig)
+    DEFAULT_GANG_PORTS, FENCE_SHARE, AgentConfig, default_spares)
 from tfgshare.agent.options import build_parser, default_gang_address, gang_ports
 from tfgshare.agent.supervisor import SPARE_WAIT_S, EventOut, ExitOut, Supervisor  # noqa: F401
 from tfgshare.paths import confine   # the rule the coordinator checks at submit too
@@ -81,7 +81,7 @@ class Agent:
                           "--inter_op_threads", str(cfg.threads)],
             warm=cfg.warm_runner and not cfg.runner_cmd,
             spares=cfg.spare_runners if cfg.spare_runners is not None
-            else max(1, min(MAX_SPARES, len(getattr(gpu_source, "gpus", ()) or ()))),
+            else default_spares(len(getattr(gpu_source, "gpus", ()) or ())),
             spare_wait_s=cfg.spare_wait_s)
         if cfg.runner_cmd:
             self.sup.runner_cmd = list(cfg.runner_cmd)

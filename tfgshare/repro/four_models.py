@@ -88,7 +88,7 @@ def schedule(batch: dict) -> list:
 
 def run_policy(policy: str, batch: dict, root: Path, quiet: bool = False) -> dict:
     """One fresh local cluster under ``policy`` running the batch; its report and records."""
-    from tfgshare.agent.node import MAX_SPARES
+    from tfgshare.agent.config import default_spares
     from tfgshare.localcluster import LocalCluster
 
     from .live import live_report, run_schedule, wait_warm
@@ -106,7 +106,7 @@ def run_policy(policy: str, batch: dict, root: Path, quiet: bool = False) -> dic
         # cluster that has been running does; not ready in time: it starts anyway
         gpus = c.get("virtual_gpus")
         wait_warm(cluster.root, names,
-                  spares=min(MAX_SPARES, int(str(gpus).split("x")[0])) if gpus else 1)
+                  spares=default_spares(int(str(gpus).split("x")[0])) if gpus else 1)
         with cluster.client(timeout_s=10.0) as client:
             run = run_schedule(client, schedule(batch), float(batch.get("timeout_s", 900)),
                                quiet=quiet)
