@@ -7,6 +7,8 @@ SQLite's ``max_page_count`` stands in for the full disk: past it every write fai
 
 from __future__ import annotations
 
+import time
+
 from coordinator_fakes import CoordinatorThread
 from tfgshare.client.api import Client
 from tfgshare.coordinator.store import StateStore
@@ -57,6 +59,11 @@ def test_coordinator_serves_through_a_full_disk_and_keeps_every_submit(tmp_path,
         assert any("refused a commit" in r.getMessage() for r in caplog.records)
         uncap(ct.coord.store)
         ids += client.submit([JobSpec(model_name="lenet", name="after", max_number_of_steps=10)])
+        # the next commit writes all that waited (the coordinator's thread may be between
+        # a change and its commit when this one looks: it waits for the commit)
+        end = time.monotonic() + 5.0
+        while ct.coord.store.pending and time.monotonic() < end:
+            time.sleep(0.01)
         assert ct.coord.store.pending == 0
     finally:
         client.close()
