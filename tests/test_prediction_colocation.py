@@ -227,7 +227,8 @@ def test_live_job_sampled_beside_a_running_job_is_predicted_at_its_step_alone(tm
     assert job.sample.co_tenants == 1
     assert run.coord.cluster.forecast.sharing == [pytest.approx(2.0)]
     # its start cost: 35 - 30 s before its first step, and 90 steps at 1 s alone
-    assert job.predicted_total_s == pytest.approx(5.0 + 90 * 1.0 + 0.5)   # + its final save
+    # (its start, its checkpoint read back as long as its save, its steps, its final save)
+    assert job.predicted_total_s == pytest.approx(5.0 + 0.5 + 90 * 1.0 + 0.5)
 
 
 def test_live_steps_alone_on_virtual_gpus_come_from_the_wait_for_a_core(tmp_path):
@@ -267,9 +268,10 @@ def test_live_steps_alone_on_virtual_gpus_come_from_the_wait_for_a_core(tmp_path
     sampled(a, 5.0, 1.0, 8 * 0.5)                   # ... half of it waiting for a core
     # (held by one of the cluster's processes: a spare runner importing TensorFlow);
     # after its 5 s start the spare its start replaces imports beside it: 1 runnable a
-    # core over its 15 s window with 1 start, over its 50 s run (``after_sampling``)
+    # core over its 15 s window with 1 start, over its 50.5 s run (``after_sampling``:
+    # its start, its checkpoint read back as long as its 0.5 s save, 90 steps of 0.5 s)
     assert run.coord.cluster.jobs[a].predicted_total_s == \
-        pytest.approx(5.0 + 90 * 0.5 * (1 + 15.0 / 50) + 0.5)   # + its final save
+        pytest.approx(5.5 + 90 * 0.5 * (1 + 15.0 / 50.5) + 0.5)   # + its final save
     run.at(20.0)
     run.event(a, "started", global_step=10, restored=True, device="cpu", memory_fraction=0.3)
     for i in range(1, 11):                          # alone now: 0.5 s a step
@@ -289,10 +291,10 @@ def test_live_steps_alone_on_virtual_gpus_come_from_the_wait_for_a_core(tmp_path
     assert job.sample.co_tenants == 1
     assert run.coord.cluster.forecast.sharing == [pytest.approx(2.0)]
     # no spare beside j2 (its co-tenant was the 1 runnable): the mean of 15 and 0
-    # runnable-seconds per start, over its 50 s run
+    # runnable-seconds per start, over its 50.5 s run (its read back included)
     assert run.coord.cluster.forecast.spill == [pytest.approx(15.0), pytest.approx(0.0)]
     # (+ its final save, as long as its sampling run's: 0.5 s)
-    assert job.predicted_total_s == pytest.approx(5.0 + 90 * 0.5 * (1 + 7.5 / 50) + 0.5)
+    assert job.predicted_total_s == pytest.approx(5.5 + 90 * 0.5 * (1 + 7.5 / 50.5) + 0.5)
 
 
 def test_live_load_from_outside_the_cluster_slows_the_predicted_steps(tmp_path):
@@ -319,4 +321,5 @@ def test_live_load_from_outside_the_cluster_slows_the_predicted_steps(tmp_path):
     job = run.coord.cluster.jobs[a]
     assert job.solo_step_s == pytest.approx(0.25)
     assert run.coord.cluster.forecast.outside == [pytest.approx(4.0)]
-    assert job.predicted_total_s == pytest.approx(5.0 + 90 * 1.0 + 0.5)   # + its final save
+    # (its start, its checkpoint read back as long as its save, its steps, its final save)
+    assert job.predicted_total_s == pytest.approx(5.0 + 0.5 + 90 * 1.0 + 0.5)

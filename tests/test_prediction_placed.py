@@ -26,6 +26,7 @@ from tfgshare.policies.prediction import (ColocationForecast, packed_tenants,
 
 from test_coordinator_accounts import MEMORY_MB, RESERVE_MB, LiveRun
 from test_prediction_colocation import LENET_100, SAMPLE_FIELDS
+from test_prediction_prior import RESUME
 
 
 def test_packing_follows_the_policys_rule():
@@ -115,9 +116,10 @@ def test_live_prediction_counts_the_node_starts_while_it_runs(tmp_path):
     each beside one process of the cluster per core (the spares importing TensorFlow
     that their two starts set off). j3 waits to sample. j1 is then predicted at its
     step alone slowed by the spill of its node's starts while it runs: 1 runnable a
-    core for 14 s over 2 starts is 7 runnable-seconds per start; over its 47 s run
-    (its 4 s start less the 2 s graph build a resume imports, 90 steps of 0.5 s) its own start and the other unit's next start,
-    2/47 starts a second, 0.30 runnable on its core. Before: 2 + 90 x 0.5 = 47 s."""
+    core for 14 s over 2 starts is 7 runnable-seconds per start; over its 47.36 s run
+    (its 2.36 s resume, ``test_prediction_prior.RESUME``, and 90 steps of 0.5 s) its own
+    start and the other unit's next start, 2/47.36 starts a second, 0.30 runnable on its
+    core. Before: 2 + 90 x 0.5 = 47 s."""
     run = TwoGpuRun(tmp_path)
     ids = [run.submit(s.JobSpec(**LENET_100)) for _ in range(3)]
     run.round()
@@ -143,7 +145,8 @@ def test_live_prediction_counts_the_node_starts_while_it_runs(tmp_path):
     job = run.coord.cluster.jobs[ids[0]]
     assert job.solo_step_s == pytest.approx(0.5)
     assert forecast.outside_now() == pytest.approx(1.0)
-    assert job.after_sampling == pytest.approx(1.0 + 7.0 * 2 / 47.0)
+    run_s = RESUME + 90 * 0.5
+    assert job.after_sampling == pytest.approx(1.0 + 7.0 * 2 / run_s)
     # (+ its final save, as long as its sampling run's: 0.5 s)
     assert job.predicted_total_s == pytest.approx(
-        2.0 + 90 * 0.5 * (1.0 + 7.0 * 2 / 47.0) + 0.5)
+        RESUME + 90 * 0.5 * (1.0 + 7.0 * 2 / run_s) + 0.5)

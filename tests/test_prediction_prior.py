@@ -18,6 +18,12 @@ from tfgshare.policies.prediction import ColocationForecast, expected_sharing
 
 from test_prediction_colocation import LENET_100, SAMPLE_FIELDS, send_progress
 
+# a resume before any of its model is measured, after a fresh start of 1 s process, 2 s
+# graph built and 1 s first step, 1 s sampled steps and a 0.5 s save: the process, 3 % of
+# the build imported, 1.8x the first step less the steady step it is counted as, the
+# checkpoint read as long as its write took
+RESUME = 1.0 + 0.03 * 2.0 + (1.8 * 1.0 - 1.0) + 0.5
+
 
 def test_expected_sharing_is_the_time_sharing_of_one_compute_unit():
     # two busy processes on one core each get half of it
@@ -103,12 +109,12 @@ def test_live_first_job_of_a_burst_is_predicted_beside_the_sampling_runs(tmp_pat
     """j1 samples with nothing running (no sharing measured), 0.5 s a step alone, while
     a spare runner imports TensorFlow on its core (one process per core beside it).
     Promoted at once while j2 and j3 are still to sample (2 x its 15 s sampling run on
-    the one GPU), it is predicted to run its first 28 s after its 2 s resume (its 4 s
-    start less the graph build a resume imports) sharing its core three ways, 1.5 s a
-    step, and the rest alone but for the spare that its own start sets importing
-    (``after_sampling``: the 1 runnable a core measured over its 14 s window with 1
-    start, over its 47 s run), then its final save, as long as its sampling run's
-    (0.5 s). Before, it was predicted alone throughout: 2 + 90 x 0.5 = 47 s."""
+    the one GPU), it is predicted to run its first 27.64 s after its 2.36 s resume
+    (RESUME below) sharing its core three ways, 1.5 s a step, and the rest alone but for
+    the spare that its own start sets importing (``after_sampling``: the 1 runnable a
+    core measured over its 14 s window with 1 start, over its 47.36 s run), then its
+    final save, as long as its sampling run's (0.5 s). Before, it was predicted alone
+    throughout: 2 + 90 x 0.5 = 47 s."""
     from test_coordinator_accounts import LiveRun
 
     run = LiveRun(tmp_path)
@@ -124,11 +130,11 @@ def test_live_first_job_of_a_burst_is_predicted_beside_the_sampling_runs(tmp_pat
     assert job.solo_step_s == pytest.approx(0.5)
     assert forecast.outside == [pytest.approx(1.0)]    # its wait was the cluster's spare
     assert forecast.sharing == []
-    shared = 30.0 - 2.0
-    after = 1.0 + 14.0 / 47.0
+    shared = 30.0 - RESUME
+    after = 1.0 + 14.0 / (RESUME + 90 * 0.5)
     assert job.after_sampling == pytest.approx(after)
     assert job.predicted_total_s == pytest.approx(
-        2.0 + shared + (90 - shared / 1.5) * 0.5 * after + 0.5)
+        RESUME + shared + (90 - shared / 1.5) * 0.5 * after + 0.5)
 
 
 class ResumeScript(Policy):
@@ -150,11 +156,13 @@ class ResumeScript(Policy):
 
 def test_live_resume_cost_comes_from_measured_resumes(tmp_path):
     """A sampled job's next start is a resume: it imports the exported graph and reads
-    a checkpoint. It is predicted at the measured resumes (2 s here) once there are
-    some; before, at its own sampling start's phases (process, graph, first step: 4 s;
-    not its variables' initialisation and input start, 0.5 s, which a resume does not
-    run) less its graph build (2 s); never with its wait for a runner. Its final save
-    costs what its last save took (0.5 s)."""
+    a checkpoint. It is predicted at the measured resumes (1 s here) once there are
+    some; before, at its own sampling start's phases (process 1 s, graph 2 s built,
+    first step 1 s; not its variables' initialisation and input start, 0.5 s, which a
+    resume does not run) with the graph imported (3 % of the build), a resumed
+    process's first step (1.8x, less the 1 s steady step it is counted as) and the
+    checkpoint read as long as it took to write (0.5 s): RESUME, 2.36 s; never with its
+    wait for a runner. Its final save costs what its last save took (0.5 s)."""
     from test_coordinator_accounts import LiveRun
 
     run = LiveRun(tmp_path)
@@ -185,7 +193,8 @@ def test_live_resume_cost_comes_from_measured_resumes(tmp_path):
     a = run.submit(s.JobSpec(**LENET_100))
     run.round()
     sampled(a, 5.0)                           # after 5 s waiting for a runner
-    assert run.coord.cluster.jobs[a].predicted_total_s == pytest.approx(2.0 + 90 * 1.0 + 0.5)
+    assert run.coord.cluster.jobs[a].predicted_total_s == pytest.approx(
+        RESUME + 90 * 1.0 + 0.5)
     # a move costs its save and its start's phases, the initialisation left out
     assert run.coord.cluster.jobs[a].view().move_cost_s == pytest.approx(0.5 + 4.0)
     assert run.attempts[a] == 2               # resumed at 20 s
@@ -195,9 +204,10 @@ def test_live_resume_cost_comes_from_measured_resumes(tmp_path):
               restore_s=0.5, restored_from="ckpt", first_step_s=1.0)
     run.at(26.0)
     send_progress(run, a, 12, 1.0)
-    assert forecast.resumes == {"lenet": [pytest.approx(2.0)]}
+    # measured: 2 s of phases, its first step among them, counted as a steady 1 s step
+    assert forecast.resumes == {"lenet": [pytest.approx(1.0)]}
     b = run.submit(s.JobSpec(**LENET_100))
     run.round()
     sampled(b, 26.0)
-    # its resume at 2 s
-    assert run.coord.cluster.jobs[b].predicted_total_s == pytest.approx(2.0 + 90 * 1.0 + 0.5)
+    # its resume at the 1 s measured
+    assert run.coord.cluster.jobs[b].predicted_total_s == pytest.approx(1.0 + 90 * 1.0 + 0.5)

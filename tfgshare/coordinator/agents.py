@@ -230,8 +230,11 @@ class AgentHandlers:
             job.start_cost_s = sum(max(0.0, x) for x in parts if x is not None)
             job.graph_built_s = (max(0.0, parts[1] or 0.0)
                                  if ev.get("graph_source") == "built" else 0.0)
+            job.first_step_s = max(0.0, parts[3] or 0.0)
             if ev.get("restored_from"):   # a resume: its graph imported, its checkpoint read
-                life.cluster.forecast.note_resume(job.spec.model_name, job.start_cost_s)
+                # (its first step beyond a steady one: the steps are predicted apart)
+                life.cluster.forecast.note_resume(job.spec.model_name, max(
+                    0.0, job.start_cost_s - (job.measured_step_s or 0.0)))
         elif name == "checkpoint":
             seconds = number(ev, "seconds", float)
             if seconds is not None and seconds >= 0:

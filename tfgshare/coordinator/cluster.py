@@ -70,6 +70,7 @@ class LiveJob(JobAccount):
     restart_s: float | None = None    # what its last start cost before steps ran at speed
     start_cost_s: float | None = None  # its last start by the runner's phases (start_phases)
     graph_built_s: float = 0.0        # of that start, building its graph (0: imported)
+    first_step_s: float = 0.0         # of that start, its first step
     save_s: float | None = None       # what its last checkpoint save took
     attempt_step0: int | None = None  # steps_done at this attempt's start, until its cost is known
     pinned: bool = False              # manually suspended: not scheduled until resumed

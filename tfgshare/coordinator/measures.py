@@ -22,6 +22,12 @@ from tfgshare.policies.base import SampleRecord
 from tfgshare.policies.forecast import Forecast, forecast_step_s, prior_sharing, sharing_beside
 from tfgshare.policies.prediction import outside_slowdown, solo_step_s, start_spill_s
 
+# a resume imports the graph its first start exported: 1.5-4.4 % of the build's time, mean
+# 3.2 %; and its first step, in a process that ran no step yet, took 0.7-2.5x, mean 1.8x,
+# its fresh start's first step (20 resumes of the four paper models, `reproduce
+# four-models --scale small --policy fgs`, this project's 2-core CPU, 2026-12-06)
+IMPORT_SHARE = 0.03
+RESUMED_FIRST_STEP = 1.8
 MARKS_KEPT = 64   # progress marks kept per job (co-tenants' step time while a job samples)
 
 
@@ -122,12 +128,15 @@ def sampling_ended(life: Lifecycle, job: LiveJob, now: float) -> None:
 
 def resume_prior_s(job: LiveJob) -> float:
     """What a job's next start, a resume, is expected to cost before a resume of its
-    model is measured: its last start's phases less a graph build, since a resume
-    imports the graph its first start saved (0.05-0.55 s against 1.4-12 s built for the
-    paper's models on this project's CPU, 2026-12-06). The checkpoint's read is left
-    out, as the simulator's prior leaves it (a low estimate; measured resumes replace
-    it)."""
-    return max(0.0, job.last_start_s() - job.graph_built_s)
+    model is measured, beyond its steps at their steady time: its last start's phases
+    with its graph imported instead of built (``IMPORT_SHARE`` of the build), its
+    checkpoint read back as long as its last save took to write, and a resumed
+    process's slower first step (``RESUMED_FIRST_STEP``) less the steady step it is
+    counted as (measured resumes replace it)."""
+    built, first = job.graph_built_s, job.first_step_s
+    rest = max(0.0, job.last_start_s() - built - first)
+    excess = max(0.0, RESUMED_FIRST_STEP * first - (job.measured_step_s or 0.0))
+    return rest + IMPORT_SHARE * built + excess + (job.save_s or 0.0)
 
 
 def _forecast(life: Lifecycle, job: LiveJob, restart: float, now: float) -> Forecast | None:
