@@ -57,7 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="start every runner cold (default: keep spare runners with "
                         "TensorFlow imported, so starts and resumes skip the import)")
     p.add_argument("--spare-runners", type=int, default=None, metavar="N",
-                   help=f"spare runners to keep (default: one per GPU and one more, at most {MAX_SPARES})")
+                   help="spare runners to keep (default: one per GPU and one more, at "
+                        f"most {MAX_SPARES})")
     p.add_argument("--spare-wait", type=float, default=SPARE_WAIT_S, metavar="S",
                    help="replace a spare a job took once that job reports its first step, "
                         f"or S seconds after the hand-over (default {SPARE_WAIT_S:g}: at "
