@@ -26,7 +26,7 @@ from tfgshare.policies.prediction import outside_slowdown, solo_step_s, start_sp
 # 3.2 %; and its first step, in a process that ran no step yet, took 0.7-2.5x, mean 1.8x,
 # its fresh start's first step (20 resumes of the four paper models, `reproduce
 # four-models --scale small --policy fgs`, this project's 2-core CPU, 2026-12-06; in 20
-# resumes since: 1.4-5.5 % and 1.3-4.0x, mean 2.0x, so both are low estimates)
+# resumes since: 1.4-5.5 %, mean 3.2 %, and 1.3-4.0x, mean 2.0x: the 1.8x is low)
 IMPORT_SHARE = 0.03
 RESUMED_FIRST_STEP = 1.8
 MARKS_KEPT = 64   # progress marks kept per job (co-tenants' step time while a job samples)
