@@ -223,6 +223,27 @@ def test_node_timeout_requeues_its_jobs_elsewhere(make, agents):
     assert reply.code is s.ErrorCode.NOT_REGISTERED
 
 
+def test_a_node_back_without_a_gpu_requeues_the_job_there_and_readopts_the_other(make, agents):
+    ct, client = make()
+    a1 = agents(ct.address, "n1", gpus=((0, 16384), (1, 16384)))
+    a1.register()
+    jobs = client.submit([spec(), spec()])
+    starts = {c.job: c for c in (a1.wait_command(s.StartJob, j) for j in jobs)}
+    on = {starts[j].fragments[0].gpu_index: j for j in jobs}
+    assert set(on) == {0, 1}
+    # its agent restarts offering GPU 0 only, and reports both runners
+    a1.gpus = a1.gpus[:1]
+    a1.register([s.RunningJob(job=j, pid=100 + n, step=3, attempt=1)
+                 for n, j in enumerate(jobs)])
+    a1.pump(0.3)
+    kept, gone = client.job(on[0]), client.job(on[1])
+    assert kept["state"] == "running" and kept["node"] == "n1"
+    assert gone["state"] == "suspended" and not gone["node"]   # back in the queue
+    assert any("re-registered without it" in ln for ln in client.logs(on[1]))
+    assert any(isinstance(c, s.KillJob) and c.job == on[1] for c in a1.commands)
+    assert any("re-adopted" in ln for ln in client.logs(on[0]))
+
+
 def test_stale_attempt_reports_are_ignored(make, agents):
     ct, client = make()
     agent = agents(ct.address, "n1")

@@ -54,6 +54,7 @@ class AgentHandlers:
         if node is not None and node.identity is not None and node.identity != peer:
             life.peers.pop(node.identity, None)
         gpus = {g.index: g for g in msg.gpus}
+        offered = set(node.gpus) if node is not None else set()   # before this register
         if node is None:
             node = cluster.nodes[msg.node] = Node(msg.node, gpus)
         node.gpus, node.identity, node.last_seen, node.lost = gpus, peer, now, False
@@ -90,7 +91,7 @@ class AgentHandlers:
                 log.info("node %s: runner of %s is not wanted here; asking to kill it",
                          node.name, rj.job)
                 outbox.send(node, s.KillJob(job=rj.job))
-        for job in [j for j in cluster.holders() if j.node == node.name]:
+        for job in life.held_on(node, offered):
             if job.id not in reported:
                 job.unknown = False
                 life.requeue(job, now, f"node {node.name} re-registered without it")
@@ -147,6 +148,7 @@ class AgentHandlers:
             util = node.gpu_util.get(split_gpu_id(f.gpu)[1])
             if util is not None:
                 job.solo_util.append((now, util))
+                job.solo_util_sum += util
 
     def _agent_node(self, peer: bytes, name: str) -> Node:
         registered = self.life.peers[peer]

@@ -30,9 +30,10 @@ from tfgshare.coordinator.window import WaitingWindow
 from tfgshare.schema import GpuInfo, JobSpec, plain
 
 _VOLATILE = frozenset({   # LiveJob fields not saved to the database
-    "unknown", "gpu_memory_mb", "over_memory", "solo_util", "step_time_s", "training", "_view",
-    "_spec_record", "_counted", "reserved", "reserved_as", "marks", "marks_attempt",
-    "sampling_start", "sampled_beside", "sampled_on", "after_sampling", "viewed_at"})
+    "unknown", "gpu_memory_mb", "over_memory", "solo_util", "solo_util_sum", "step_time_s",
+    "training", "_view", "_spec_record", "_counted", "reserved", "reserved_as", "marks",
+    "marks_attempt", "sampling_start", "sampled_beside", "sampled_on", "after_sampling",
+    "viewed_at"})
 
 
 @dataclass(eq=False)
@@ -60,8 +61,7 @@ class LiveJob(JobAccount):
     # on virtual GPUs, the cluster's other processes per core beside its sampled steps,
     # co-tenants apart (spares importing TensorFlow), for its prior sharing; None on GPUs
     sampled_beside: float | None = None
-    # how much slower than alone it was predicted to run once newcomers stop sampling
-    # (the co-location it is placed in: ColocationForecast.after_sampling)
+    # its predicted slowdown once newcomers stop sampling (ColocationForecast.after_sampling)
     after_sampling: float = 1.0
     sampled_on: str | None = None     # the node it sampled on (its node's compute units)
     # (time, step) of its progress events in the current start (co-tenants' sharing factor)
@@ -86,8 +86,8 @@ class LiveJob(JobAccount):
     unknown: bool = False             # was running before a restart, not yet re-adopted
     gpu_memory_mb: dict[int, float] = field(default_factory=dict)
     over_memory: str = ""             # non-empty when its real memory passes its fragment
-    # (time, GPU util) from heartbeats while it sampled alone (real GPUs)
-    solo_util: list[tuple[float, float]] = field(default_factory=list)
+    solo_util: list[tuple[float, float]] = field(default_factory=list)   # (time, GPU util)
+    solo_util_sum: float = 0.0   # of the heartbeats while it sampled alone (real GPUs)
     training: bool = False            # it has trained since its current start
     step_time_s: float | None = None  # its last reported step time in the current start
     # a start the policy planned onto fragments that a suspend or migration in

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 from tfgshare import schema as s
 from tfgshare.coordinator.cluster import Cluster, LiveJob, Node, split_gpu_id
@@ -306,7 +306,7 @@ class Lifecycle:
         job.attempt_step0 = job.steps_done   # this start's cost is measured at its first progress
         job.pinned = False
         if sample_only:
-            job.solo_util = []
+            job.solo_util, job.solo_util_sum = [], 0.0
         self.save(job)
         where = ", ".join(f"{f.gpu} f={f.fraction:.3f}" for f in fragments)
         what = "sample" if sample_only else ("resume" if job.steps_done else "start")
@@ -414,12 +414,23 @@ class Lifecycle:
         node.identity = None
         self.cluster.nodes_changed()
         self.outbox.forget_node(node.name)
-        for job in [j for j in self.cluster.holders() if j.node == node.name]:
+        for job in self.held_on(node):
             job.unknown = False
             self.requeue(job, now, f"node {node.name} lost ({why})")
         self.members_gone(node.name, now, f"node lost: {why}")
         self.start_reserved(now)
         self.dirty = True
+
+    def held_on(self, node: Node, offered: Iterable[int] = ()) -> list[LiveJob]:
+        """Jobs run from ``node`` (a gang's by its chief) that hold GPU fragments: found
+        among the tenants of its GPUs and of ``offered`` (GPUs it offered before), not
+        by a scan of every job (a node lost or back costs its own jobs' time)."""
+        tenants, found = self.cluster.tenants, {}
+        for index in sorted({*node.gpus, *offered}):
+            for job in tenants.get(node.gpu_id(index), {}).values():
+                if job.node == node.name:
+                    found[job.id] = job
+        return list(found.values())
 
     def member_lost(self, job: LiveJob, now: float, why: str) -> None:
         """A member of a training gang is gone: all back to the last checkpoint."""
