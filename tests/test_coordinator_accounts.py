@@ -119,9 +119,11 @@ class LiveRun:
     def submit(self, spec: s.JobSpec) -> str:
         return self.send(self.CLIENT, s.Submit(jobs=[spec])).fields["job_ids"][0]
 
-    def event(self, job: str, name: str, **fields) -> None:
+    def event(self, job: str, name: str, held_s: float = 0.0, **fields) -> None:
+        """A runner event, written ``held_s`` before now (its agent held it that long)."""
         self.send(self.AGENT, s.JobEvent(node="n0", job=job, attempt=self.attempts[job],
-                                         event={"event": name, "time": self.now, **fields}))
+                                         event={"event": name, "time": self.now - held_s,
+                                                **fields}, held_s=held_s))
 
     def exit(self, job: str, code: int) -> None:
         self.send(self.AGENT, s.JobExit(node="n0", job=job, attempt=self.attempts[job],

@@ -174,16 +174,20 @@ SAMPLE_FIELDS = dict(warmup_steps=2, sampled_steps=8, step=10, step_time_std_s=0
                      images_per_sec=32.0, peak_memory_mb=1000.0, memory_source="process_rss_peak", cpu_util=1.0)
 
 
-def send_progress(run, job, step, step_s):
-    """A runner's progress event for a 100-step job of 32 images a step."""
-    run.event(job, "progress", step=step, loss=1.0, step_time_s=step_s,
+def send_progress(run, job, step, step_s, held_s=0.0):
+    """A runner's progress event for a 100-step job of 32 images a step (its agent
+    held it ``held_s``: tfgshare.agent.pacer)."""
+    run.event(job, "progress", step=step, loss=1.0, step_time_s=step_s, held_s=held_s,
               images_per_sec=32 / step_s, predicted_remaining_s=(100 - step) * step_s)
 
 
-def test_live_job_sampled_beside_a_running_job_is_predicted_at_its_step_alone(tmp_path):
+@pytest.mark.parametrize("late_s", [0.0, 0.9])
+def test_live_job_sampled_beside_a_running_job_is_predicted_at_its_step_alone(
+        tmp_path, late_s):
     """The coordinator measures how much the running job slowed while j2 sampled
     beside it (its progress: 2 s a step against the 1 s it sampled alone) and
-    predicts j2 from its sampled step over that factor, not from the shared step."""
+    predicts j2 from its sampled step over that factor, not from the shared step.
+    A report its agent held (paced) counts when the runner wrote it."""
     from test_coordinator_accounts import LiveRun
 
     run = LiveRun(tmp_path)
@@ -191,8 +195,8 @@ def test_live_job_sampled_beside_a_running_job_is_predicted_at_its_step_alone(tm
     spec = dict(LENET_100)
     sample = dict(SAMPLE_FIELDS)
 
-    def progress(job, step, step_s):
-        send_progress(run, job, step, step_s)
+    def progress(job, step, step_s, held_s=0.0):
+        send_progress(run, job, step, step_s, held_s)
 
     def sampled(job, t0, step_s):
         run.at(t0 + 2 * step_s + 8 * step_s)
@@ -218,8 +222,9 @@ def test_live_job_sampled_beside_a_running_job_is_predicted_at_its_step_alone(tm
     run.round()                                     # j2 samples beside j1
     assert run.attempts[b] == 1
     for i in range(1, 21):                          # j1 at 2 s a step meanwhile
-        run.at(30.0 + 2 * i)
-        progress(a, 20 + i, 2.0)
+        held = late_s if i == 12 else 0.0           # its last before j2's sample came late
+        run.at(30.0 + 2 * i + held)
+        progress(a, 20 + i, 2.0, held)
     run.at(35.0)
     run.event(b, "started", global_step=0, restored=False, device="cpu", memory_fraction=0.5)
     sampled(b, 35.0, 2.0)                           # j2's steps took 2 s beside j1
@@ -246,8 +251,8 @@ def test_live_steps_alone_on_virtual_gpus_come_from_the_wait_for_a_core(tmp_path
     spec = dict(LENET_100)
     sample = dict(SAMPLE_FIELDS)
 
-    def progress(job, step, step_s):
-        send_progress(run, job, step, step_s)
+    def progress(job, step, step_s, held_s=0.0):
+        send_progress(run, job, step, step_s, held_s)
 
     def sampled(job, t0, step_s, waited_s, beside=1.0):
         run.at(t0 + 2 * step_s + 8 * step_s)

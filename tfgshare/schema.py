@@ -102,12 +102,15 @@ class Heartbeat(Message, tag="heartbeat"):
 
 
 class JobEvent(Message, tag="job_event"):
-    """One runner event (see ``tfgshare.runner.protocol.EVENTS``), forwarded."""
+    """One runner event (see ``tfgshare.runner.protocol.EVENTS``), forwarded; ``held_s``:
+    the seconds the agent held it before sending (a paced progress report,
+    ``tfgshare.agent.pacer``)."""
 
     node: NonEmptyName
     job: Name
     attempt: int
     event: dict[str, Any]
+    held_s: Annotated[float, Meta(ge=0.0, le=86400.0)] = 0.0
 
 
 class JobExit(Message, tag="job_exit"):

@@ -13,7 +13,8 @@ one DEALER socket each on one poller, and their runners, without TensorFlow:
   events as ``tfgshare.runner`` writes them, with the fields of ``runner_wire.EVENTS``:
   ``started`` after the runner's start, ``start_phases`` after the first step,
   ``progress`` every ``LOG_EVERY`` steps (the runner's default
-  ``--log_every_n_steps``), a ``sample`` after the warm-up and sampled steps of a
+  ``--log_every_n_steps``), passed on paced as the agent does (``tfgshare.agent.pacer``),
+  a ``sample`` after the warm-up and sampled steps of a
   job's first run and the checkpoint after it, a periodic checkpoint every
   ``SAVE_EVERY_S``, and at the end ``finished`` (at the job's
   ``max_number_of_steps``) or ``stop_phases`` and ``suspended`` (asked to suspend,
@@ -43,6 +44,7 @@ import zmq
 from tfgshare import keys, paths
 from tfgshare import schema as s
 from tfgshare.agent.config import DEFAULT_GANG_PORTS
+from tfgshare.agent.pacer import ProgressPacer
 
 LOG_EVERY = 10             # the runner's --log_every_n_steps default
 SAVE_EVERY_S = 600.0       # the runner's --save_interval_secs default
@@ -148,6 +150,7 @@ class SimAgents:
         self._timers: list[tuple[float, int, str, object, int]] = []
         self._seq = itertools.count()
         self._rng = random.Random(seed)
+        self.pacer: ProgressPacer[tuple[Runner, dict]] = ProgressPacer()   # as the agent's
         self._pid = itertools.count(10_000)
         for n in range(nodes):
             name = f"node{n:04d}"
@@ -203,6 +206,8 @@ class SimAgents:
 
     def run_due(self, now: float) -> None:
         """Send the heartbeats and runner events due by ``now``."""
+        for (r, event), held_s in self.pacer.due(time.monotonic()):   # the agent's clock
+            self._send_event(r, event, held_s)
         timers = self._timers
         while timers and timers[0][0] <= now:
             due, _, kind, obj, token = heapq.heappop(timers)
@@ -277,9 +282,23 @@ class SimAgents:
     # ---- runners ---------------------------------------------------------------
 
     def _event(self, r: Runner, name: str, **fields) -> None:
-        self._send(self.socks[r.node], s.JobEvent(
-            node=r.node, job=r.job, attempt=r.attempt,
-            event={"event": name, "time": time.time(), **fields}))
+        """One runner event, forwarded as the agent does (its progress paced)."""
+        now, key = time.monotonic(), r.job
+        event = {"event": name, "time": time.time(), **fields}
+        if name == "progress":
+            beside = any(o.sample_only and o is not r and o.fractions.keys() & r.fractions.keys()
+                         for o in self.by_node[r.node].values())
+            if self.pacer.offer(key, (r, event), now, beside):
+                self._send_event(r, event)
+            return
+        held = self.pacer.flush(key, now)   # a job's events keep their order
+        if held is not None:
+            self._send_event(*held[0], held_s=held[1])
+        self._send_event(r, event)
+
+    def _send_event(self, r: Runner, event: dict, held_s: float = 0.0) -> None:
+        self._send(self.socks[r.node], s.JobEvent(node=r.node, job=r.job, attempt=r.attempt,
+                                                  event=event, held_s=held_s))
 
     def _advance(self, r: Runner, now: float) -> None:
         """The runner's next milestone: its start, first step, a logged step, its sample."""
@@ -341,12 +360,16 @@ class SimAgents:
         self._exit(r, 75)
 
     def _drop(self, r: Runner) -> None:
+        self.pacer.forget(r.job)
         del self.runners[r.job]
         del self.by_node[r.node][r.job]
         for i in r.fractions:
             self.tenants[r.node, i] -= 1
 
     def _exit(self, r: Runner, code: int) -> None:
+        held = self.pacer.flush(r.job, time.monotonic())
+        if held is not None:
+            self._send_event(*held[0], held_s=held[1])
         self._drop(r)
         self._send(self.socks[r.node], s.JobExit(node=r.node, job=r.job, attempt=r.attempt,
                                                  exit_code=code))

@@ -4,8 +4,9 @@ Owns the agent's settings (where its coordinator is, how it runs its runners,
 where gang members listen) and their defaults: ``FENCE_SHARE``, ``MAX_SPARES``,
 ``DEFAULT_GANG_PORTS``. ``tfgshare.agent.node`` re-exports every name here.
 
-May import: ``tfgshare.agent.supervisor`` (for ``SPARE_WAIT_S``) and the standard
-library only; nothing that talks to the coordinator.
+May import: ``tfgshare.agent.supervisor`` (for ``SPARE_WAIT_S``), ``tfgshare.agent.pacer``
+(for ``PROGRESS_EVERY_S``) and the standard library only; nothing that talks to the
+coordinator.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from tfgshare.agent.pacer import PROGRESS_EVERY_S
 from tfgshare.agent.supervisor import SPARE_WAIT_S
 
 # share of the coordinator's node timeout after which a silent coordinator's runners are killed
@@ -54,6 +56,8 @@ class AgentConfig:
     #                                       data folder and the checkpoint root
     key: str | None = None               # CurveZMQ secret key file (None: $TFGSHARE_KEY)
     server_key: str | None = None        # the coordinator's public key file
+    progress_every_s: float = PROGRESS_EVERY_S   # a job's progress reports at most this
+    #                                      often (tfgshare.agent.pacer); 0: every one
     # a job that spans nodes runs one gang member here (runner.replicas), listening on
     # ``gang_address`` at a port of ``gang_ports`` the coordinator picks; None: no gangs here
     gang_address: str = "127.0.0.1"

@@ -3,7 +3,8 @@
 ``tfgshare agent --coordinator tcp://HOST:5555`` discovers the GPUs (NVML, or the
 ``--virtual-gpus`` where there is no driver), registers, and then in one loop:
 carries out the coordinator's commands (start / suspend / cancel / adopt / kill),
-forwards each runner's events and exit, and sends heartbeats with telemetry.
+forwards each runner's events (its progress paced: ``tfgshare.agent.pacer``) and exit,
+and sends heartbeats with telemetry.
 
 Checkpoints live in a shared directory: the coordinator names each job's
 ``train_dir`` under its checkpoint root, the same path on every node, so a job
@@ -56,6 +57,7 @@ from tfgshare.agent import gpus as gpus_mod
 from tfgshare.agent.config import (  # noqa: F401  (re-exported)
     DEFAULT_GANG_PORTS, FENCE_SHARE, AgentConfig, default_spares)
 from tfgshare.agent.options import build_parser, default_gang_address, gang_ports
+from tfgshare.agent.pacer import ProgressPacer
 from tfgshare.agent.supervisor import SPARE_WAIT_S, EventOut, ExitOut, Supervisor  # noqa: F401
 from tfgshare.paths import confine   # the rule the coordinator checks at submit too
 
@@ -94,6 +96,7 @@ class Agent:
         self.checkpoint_root: str | None = None
         self.unacked: dict[str, schema.Message] = {}   # id -> job_exit / key job_event
         self.quiet: set[str] = set()                   # runners killed on request: no exit report
+        self.pacer: ProgressPacer[EventOut] = ProgressPacer(cfg.progress_every_s)
         self.fatal: str | None = None
         self._last_register = 0.0
         self._last_heartbeat = 0.0
@@ -133,6 +136,8 @@ class Agent:
                 self._handle(frame)
         self._forward_runners()
         now = time.monotonic()
+        for out, held_s in self.pacer.due(now):
+            self._send_event(out, held_s)
         if self.registered and now - self._last_heartbeat >= self.heartbeat_s:
             self._heartbeat()
         if self.registered and now - self._last_heard > self.lost_after_s():
@@ -374,25 +379,49 @@ class Agent:
         self._forward(self.sup.poll())
 
     def _forward(self, outs) -> None:
+        now = time.monotonic()
         for out in outs:
             job = out.runner.job
+            key = job   # one runner a job on a node at a time
             if job in self.quiet:
                 if isinstance(out, ExitOut):
                     self.quiet.discard(job)
+                    self.pacer.forget(key)
                 continue
+            if isinstance(out, EventOut) and out.event.get("event") == "progress":
+                if self.pacer.offer(key, out, now, self._beside_sampling(out.runner)):
+                    self._send_event(out)
+                continue
+            held = self.pacer.flush(key, now)   # a job's events keep their order
+            if held is not None:
+                self._send_event(*held)
             if isinstance(out, EventOut):
-                msg = schema.JobEvent(node=self.cfg.node, job=job,
-                                      attempt=out.runner.attempt, event=out.event)
-                if out.event.get("event") in _KEY_EVENTS:
-                    self.unacked[msg.id] = msg
-            else:
-                msg = schema.JobExit(node=self.cfg.node, job=job, attempt=out.runner.attempt,
-                                     exit_code=out.exit_code, reason=out.reason)
-                self.unacked[msg.id] = msg
-                log.info("%s attempt %d exited %d: %s", job, out.runner.attempt,
-                         out.exit_code, out.reason)
+                self._send_event(out)
+                continue
+            self.pacer.forget(key)
+            msg = schema.JobExit(node=self.cfg.node, job=job, attempt=out.runner.attempt,
+                                 exit_code=out.exit_code, reason=out.reason)
+            self.unacked[msg.id] = msg
+            log.info("%s attempt %d exited %d: %s", job, out.runner.attempt,
+                     out.exit_code, out.reason)
             if self.registered:
                 self._send(msg)
+
+    def _send_event(self, out: EventOut, held_s: float = 0.0) -> None:
+        """Send one runner event (a key one kept until acknowledged)."""
+        msg = schema.JobEvent(node=self.cfg.node, job=out.runner.job,
+                              attempt=out.runner.attempt, event=out.event, held_s=held_s)
+        if out.event.get("event") in _KEY_EVENTS:
+            self.unacked[msg.id] = msg
+        if self.registered:
+            self._send(msg)
+
+    def _beside_sampling(self, runner) -> bool:
+        """Whether a sampling run shares one of this runner's GPUs (the coordinator
+        then measures this job's step time from its every report)."""
+        mine = set(runner.gpu_indices)
+        return any(p.sample_only and p is not runner and mine.intersection(p.gpu_indices)
+                   for p in self.sup.runners.values())
 
 
 def main(argv: list[str] | None = None) -> int:

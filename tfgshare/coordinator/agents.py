@@ -219,7 +219,7 @@ class AgentHandlers:
             step_time = number(ev, "step_time_s", float)
             if step_time is not None and step_time > 0:
                 job.step_time_s = step_time
-            note_progress(job, ev, now)
+            note_progress(job, ev, now - msg.held_s)   # when the runner wrote it
         elif name == "sample":
             record_sample(life, job, ev, now)
         elif name == "start_phases":

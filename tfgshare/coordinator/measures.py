@@ -79,7 +79,8 @@ def record_sample(life: Lifecycle, job: LiveJob, ev: dict[str, Any], now: float)
 
 
 def note_progress(job: LiveJob, ev: dict[str, Any], now: float) -> None:
-    """Refresh the measured step time, the cost of this start, and the prediction."""
+    """Refresh the measured step time, the cost of this start, and the prediction from a
+    progress report the runner wrote at ``now`` (an agent may have held it a while)."""
     step = number(ev, "step", int)
     left = number(ev, "predicted_remaining_s", float)
     total = job.spec.max_number_of_steps
