@@ -223,6 +223,32 @@ def test_node_timeout_requeues_its_jobs_elsewhere(make, agents):
     assert reply.code is s.ErrorCode.NOT_REGISTERED
 
 
+def test_a_backlog_in_the_coordinator_is_not_a_nodes_silence(tmp_path):
+    from tfgshare.coordinator.config import CoordinatorConfig
+    from tfgshare.coordinator.server import Coordinator
+    clock = [0.0]
+    coord = Coordinator(CoordinatorConfig(state=tmp_path / "state.db", node_timeout=10.0),
+                        clock=lambda: clock[0])
+    for node in ("n1", "n2"):
+        coord.handle([node.encode()], s.encode(s.Register(
+            node=node, gpus=[s.GpuInfo(0, "virtual", 16384, True)])))
+    coord.step()
+
+    def lost_at(t, caught_up):
+        clock[0], coord.caught_up_at = t, caught_up
+        coord.tick(t)
+        return sorted(n.name for n in coord.cluster.nodes.values() if n.lost)
+
+    # the loop last read all it was sent at 1 s: a node silent 15 s by the clock may
+    # have sent a heartbeat still waiting to be read
+    assert lost_at(15.0, caught_up=1.0) == []
+    coord.handle([b"n2"], s.encode(s.Heartbeat(node="n2")))   # read at last
+    # silent twice its timeout: lost even so; n2 was heard at 15 s
+    assert lost_at(20.5, caught_up=1.0) == ["n1"]
+    # caught up, a node silent past its timeout is lost, as without a backlog
+    assert lost_at(25.5, caught_up=25.5) == ["n1", "n2"]
+
+
 def test_a_node_back_without_a_gpu_requeues_the_job_there_and_readopts_the_other(make, agents):
     ct, client = make()
     a1 = agents(ct.address, "n1", gpus=((0, 16384), (1, 16384)))

@@ -197,12 +197,14 @@ class Lifecycle:
         self.dirty = True
         return ids
 
-    def check_timeouts(self, now: float) -> None:
-        """Nodes silent past the node timeout are lost; jobs nobody re-adopted within it
+    def check_timeouts(self, now: float, heard: float | None = None) -> None:
+        """Nodes silent past the node timeout up to ``heard`` (when every message sent
+        before had been read; default now) are lost; jobs nobody re-adopted within it
         of a restart go back to the queue."""
         timeout = self.config.node_timeout
+        heard = now if heard is None else heard
         for node in list(self.cluster.up_nodes()):
-            if now - node.last_seen > timeout:
+            if heard - node.last_seen > timeout:
                 self.node_lost(node, now, f"no heartbeat for {now - node.last_seen:.1f}s")
         if self.awaiting_readoption and now - self.started_at > timeout:
             self.awaiting_readoption = False

@@ -103,6 +103,9 @@ class Coordinator:
         self.endpoint: str | None = None
         self.ready = threading.Event()
         self._out: list[tuple[list[bytes], s.Message]] = []   # this turn's replies, commands
+        # when the loop last found its socket empty: every message sent before then has
+        # been read (None: no loop, as in tests that tick by hand)
+        self.caught_up_at: float | None = None
 
     # the lifecycle's state, as tests and tools read it
     cluster = property(lambda self: self.life.cluster)
@@ -194,12 +197,15 @@ class Coordinator:
                     wait = next_tick - now
                     if self.life.dirty:
                         wait = min(wait, next_round - now)
-                if poller.poll(min(max(wait, 0.0), 0.2) * 1000):
+                if not poller.poll(min(max(wait, 0.0), 0.2) * 1000):
+                    self.caught_up_at = self.clock()
+                else:
                     keyed = self.registry is not None
                     for _ in range(self.config.max_batch):
                         try:
                             frames = sock.recv_multipart(zmq.NOBLOCK, copy=not keyed)
                         except zmq.Again:
+                            self.caught_up_at = self.clock()
                             break
                         if keyed:   # the sender's public key, checked by the ZAP handler
                             user = frames[-1].get("User-Id")
@@ -249,7 +255,11 @@ class Coordinator:
         """Periodic work: lost nodes, jobs nobody re-adopted, metrics, a policy round."""
         if self.registry is not None:
             self.registry.refresh()          # keys added or revoked since
-        self.life.check_timeouts(now)
+        # silence is counted up to when the loop had read all it was sent: a backlog
+        # here is not a node's silence (a node still gets at most twice its timeout)
+        heard = now if self.caught_up_at is None else max(
+            min(now, self.caught_up_at), now - self.config.node_timeout)
+        self.life.check_timeouts(now, heard)
         self.life.dirty = True
         self.bad_frames.log.flush()
         self.life.record_usage(now)
