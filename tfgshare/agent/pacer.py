@@ -2,13 +2,13 @@
 most every ``PROGRESS_EVERY_S``, the newest held meanwhile.
 
 A runner reports progress every ``--log_every_n_steps`` steps: on a GPU about every
-2 s. At 10,000 GPUs those reports were two thirds of the messages the coordinator
+2 s. At 10,000 GPUs those reports were most of the messages the coordinator
 handled, and it had no time left for heartbeats (docs/benchmarks.md, "At scale").
 What the coordinator needs from them is each job's step time, refreshed now and then
 (the heartbeats carry every job's step), and, while a job samples, its co-tenants'
 step times over that short window, from their reports' (time, step) marks. So:
 
-- an attempt's first report goes at once (it tells the coordinator the job trains);
+- a runner's first report goes at once (it tells the coordinator the job trains);
 - a later one waits until ``every_s`` after the last one sent, replaced by any newer
   one, unless the caller says a job samples beside it (then every report goes);
 - any other event of the job sends the held report first, so a job's events keep
