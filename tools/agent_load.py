@@ -44,7 +44,7 @@ import zmq
 from tfgshare import keys, paths
 from tfgshare import schema as s
 from tfgshare.agent.config import DEFAULT_GANG_PORTS
-from tfgshare.agent.pacer import ProgressPacer
+from tfgshare.agent.pacer import PROGRESS_EVERY_S, ProgressPacer
 
 LOG_EVERY = 10             # the runner's --log_every_n_steps default
 SAVE_EVERY_S = 600.0       # the runner's --save_interval_secs default
@@ -123,13 +123,15 @@ class SimAgents:
 
     def __init__(self, address: str, nodes: int, gpus_per_node: int,
                  keys_dir: Path | None = None, virtual: bool = True, step_s: float = 0.2,
-                 seed: int = 1) -> None:
+                 seed: int = 1, progress_every_s: float = PROGRESS_EVERY_S) -> None:
         """``keys_dir``: a keys folder with an agent key per node (``nodeNNNN``): CurveZMQ.
-        ``virtual``: offer virtual GPUs (else real ones, named as NVML names a V100)."""
+        ``virtual``: offer virtual GPUs (else real ones, named as NVML names a V100).
+        ``progress_every_s``: the agents' progress pacing (``AgentConfig.progress_every_s``)."""
         self.ctx = zmq.Context()
         self.ctx.set(zmq.MAX_SOCKETS, nodes + 64)        # libzmq's default is 1,023
         self.sent = 0                                    # messages sent to the coordinator
         self.sent_by_type: dict[str, int] = {}
+        self.events_by_name: dict[str, int] = {}         # job events sent, by runner event
         self.poller = zmq.Poller()
         self.socks: dict[str, zmq.Socket] = {}
         self.by_sock: dict[zmq.Socket, str] = {}
@@ -150,7 +152,7 @@ class SimAgents:
         self._timers: list[tuple[float, int, str, object, int]] = []
         self._seq = itertools.count()
         self._rng = random.Random(seed)
-        self.pacer: ProgressPacer[tuple[Runner, dict]] = ProgressPacer()   # as the agent's
+        self.pacer: ProgressPacer[tuple[Runner, dict]] = ProgressPacer(progress_every_s)
         self._pid = itertools.count(10_000)
         for n in range(nodes):
             name = f"node{n:04d}"
@@ -297,6 +299,7 @@ class SimAgents:
         self._send_event(r, event)
 
     def _send_event(self, r: Runner, event: dict, held_s: float = 0.0) -> None:
+        self.events_by_name[event["event"]] = self.events_by_name.get(event["event"], 0) + 1
         self._send(self.socks[r.node], s.JobEvent(node=r.node, job=r.job, attempt=r.attempt,
                                                   event=event, held_s=held_s))
 

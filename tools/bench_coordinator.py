@@ -51,6 +51,7 @@ sys.path.insert(0, str(REPO / "tools"))   # agent_load
 
 from agent_load import SimAgents  # noqa: E402
 from coordinator_scale import csv_rows, scale_run, write_rows  # noqa: E402
+from tfgshare.agent.pacer import PROGRESS_EVERY_S  # noqa: E402
 from tfgshare.client import commands as client_cli  # noqa: E402
 from tfgshare import schema as s  # noqa: E402
 from tfgshare.client.api import Client  # noqa: E402
@@ -291,7 +292,10 @@ def scale_main(args, argv: list[str]) -> int:
         print(f"  jobs at the end: {res['jobs_end']}; lost nodes {res['node_losses']}; "
               f"agents' error replies {res['agent_errors'] or 'none'}; WAL at most "
               f"{res['wal_max_mb']} MiB")
-        print(f"  messages the agents sent: {res['messages_sent']}")
+        print(f"  messages the agents sent: {res['messages_sent']}; job events by name "
+              f"(progress paced every {res['progress_every_s']:g} s): {res['job_events_sent']}")
+        print(f"  cores over the soak: the coordinator {res['coordinator_cores']}, the agents "
+              f"and submits {res['bench_cores']}")
     if not args.no_write:
         write_rows(rows)
     return 0
@@ -328,6 +332,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="with --soak-s: seconds between samples")
     p.add_argument("--machine", default=f"{os.cpu_count()}-core machine",
                    help="with --soak-s: the machine as its CSV rows name it")
+    p.add_argument("--progress-every-s", type=float, default=PROGRESS_EVERY_S, metavar="S",
+                   help="with --soak-s: the simulated agents' progress pacing (default: the "
+                        "agent's; 0: every report, as before pacing)")
     p.add_argument("--no-write", action="store_true",
                    help="with --soak-s: print only, add no rows to docs/results/coordinator.csv")
     p.add_argument("--before", default="none", metavar="COMMIT",

@@ -218,7 +218,8 @@ def ask_metrics(ctx: zmq.Context, address: str, agents: SimAgents, since_round: 
 def scale_run(address: str, pid: int, metrics_port: int, state: Path, args) -> dict:
     """Fill and soak (see the module's docstring); the figures as a dict."""
     nodes = args.gpus // args.gpus_per_node
-    agents = SimAgents(address, nodes, args.gpus_per_node, virtual=False, step_s=args.step_s)
+    agents = SimAgents(address, nodes, args.gpus_per_node, virtual=False, step_s=args.step_s,
+                       progress_every_s=args.progress_every_s)
     ctx = zmq.Context()
     sub = Submitter(ctx, address, args.steps)
     wal = state.with_name(state.name + "-wal")
@@ -307,6 +308,8 @@ def summarise(run: Run, answer: dict, agents: SimAgents, args, nodes: int, rss_i
         "node_losses": int(last.node_losses),
         "agent_errors": dict(agents.errors),
         "messages_sent": dict(agents.sent_by_type),
+        "job_events_sent": dict(sorted(agents.events_by_name.items(), key=lambda kv: -kv[1])),
+        "progress_every_s": args.progress_every_s,
         "rss_idle_mb": round(rss_idle, 1), "rss_first_mb": soak[0].rss_mb,
         "rss_last_mb": last.rss_mb, "rss_max_mb": max(x.rss_mb for x in run.samples),
         "rss_slope_mb_per_10_min": round(slope_per_10_min([(x.t_s, x.rss_mb)
