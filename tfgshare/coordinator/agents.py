@@ -204,9 +204,11 @@ class AgentHandlers:
         ev = msg.event
         name = ev.get("event", "?")
         details = " ".join(f"{k}={short(v)}" for k, v in ev.items() if k not in ("event", "time"))
+        # the job's log keeps every event; the coordinator's own log only a runner's
+        # errors (its decisions, start to finish, are logged where they are made): at
+        # 10,000 GPUs the echo of every milestone was a quarter of a message's cost
         life.outbox.log_job(job, now, f"{msg.node} #{msg.attempt} {name} {details}".rstrip(),
-                            decision=name in ("started", "sample", "suspended", "finished",
-                                              "error"))
+                            decision=name in ("error", "out_of_memory"))
         was_training = job.training
         step = number(ev, "global_step" if name == "started" else "step", int)
         if step is not None and name in ("started", "sample", "progress", "finished",
