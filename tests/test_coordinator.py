@@ -270,6 +270,22 @@ def test_a_node_back_without_a_gpu_requeues_the_job_there_and_readopts_the_other
     assert any("re-adopted" in ln for ln in client.logs(on[0]))
 
 
+def test_a_running_jobs_time_left_follows_the_heartbeats_between_its_reports(make, agents):
+    ct, client = make()
+    a = agents(ct.address, "n1")
+    a.register()
+    (jid,) = client.submit([spec(max_number_of_steps=100)])
+    a.wait_command(s.StartJob, jid)
+    a.event(jid, "started", global_step=0, restored=False, device="cpu", memory_fraction=0.5)
+    a.event(jid, "progress", step=10, loss=1.0, step_time_s=0.5, images_per_sec=1.0,
+            predicted_remaining_s=45.0)
+    assert client.job(jid)["predicted_remaining_s"] == pytest.approx(45.0)
+    # its agent holds the next reports (paced); its heartbeat says step 60
+    a.heartbeat([s.JobTelemetry(job=jid, step=60)])
+    info = client.job(jid)
+    assert info["steps_done"] == 60 and info["predicted_remaining_s"] == pytest.approx(20.0)
+
+
 def test_stale_attempt_reports_are_ignored(make, agents):
     ct, client = make()
     agent = agents(ct.address, "n1")

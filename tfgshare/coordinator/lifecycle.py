@@ -151,9 +151,14 @@ class Lifecycle:
             self.store.save_job(job.id, lambda: (job.to_record(), None))
 
     def follow_steps(self, job: LiveJob, step: int, now: float) -> None:
-        """A heartbeat's step of a job holding GPUs: kept, and in the policy's view when a
-        refresh is due (``prediction.view_refresh_s``)."""
+        """A heartbeat's step of a job holding GPUs: kept, its run time left predicted
+        from it (progress reports are paced: ``tfgshare.agent.pacer``), and in the
+        policy's view when a refresh is due (``prediction.view_refresh_s``)."""
         job.steps_done = step
+        if job.state is JobState.RUNNING:
+            left = job.predict(0)
+            if left is not None:
+                job.predicted_remaining_s = left
         if self._view_due(job, now):
             self.cluster.refresh(job)
             job.viewed_at = now
