@@ -27,7 +27,9 @@ def test_the_first_report_goes_at_once_then_the_newest_every_period():
     assert pacer.offer("j", "step 50", now=13.5, beside_sampling=True)
     pacer.forget("j")
     assert pacer.offer("j", "step 0", now=14.0)            # a new runner: at once
-    assert PROGRESS_EVERY_S == 10.0
+    # off by default: every report goes
+    default = ProgressPacer()
+    assert PROGRESS_EVERY_S == 0.0 and all(default.offer("j", n, now=0.0) for n in range(3))
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ one DEALER socket each on one poller, and their runners, without TensorFlow:
   events as ``tfgshare.runner`` writes them, with the fields of ``runner_wire.EVENTS``:
   ``started`` after the runner's start, ``start_phases`` after the first step,
   ``progress`` every ``LOG_EVERY`` steps (the runner's default
-  ``--log_every_n_steps``), passed on paced as the agent does (``tfgshare.agent.pacer``),
+  ``--log_every_n_steps``), passed on as the agent does (paced if ``progress_every_s``),
   a ``sample`` after the warm-up and sampled steps of a
   job's first run and the checkpoint after it, a periodic checkpoint every
   ``SAVE_EVERY_S``, and at the end ``finished`` (at the job's

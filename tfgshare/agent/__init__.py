@@ -3,7 +3,7 @@
 - ``node``: the ``Agent`` (register, heartbeat, commands) and ``main`` (``tfgshare agent``).
 - ``config``: ``AgentConfig``, the agent's settings, and their defaults.
 - ``options``: the ``tfgshare agent`` command line (``build_parser``, ``gang_ports``).
-- ``pacer``: a job's progress reports passed on at most every ``PROGRESS_EVERY_S``.
+- ``pacer``: a job's progress reports passed on at most every S s (off by default).
 - ``supervisor``: one runner process per job attempt, its events, exits and telemetry.
 - ``gpus``: GPU discovery through NVML, or configured virtual GPUs.
 

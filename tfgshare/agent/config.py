@@ -57,7 +57,7 @@ class AgentConfig:
     key: str | None = None               # CurveZMQ secret key file (None: $TFGSHARE_KEY)
     server_key: str | None = None        # the coordinator's public key file
     progress_every_s: float = PROGRESS_EVERY_S   # a job's progress reports at most this
-    #                                      often (tfgshare.agent.pacer); 0: every one
+    #                                      often (tfgshare.agent.pacer); 0 (default): all
     # a job that spans nodes runs one gang member here (runner.replicas), listening on
     # ``gang_address`` at a port of ``gang_ports`` the coordinator picks; None: no gangs here
     gang_address: str = "127.0.0.1"

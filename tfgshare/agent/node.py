@@ -3,7 +3,7 @@
 ``tfgshare agent --coordinator tcp://HOST:5555`` discovers the GPUs (NVML, or the
 ``--virtual-gpus`` where there is no driver), registers, and then in one loop:
 carries out the coordinator's commands (start / suspend / cancel / adopt / kill),
-forwards each runner's events (its progress paced: ``tfgshare.agent.pacer``) and exit,
+forwards each runner's events (progress paced if set: ``tfgshare.agent.pacer``) and exit,
 and sends heartbeats with telemetry.
 
 Checkpoints live in a shared directory: the coordinator names each job's
