@@ -41,11 +41,12 @@ NODE = "node1"
 # jobs must outlast the short one's promotion: it waits its promote floor (10 moves'
 # measured cost, about 37 s) after sampling. On the 2-core build VM of 2026-12-05 a step
 # of either long job takes 0.055-0.068 s on its core (0.021 s on the VM of 2026-12-02):
-# the short job is promoted about 73 s into the demo, the long jobs run about 120 s
-# (40 s there, still past its promotion), and the demo takes about 3 minutes.
+# the short job is promoted about 73 s into the demo, the long jobs ran about 120 s at
+# 1,800 steps. On 2026-12-06 they finished 65-78 s in, before the promotion (no move in
+# 1 test run of 5, 2 more failed there unread): 3,000 steps, 3-4 minutes on the 12-05 VM.
 LONG = [
-    ("lenet", None, 8, 1800),
-    ("cifarnet", None, 8, 1800),
+    ("lenet", None, 8, 3000),
+    ("cifarnet", None, 8, 3000),
 ]
 SHORT = ("lenet", None, 8, 150)
 SHORT_AFTER_S = 10.0   # submitted this long after both long jobs run

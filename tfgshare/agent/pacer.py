@@ -1,8 +1,8 @@
 """Progress reports paced: ``ProgressPacer`` passes a job's ``progress`` events on at
 most every ``every_s`` (``AgentConfig.progress_every_s``), the newest held meanwhile.
 Off by default (``PROGRESS_EVERY_S`` = 0: every report goes): at 2,000 GPUs pacing at
-10 s halved the progress messages but saved no measurable coordinator CPU, and the
-demo test's fgs move failed with it on (1 of 3 runs, and likely a 4th stopped early).
+10 s halved the progress messages but saved no measurable coordinator CPU
+(docs/benchmarks.md, "At scale").
 
 A runner reports progress every ``--log_every_n_steps`` steps: on a GPU about every
 2 s. At 10,000 GPUs those reports were most of the messages the coordinator
