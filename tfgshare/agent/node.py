@@ -389,7 +389,8 @@ class Agent:
                     self.pacer.forget(key)
                 continue
             if isinstance(out, EventOut) and out.event.get("event") == "progress":
-                if self.pacer.offer(key, out, now, self._beside_sampling(out.runner)):
+                beside = self.pacer.every_s > 0 and self._beside_sampling(out.runner)
+                if self.pacer.offer(key, out, now, beside):   # (no scan when unpaced)
                     self._send_event(out)
                 continue
             held = self.pacer.flush(key, now)   # a job's events keep their order
