@@ -4,6 +4,9 @@ happens. Each checked on what the user reads: the command's printed output."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from cli_helpers import fake_cluster, run
@@ -12,6 +15,8 @@ from tfgshare.cli import main as tfgshare
 from tfgshare.client import tables
 from tfgshare.demo import Script, demo_jobs
 from tfgshare.metrics import Report, format_duration, format_table
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 
 
 @pytest.fixture(autouse=True)
@@ -206,3 +211,23 @@ def test_logs_say_in_words_what_sampling_found(capsys, cluster):
     assert "a first guess: none measured yet" in out or "as measured" in out
     for jargon in ("newcomers", "outside x", "(prior)", "(placed)"):
         assert jargon not in out, jargon
+
+
+def test_the_predictions_benchmark_reads_the_prediction_the_logs_show(capsys, cluster):
+    """tools/bench_predictions.py prints, per job, the sharing and step its prediction
+    assumed, parsed from the job's log: it reads the line as the coordinator writes it."""
+    import bench_predictions
+
+    ct, agent = cluster
+    addr = ["--coordinator", ct.address]
+    run(capsys, "submit", *addr, "inception_v3", "--max_number_of_steps", "100")
+    agent.wait_command(s.StartJob, "j1")
+    ct.coord.cluster.jobs["j1"].sample_only = True
+    agent.sample("j1", step_time=0.25, peak_mb=3000.0)
+    agent.wait_command(s.StartJob, "j1")
+    code, out, _ = run(capsys, "logs", *addr, "j1")
+    assert code == 0
+    parts = bench_predictions.run_parts(out.splitlines())
+    assert parts["sampled_step_s"] == pytest.approx(0.25)
+    assert parts["sharing"] is not None and parts["sharing"][-1] in "mp"
+    assert parts["assumed_step_s"] > 0 and parts["restart_s"] >= 0 and parts["after"] >= 1

@@ -83,9 +83,10 @@ def live(n: int, root: Path, timeout_s: float) -> dict:
 _LINE = re.compile(r"^(\d\d):(\d\d):(\d\d\.\d+) (.*)$")
 _FIELD = re.compile(r"(\w+)=(\S+)")
 # the coordinator's line when it predicts a sampled job (measures.sampling_ended)
-_ASSUMED = re.compile(r"sharing x([\d.]+) \((measured|prior)\).* so ([\d.]+)s a step; "
-                      r"next start ([\d.]+)s")
-_AFTER = re.compile(r"x([\d.]+) after \(placed\)")
+_ASSUMED = re.compile(r"x([\d.]+) from sharing its GPU while new jobs are sampled "
+                      r"\((as measured|a first guess)[^)]*\).* so ([\d.]+) s a step, "
+                      r"after ([\d.]+) s to start again")
+_AFTER = re.compile(r"x([\d.]+) once none is left to sample")
 
 
 def run_parts(lines: list[str]) -> dict:
@@ -116,7 +117,7 @@ def run_parts(lines: list[str]) -> dict:
         elif text.startswith("predicted ") and "sharing" in text:
             m = _ASSUMED.search(text)
             if m:
-                out["sharing"] = f"{float(m[1]):.2f}{'m' if m[2] == 'measured' else 'p'}"
+                out["sharing"] = f"{float(m[1]):.2f}{'m' if m[2] == 'as measured' else 'p'}"
                 out["assumed_step_s"], out["restart_s"] = float(m[3]), float(m[4])
             m = _AFTER.search(text)
             if m:
