@@ -423,3 +423,19 @@ def test_a_batch_yaml_names_its_optimizer_and_a_bad_one_is_refused(tmp_path):
         "jobs": [{"model": "lenet", "batch_size": 2, "steps": 3}]}}}))
     with pytest.raises(ValueError, match="optimizer: 'adagrad' is not one of sgd"):
         load_batch(config, "small")
+
+
+def test_the_long_batch_leaves_every_job_steps_to_predict_after_its_sampling_run():
+    """`--scale long` is the batch the paper models' prediction error is measured on
+    (docs/reproduction.md, 6): every job has steps left once its sampling phase is over,
+    where the small batch's vgg_16 job is all sampling."""
+    from tfgshare.repro.four_models import default_config, load_batch
+    from tfgshare.sampling import plan_sampling
+
+    def left(scale):
+        return [j["steps"] - plan_sampling(j["steps"]).steps
+                for j in load_batch(default_config(), scale)["jobs"]]
+
+    assert min(left("long")) >= 5 and min(left("small")) == 0
+    long_models = {j["model"] for j in load_batch(default_config(), "long")["jobs"]}
+    assert long_models == {"inception_v3", "resnet_v1_50", "vgg_16", "alexnet_v2"}
