@@ -109,5 +109,9 @@ def _check_profiles(profiles: Profiles) -> dict[str, list[tuple[int, float]]]:
             rows.append((size, seconds))
         table[model] = sorted(rows)
     if not table:
-        raise ValueError(f"profiles has none of the paper models {PAPER_MODELS}; got {sorted(profiles)}")
+        raise ValueError(
+            f"the profile has none of the paper models {', '.join(PAPER_MODELS)} (it has "
+            f"{', '.join(sorted(profiles))}): a trace's jobs are mapped onto them, so profile "
+            "at least one (tfgshare profile alexnet_v2@195 --batch-sizes 2 --out FILE) or use "
+            "the shipped tfgshare/data/profiles/cpu-virtual-gpu.yaml")
     return table

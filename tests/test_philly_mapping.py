@@ -66,7 +66,7 @@ def test_tiny_job_gets_one_step():
 
 
 @pytest.mark.parametrize("profiles, message", [
-    ({"mobilenet": {8: 0.1}}, "none of the paper models"),
+    ({"mobilenet": {8: 0.1}}, "none of the paper models .* use the shipped .*cpu-virtual-gpu"),
     ({"vgg_16": {}}, r"profiles\['vgg_16'\] must be a non-empty dict"),
     ({"vgg_16": {32: -1.0}}, r"profiles\['vgg_16'\]\[32\] = -1.0: need a positive"),
     ({"vgg_16": {"big": 0.5}}, "is not batch size -> seconds"),

@@ -439,3 +439,11 @@ def test_the_long_batch_leaves_every_job_steps_to_predict_after_its_sampling_run
     assert min(left("long")) >= 5 and min(left("small")) == 0
     long_models = {j["model"] for j in load_batch(default_config(), "long")["jobs"]}
     assert long_models == {"inception_v3", "resnet_v1_50", "vgg_16", "alexnet_v2"}
+
+
+def test_reproduce_help_names_every_shipped_scale():
+    from tfgshare.repro.four_models import _parser, default_config
+
+    said = " ".join(_parser().format_help().split())
+    for scale in yaml.safe_load(default_config().read_text())["scales"]:
+        assert f"{scale} (" in said, scale

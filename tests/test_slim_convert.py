@@ -119,3 +119,21 @@ def test_slim_layouts_are_found_by_their_patterns(tmp_path, name, split, filenam
     assert all(image.shape == (5, 5, 3) for image, _ in items)
     for epoch in (items[:6], items[6:]):  # each epoch is the six records once
         assert sorted(int(label) for _, label in epoch) == [0, 0, 1, 1, 2, 2]
+
+
+def test_the_command_prints_no_tensorflow_start_up_chatter(tmp_path):
+    """On a CPU node TensorFlow's import logs CUDA probing errors (``failed call to
+    cuInit``) before its log level applies; the command mutes them as the runner does."""
+    import subprocess
+    import sys
+
+    images_dir = _write_images(tmp_path / "images", per_class=2)
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys; from tfgshare import cli; "
+         "sys.exit(cli.main(sys.argv[1:]))", "convert-images", str(images_dir),
+         str(tmp_path / "out")], capture_output=True, text=True, timeout=120,
+        env={k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"})
+    assert done.returncode == 0, done.stderr
+    assert "wrote 6 train" in done.stdout + done.stderr
+    for chatter in ("cuInit", "E0000", "oneDNN", "cpu_feature_guard"):
+        assert chatter not in done.stderr, done.stderr

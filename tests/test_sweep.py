@@ -179,3 +179,10 @@ def test_the_dask_path_on_an_in_process_local_cluster(tmp_path, tiny_sweep):
     # the same point on the local pool and on Dask: the same run
     for k in ("offered_load", "jct_mean", "wait_mean", "util_allocated"):
         assert rows[1][k] == pytest.approx(stored["row"][k])
+
+
+def test_sweep_help_reads_as_written(capsys):
+    with pytest.raises(SystemExit):
+        tfgshare(["sweep", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "95 % t-interval" in out and "%%" not in out

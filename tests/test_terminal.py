@@ -107,6 +107,14 @@ def job(i: int, **kw) -> dict:
     return {**j, **kw}
 
 
+def test_a_job_that_ended_has_no_time_left_in_the_tables():
+    ended = [job(i, state=state, predicted_remaining_s=641.0)
+             for i, state in enumerate(("cancelled", "failed", "finished"))]
+    running = job(9, predicted_remaining_s=641.0)
+    assert [tables.left(j) for j in ended] == ["-", "-", "-"]
+    assert tables.left(running) == "10m41s"
+
+
 def test_moves_read_in_words():
     assert tables.moves(job(1)) == "1 susp, 1 mig"
     assert tables.moves(job(1, suspends=0, migrations=0)) == "-"

@@ -64,16 +64,20 @@ def test_a_wrong_role_is_told_with_the_right_article(tmp_path):
     keys.init(keys_dir)
     keys.add(keys_dir, "n1", "agent")
     keys.add(keys_dir, "root", "admin")
+    keys.add(keys_dir, "bob", "user")
     ct = CoordinatorThread(tmp_path / "state.db")
     agent = FakeAgent(ct.address, "n1", key=keys_dir / "issued" / "n1" / "n1.key_secret")
     admin = FakeAgent(ct.address, "root", key=keys_dir / "issued" / "root" / "root.key_secret")
+    user = FakeAgent(ct.address, "bob", key=keys_dir / "issued" / "bob" / "bob.key_secret")
     try:
+        assert user.register().reason == "a user key (bob) may not send 'register'"
         assert (agent.request(s.Submit(jobs=[s.JobSpec("lenet")])).reason
                 == "an agent key (n1) may not send 'submit'")
         assert admin.register().reason == "an admin key (root) may not send 'register'"
     finally:
         agent.close()
         admin.close()
+        user.close()
         ct.close()
 
 

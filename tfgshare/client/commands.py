@@ -258,7 +258,7 @@ def status(argv: list[str]) -> int:
         if err and err.get("jobs"):
             print(f"prediction error (|predicted - actual| / actual run time after sampling): "
                   f"mean {100 * err['mean']:.0f} %, p90 {100 * err['p90']:.0f} % "
-                  f"over {err['jobs']} jobs")
+                  f"over {err['jobs']} job{'s' if err['jobs'] != 1 else ''}")
         refused = answer.get("refused") or {}
         if refused:
             print("policy actions refused: " +

@@ -61,6 +61,13 @@ def moves(job: dict[str, Any]) -> str:
     return ", ".join(parts) or "-"
 
 
+def left(job: dict[str, Any]) -> str:
+    """Its predicted time to finish, or "-" once it has ended (finished, failed, cancelled)."""
+    if job["state"] in ("finished", "failed", "cancelled"):
+        return "-"
+    return dur(job["predicted_remaining_s"])
+
+
 def jobs_table(jobs: list[dict[str, Any]], width: int | None = 100):
     """The status table (a rich Table) at most ``width`` columns wide (None: every
     column), and the legend lines under it."""
@@ -79,7 +86,7 @@ def jobs_table(jobs: list[dict[str, Any]], width: int | None = 100):
         cells = {"JOB": j["id"], "OWNER": j.get("owner") or "-", "MODEL": j["model"],
                  "STATE": j["state"], "WHERE": where(j),
                  "STEPS": f"{j['steps_done']}/{j['total_steps']}",
-                 "LEFT": dur(j["predicted_remaining_s"]), "WAITED": dur(j["waited_s"]),
+                 "LEFT": left(j), "WAITED": dur(j["waited_s"]),
                  "MOVES": moves(j), "NOTE": note or ""}
         rows.append(cells)
     # NOTE and WHERE wrap: they count at most this wide when fitting
@@ -108,7 +115,7 @@ def progress_view(jobs: list[dict[str, Any]], plain: bool = False, width: int | 
     bar_col = "DONE" if plain else "PROGRESS"
     cols = ["JOB", "MODEL", "STATE", bar_col, "STEPS", "LEFT", "WHERE"]
     rows = [[j["id"], j["model"], j["state"], "100%" if plain else "-" * BAR,
-             f"{j['steps_done']}/{j['total_steps']}", dur(j["predicted_remaining_s"]), where(j)]
+             f"{j['steps_done']}/{j['total_steps']}", left(j), where(j)]
             for j in jobs]
     widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(cols)]
     if not plain:

@@ -287,7 +287,7 @@ class AgentHandlers:
         if code == rp.EXIT_OK:
             life.finish(job, JobState.FINISHED, now, why)
         elif job.cancel_requested:
-            life.finish(job, JobState.CANCELLED, now, f"cancelled, runner {why}")
+            life.finish(job, JobState.CANCELLED, now, f"as asked; its runner stopped (exit {code})")
         elif code == rp.EXIT_SUSPENDED:
             if job.migrate_to is not None:
                 life.complete_migration(job, now)

@@ -297,7 +297,7 @@ class Coordinator:
             reply: s.Message = s.reply_error(msg, f"{kind} is a command the coordinator sends to "
                                              "agents, not a request", code=s.ErrorCode.UNSUPPORTED)
         elif caller is not None and (kind in _AGENT_SENDS) != (caller.role == "agent"):
-            article = "an" if caller.role[0] in "aeiou" else "a"   # an admin, an agent
+            article = "an" if caller.role in ("admin", "agent") else "a"   # a user
             reply = s.reply_error(msg, f"{article} {caller.role} key ({caller.name}) may not "
                                        f"send {kind!r}", code=s.ErrorCode.FORBIDDEN)
         elif kind in s.AGENT_TYPES and peer not in self.life.peers:

@@ -261,7 +261,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--scale", default="small",
                    help="small (CPU, minutes), long (CPU: the small batch with about 20 s "
                         "of steps a job), underused (CPU: one virtual GPU of all the cores, "
-                        "which one job leaves partly idle) or paper (GPUs)")
+                        "which one job leaves partly idle), underused-long (the same device, lenet "
+                        "jobs of 600 steps) or paper (GPUs)")
     p.add_argument("--config", default=None, help="batch YAML (default: the shipped one)")
     p.add_argument("--jobs", type=int, default=None, help="only the first N jobs of the batch")
     p.add_argument("--real-gpus", action="store_true",

@@ -343,7 +343,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="tfgshare sweep",
         description="Run a grid of simulations (policies x loads x clusters x workload "
                     "models x seeds) from a YAML file, each on its own synthetic trace; "
-                    "write every run (runs.csv), the mean and 95%% t-interval across seeds "
+                    "write every run (runs.csv), the mean and 95 % t-interval across seeds "
                     "per cell (summary.csv, summary.md) and a plot of mean JCT against load. "
                     "Points already in --out are skipped.")
     p.add_argument("grid", help="the sweep YAML file (see docs/sweep_example.yaml)")
