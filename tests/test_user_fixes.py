@@ -284,3 +284,54 @@ def test_migrate_of_a_waiting_job_refuses_a_gpu_below_its_measured_memory(capsys
         big.close()
         tiny.close()
         ct.close()
+
+
+def test_cancel_takes_many_jobs_and_says_which_it_could_not(capsys, cluster):
+    ct, agent = cluster
+    addr = ["--coordinator", ct.address]
+    for _ in range(3):
+        run(capsys, "submit", *addr, "lenet", "--max_number_of_steps", "100")
+    agent.wait_command(s.StartJob, "j1")          # one GPU: j2 and j3 wait
+    code, out, err = run(capsys, "cancel", *addr, "j2", "j9", "j3")
+    assert code == 1
+    assert "j2: cancelled" in out and "j3: cancelled" in out
+    assert "j9" in err and "refused" in err
+    assert ct.coord.cluster.jobs["j1"].state.value == "running"
+
+
+def test_a_replay_stopped_before_its_end_leaves_no_job_behind(capsys, cluster):
+    """``run_schedule`` (replay's and four-models' driver) stopped by its timeout or a
+    signal cancels the jobs it submitted that have not ended."""
+    import os
+    import signal
+    import threading
+
+    from tfgshare.client.api import Client
+    from tfgshare.repro.live import run_schedule
+
+    ct, agent = cluster
+    specs = [s.JobSpec("lenet", max_number_of_steps=100) for _ in range(2)]
+    with Client(ct.address, timeout_s=5.0) as client:
+        run = run_schedule(client, [(0.0, spec) for spec in specs], timeout_s=1.0, quiet=True)
+        assert run.timed_out
+        assert client.job("j2")["state"] == "cancelled"     # it was waiting
+        agent.wait_command(s.CancelJob, "j1")                # it was running
+        assert "timeout: cancelled 2 unfinished jobs of the 2 it submitted (j1, j2)" in capsys.readouterr().err
+
+        threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM)).start()
+        with pytest.raises(KeyboardInterrupt):
+            run_schedule(client, [(0.0, specs[0])], timeout_s=60.0, quiet=True)
+        assert client.job("j3")["state"] == "cancelled"
+        assert "stopped: cancelled 1 unfinished job of the 1 it submitted (j3)" in capsys.readouterr().err
+
+
+def test_ctrl_c_ends_a_command_with_one_line_and_no_traceback(capsys, monkeypatch):
+    from tfgshare import cli
+
+    monkeypatch.setitem(cli.COMMANDS, "replay", ("test_user_fixes:_interrupted", "x"))
+    code, out, err = run(capsys, "replay")
+    assert code == 130 and err == "tfgshare replay: interrupted\n"
+
+
+def _interrupted(argv):
+    raise KeyboardInterrupt

@@ -59,7 +59,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     module_name, func_name = COMMANDS[name][0].split(":")
     func = getattr(importlib.import_module(module_name), func_name)
-    return int(func(rest) or 0)
+    try:
+        return int(func(rest) or 0)
+    except KeyboardInterrupt:   # Ctrl-C: the command has cleaned up; no traceback
+        print(f"tfgshare {name}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

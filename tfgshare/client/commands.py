@@ -402,30 +402,52 @@ def _job_command(name: str, description: str, call: Callable[[Client, argparse.N
     args = p.parse_args(argv)
 
     def body(client: Client) -> int:
-        answer = call(client, args)
-        note = f" ({answer['note']})" if answer.get("note") else ""
-        state = answer.get("state", "ok")
-        print(f"{args.job}: {verb} requested; now {state}{note}" if verb
-              else f"{args.job}: {state}{note}")
+        _print_answer(args.job, call(client, args), verb)
         return 0
     return _run(name, args, body)
 
 
+def _print_answer(job: str, answer: dict, verb: str = "") -> None:
+    note = f" ({answer['note']})" if answer.get("note") else ""
+    state = answer.get("state", "ok")
+    print(f"{job}: {verb} requested; now {state}{note}" if verb else f"{job}: {state}{note}")
+
+
+def _jobs_command(name: str, description: str, call: Callable[[Client, str], dict],
+                  argv: list[str], verb: str = "") -> int:
+    """``_job_command`` for one or more jobs: each asked in turn, a refusal printed and the
+    rest still asked; exit 1 if any was refused."""
+    p = _parser(name, description)
+    p.add_argument("job", nargs="+")
+    args = p.parse_args(argv)
+
+    def body(client: Client) -> int:
+        code = 0
+        for job in args.job:
+            try:
+                _print_answer(job, call(client, job), verb)
+            except Refused as exc:
+                print(f"tfgshare {name}: {job}: refused: {exc}", file=sys.stderr)
+                code = 1
+        return code
+    return _run(name, args, body)
+
+
 def cancel(argv: list[str]) -> int:
-    """Cancel a job."""
-    return _job_command("cancel", "Cancel a job.", lambda c, a: c.cancel(a.job), argv)
+    """Cancel one or more jobs."""
+    return _jobs_command("cancel", "Cancel jobs.", lambda c, j: c.cancel(j), argv)
 
 
 def suspend(argv: list[str]) -> int:
-    """Suspend a job to its checkpoint and hold it until resumed."""
-    return _job_command("suspend", "Suspend a job and hold it.",
-                        lambda c, a: c.suspend(a.job), argv)
+    """Suspend jobs to their checkpoints and hold them until resumed."""
+    return _jobs_command("suspend", "Suspend jobs and hold them.", lambda c, j: c.suspend(j),
+                         argv)
 
 
 def resume(argv: list[str]) -> int:
-    """Let a held job be scheduled again."""
-    return _job_command("resume", "Resume a held job.", lambda c, a: c.resume(a.job), argv,
-                        verb="resume")
+    """Let held jobs be scheduled again."""
+    return _jobs_command("resume", "Resume held jobs.", lambda c, j: c.resume(j), argv,
+                         verb="resume")
 
 
 def migrate(argv: list[str]) -> int:

@@ -2,19 +2,24 @@
 
 ``run_schedule`` submits each job at its time (seconds after the start), follows every
 job with a progress bar until all are done, and records which job held which fraction
-of which GPU at each poll (the Gantt chart's data). ``live_report`` turns the
+of which GPU at each poll (the Gantt chart's data); stopped (its timeout, Ctrl-C or
+SIGTERM), it cancels the jobs it submitted that have not ended, so none is left behind. ``live_report`` turns the
 coordinator's run report into ``metrics.Report``. ``wait_warm`` waits until a local
 cluster's agents have their spare runner ready, so a run starts on a warmed-up cluster.
 """
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import sys
+import threading
 import time
 from dataclasses import dataclass, field
 
 from pathlib import Path
 
-from tfgshare.client.api import Client
+from tfgshare.client.api import Client, ClientError, Refused
 from tfgshare.metrics import Report
 from tfgshare.runner import protocol as rp
 from tfgshare.schema import JobSpec
@@ -36,15 +41,66 @@ class LiveRun:
 
 def run_schedule(client: Client, schedule: list[tuple[float, JobSpec]], timeout_s: float,
                  poll_s: float = 0.5, quiet: bool = False) -> LiveRun:
-    """Submit ``(time, spec)`` pairs at their times and follow the jobs until all are done."""
+    """Submit ``(time, spec)`` pairs at their times and follow the jobs until all are done;
+    stopped before, cancel those not done."""
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
-        TimeElapsedColumn
 
     pending = sorted(schedule, key=lambda p: p[0])
     out = LiveRun()
     t0 = time.monotonic()
     console = Console(stderr=True, quiet=quiet)
+    try:
+        with _sigterm_interrupts():
+            _follow(client, pending, out, t0, console, timeout_s, poll_s)
+    except KeyboardInterrupt:
+        _cancel_left(client, out, "stopped")
+        raise
+    if out.timed_out:
+        _cancel_left(client, out, f"stopped after its {timeout_s:g} s timeout")
+    out.wall_s = time.monotonic() - t0
+    order = {i: n for n, i in enumerate(out.ids)}
+    out.jobs.sort(key=lambda j: order[j["id"]])
+    return out
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts():
+    """SIGTERM (``timeout``, ``kill``) stops the run as Ctrl-C does (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+    before = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def _cancel_left(client: Client, out: LiveRun, why: str) -> None:
+    """Cancel the submitted jobs that have not ended, and say so."""
+    try:
+        left = [j["id"] for j in client.jobs() if j["id"] in set(out.ids)
+                and j["state"] not in DONE]
+        for job in left:
+            with contextlib.suppress(Refused):   # it ended meanwhile
+                client.cancel(job)
+    except ClientError as err:   # the coordinator gone: nothing left to cancel there
+        print(f"{why}; could not cancel its jobs: {err}", file=sys.stderr)
+        return
+    if left:
+        print(f"{why}: cancelled {len(left)} unfinished job{'s' if len(left) > 1 else ''} of "
+              f"the {len(out.ids)} it submitted ({', '.join(left)})", file=sys.stderr)
+
+
+def _follow(client: Client, pending: list, out: LiveRun, t0: float, console,
+            timeout_s: float, poll_s: float) -> None:
+    """Submit the due jobs and follow them until all are done or ``timeout_s`` passes."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
+        TimeElapsedColumn
+
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console, transient=False) as bar:
         task = bar.add_task("jobs done", total=len(pending))
@@ -71,10 +127,6 @@ def run_schedule(client: Client, schedule: list[tuple[float, JobSpec]], timeout_
                 out.jobs, out.timed_out = jobs, True
                 break
             time.sleep(poll_s)
-    out.wall_s = time.monotonic() - t0
-    order = {i: n for n, i in enumerate(out.ids)}
-    out.jobs.sort(key=lambda j: order[j["id"]])
-    return out
 
 
 def live_report(metrics: dict) -> Report:
