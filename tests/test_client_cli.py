@@ -220,6 +220,6 @@ def test_status_active_hides_done_jobs_and_counts_states(capsys, cluster):
     agent.wait_command(s.StartJob, running)
     code, out, _ = run(capsys, "status", "--coordinator", ct.address, "--active")
     assert code == 0 and running in out and f"{done} " not in out
-    assert "1 finished, 1 running" in out
+    assert "all jobs on the coordinator: 1 finished, 1 running" in out   # the table: 1
     code, out, _ = run(capsys, "status", "--coordinator", ct.address)
     assert done in out and running in out

@@ -162,6 +162,24 @@ def test_sample_only_checkpoints_and_suspends(tmp_path):
     assert "sample" not in names and names.count("checkpoint") == 1
 
 
+def test_a_suspend_asked_after_the_sample_ended_the_run_has_no_stop_wait(tmp_path):
+    """A sampling run stops on its own; a suspend that arrives while it saves did not
+    stop it, so its ``stop_phases`` reports no wait for it (it read -0.5 s)."""
+    from tfgshare.runner.stop import StopRequest
+
+    events, stop = [], StopRequest()
+
+    def on_event(event):
+        events.append(event)
+        if event["event"] == "checkpoint":
+            stop.set()
+    runner.train(small_config(tmp_path, max_number_of_steps=100, warmup_steps=2,
+                              num_sample_steps=4, sample_only=True),
+                 on_event=on_event, stop_event=stop)
+    phases = next(e for e in events if e["event"] == "stop_phases")
+    assert phases["stop_wait_s"] is None and phases["save_s"] >= 0
+
+
 def test_periodic_checkpoints_keep_the_newest(tmp_path):
     result, events = run(small_config(tmp_path, max_number_of_steps=14, save_interval_steps=3,
                                       max_to_keep=2, num_sample_steps=0))

@@ -270,15 +270,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "init":
             public = init(keys_dir)
-            print(f"coordinator key pair in {keys_dir}; give clients {public}; the metrics "
-                  f"port's bearer token (needed off loopback) is {keys_dir / METRICS_TOKEN}")
+            print(f"coordinator key pair in {keys_dir}\ngive clients {public}\nthe metrics "
+                  f"port's bearer token (needed off loopback): {keys_dir / METRICS_TOKEN}")
         elif args.command in ("add-user", "add-agent"):
             role = "agent" if args.command == "add-agent" else "admin" if args.admin else "user"
             out = add(keys_dir, args.name, role)
             flag = "tfgshare agent" if role == "agent" else "tfgshare submit/status/..."
-            print(f"registered {role} {args.name}; hand over {out} (keep it private) and "
-                  f"use it with {flag} --key {out / (args.name + '.key_secret')} "
-                  "(or TFGSHARE_KEY)")
+            print(f"registered {role} {args.name}\nhand over {out} (keep it private); use it "
+                  f"with\n  {flag} --key {out / (args.name + '.key_secret')}"
+                  "\n(or set TFGSHARE_KEY to that file)")
         elif args.command == "list":
             registry = Registry(keys_dir)
             for public, who in sorted(registry.by_key.items(), key=lambda kv: kv[1].name):

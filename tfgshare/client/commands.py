@@ -253,7 +253,7 @@ def status(argv: list[str]) -> int:
             table, legend = tables.jobs_table(jobs, width)
             _print_fitted(table, legend, width)
         counts = ", ".join(f"{n} {state}" for state, n in sorted(answer["counts"].items()))
-        print(counts or "no jobs")
+        print(f"all jobs on the coordinator: {counts}" if counts else "no jobs")
         err = answer.get("prediction_error")
         if err and err.get("jobs"):
             print(f"prediction error (|predicted - actual| / actual run time after sampling): "

@@ -312,6 +312,8 @@ def train_loop(config: TrainConfig, built, session, sink: EventSink,
         return TrainResult("finished", rp.EXIT_OK, step, loss, latest, last_saved_path,
                            sample, built.devices)
     requested = getattr(stop_event, "set_at", None)
+    if requested is not None and requested > stopped_at:
+        requested = None   # asked after the run had stopped on its own (its sample done)
     sink.emit("stop_phases", stop_wait_s=None if requested is None else stopped_at - requested,
               save_s=time.monotonic() - stopped_at)
     print(f"suspended at step {step} of {total} after {took:.1f} s, checkpoint in {where}; "
