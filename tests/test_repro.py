@@ -52,6 +52,10 @@ def test_profile_on_the_cpu_writes_a_profile_the_simulator_loads(tmp_path):
     done = tfgshare("profile", "lenet", "cifarnet", "--batch-sizes", "1", "--cpu",
                     "--colocate", "--out", str(out))
     assert done.returncode == 0, done.stdout + done.stderr
+    # it says up front what it will run, numbers each run, and fits 100 columns
+    assert "2 runs of a (model, batch size) one at a time, then 1 pair at once" in done.stdout
+    assert "[1/2, " in done.stdout and "[2/2, " in done.stdout
+    assert max(map(len, done.stdout.splitlines())) <= 100, done.stdout
     # on the CPU the pair's slowdowns are taken at a whole core, from the measured shares
     assert "co-location fit (full core): overhead" in done.stdout
     assert "fit error mean" in done.stdout and "at a whole core" in done.stdout

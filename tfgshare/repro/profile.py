@@ -260,7 +260,16 @@ def main(argv: list[str] | None = None) -> int:
             work = Path(tmp)
             import_s = import_seconds(device)
             print(f"import tensorflow: {import_s:.1f} s (load average {load_before})", flush=True)
-            for (model, size, own), batch in ((m, b) for m in models for b in (m[2] or batches)):
+            runs = [(m, b) for m in models for b in (m[2] or batches)]
+            n_pairs = len(choose_pairs(models, args.pairs)) if args.colocate and len(models) > 1 \
+                else 0
+            print(f"{len(runs)} run{'s' if len(runs) > 1 else ''} of a (model, batch size) one at "
+                  f"a time" + (f", then {n_pairs} pair{'s' if n_pairs > 1 else ''} at once" if
+                               n_pairs else "")
+                  + f":\n  each about {WARMUP + SAMPLED + STEADY + 1} of its steps, two start-ups "
+                  "and three saves (on a CPU, minutes for a big model)",
+                  flush=True)
+            for i, ((model, size, own), batch) in enumerate(runs, 1):
                 try:
                     row = profile_one(device, model, batch, size, work, nvml, args.timeout)
                 except (RuntimeError, TimeoutError) as err:   # the other models still count
@@ -268,15 +277,15 @@ def main(argv: list[str] | None = None) -> int:
                     failed.append(f"{model}/{batch}: {str(err).splitlines()[0]}")
                     continue
                 rows.append(row)
-                print(f"{model:>14} b{batch:<4} {row['step_time_s']:.3f} s/step "
-                      f"{row['images_per_s']:7.1f} img/s  {row['memory_mb']:7.0f} MB  "
-                      f"util {row['gpu_util'] or 0:.2f}  start {row['startup_s']:.1f} s "
-                      f"(graph {row['graph_build_s'] or 0:.1f})  "
-                      f"save {row['save_s']:.2f} s  restore {row['restore_s']:.1f} s "
-                      f"(resume start {row['resume_startup_s']:.1f} s)  "
-                      f"ckpt {row['checkpoint_mb']:.0f} MB"
+                print(f"[{i}/{len(runs)}, {time.monotonic() - t_all:.0f} s] {model} b{batch}: "
+                      f"{row['step_time_s']:.3f} s/step, {row['images_per_s']:.1f} img/s, "
+                      f"{row['memory_mb']:.0f} MB, util {row['gpu_util'] or 0:.2f}"
                       + ("" if row["cpu_share"] is None else
-                         f"  CPU share {row['cpu_share']:.2f}"), flush=True)
+                         f", CPU share {row['cpu_share']:.2f}")
+                      + f"\n    start {row['startup_s']:.1f} s (graph "
+                      f"{row['graph_build_s'] or 0:.1f}), save {row['save_s']:.2f} s, restore "
+                      f"{row['restore_s']:.1f} s (resume start {row['resume_startup_s']:.1f} s), "
+                      f"checkpoint {row['checkpoint_mb']:.0f} MB", flush=True)
             if args.colocate and len(models) > 1:
                 alone = {(r["model"], r["batch_size"]): r["step_time_s"] for r in rows}
                 utils = {f"{r['model']}/{r['batch_size']}": r["gpu_util"] or 1.0 for r in rows}
@@ -297,13 +306,13 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"pair {' + '.join(pair['models'])}: slowdown "
                           + ", ".join(f"{s:.2f}" for s in pair["slowdown"])
                           + ("" if full is None else
-                             f" (at a whole core {', '.join(f'{s:.2f}' for s in full)}; "
-                             f"the pair got {pair['pair_share']:.2f} of its core)"),
+                             f"\n    at a whole core {', '.join(f'{s:.2f}' for s in full)} "
+                             f"(the pair got {pair['pair_share']:.2f} of its core)"),
                           flush=True)
                 if pairs:
                     fit = fit_colocation(pairs, utils, shares or None)
                     print(f"co-location fit ({fit['basis']}): overhead {fit['overhead']:.2f}, exponent "
-                          f"{fit['exponent']:.2f}; fit error mean "
+                          f"{fit['exponent']:.2f}\n    fit error mean "
                           f"{100 * fit['fit_error_mean']:.1f} %, max "
                           f"{100 * fit['fit_error_max']:.1f} % over {fit['points']} jobs",
                           flush=True)
