@@ -98,7 +98,8 @@ def cluster(tmp_path):
 
 
 def test_replay_of_a_small_slice_finishes_every_job_and_reports_live_beside_sim(cluster,
-                                                                                  tmp_path):
+                                                                                  tmp_path,
+                                                                                  capsys):
     from tfgshare.repro import replay
 
     from tfgshare.repro.cpushare import RunnerShareProbe
@@ -116,6 +117,12 @@ def test_replay_of_a_small_slice_finishes_every_job_and_reports_live_beside_sim(
                         "--start", "2017-10-09", "--profile", str(profile), "--out", str(out),
                         "--timeout", "240"], share_probe=probe)
     assert code == 0
+    said = capsys.readouterr()
+    wide = [line for line in (said.out + said.err).splitlines() if len(line) > 100]
+    assert not wide, wide
+    per_job = (out / "per_job.txt").read_text().splitlines()
+    assert len(per_job) == 5 and per_job[0].startswith("job ")   # a header, a line a job
+    assert f"beside its simulated one: {out / 'per_job.txt'}" in " ".join(said.out.split())
     doc = json.loads((out / "report.json").read_text())
     assert doc["jobs"] == 4 and doc["policy"] == "fifo" and doc["cluster"] == "1x2:16384"
     assert doc["live"]["report"]["finished"] == 4 == doc["sim"]["report"]["finished"]

@@ -27,6 +27,7 @@ import re
 import statistics
 import sys
 import tempfile
+import textwrap
 from pathlib import Path
 
 from tfgshare.metrics import Report, format_table, table_rows
@@ -41,6 +42,13 @@ from tfgshare.repro.replay_plan import (RUNNER_TICK_S, cap_gpus, choose_speedup,
 _STAMP = r"^(\d\d):(\d\d):(\d\d)\.(\d{3}) "
 _DECIDED = re.compile(_STAMP + r".*\(attempt (\d+)\)$")
 _EVENT = re.compile(_STAMP + r"\S+ #(\d+) (started|start_phases) (.*)$")
+
+
+def say(text: str, file=None) -> None:
+    """Print ``text`` wrapped at 100 columns, its later lines indented."""
+    print("\n".join(textwrap.fill(line, 100, subsequent_indent="  ",
+                                   break_on_hyphens=False)
+                     for line in text.splitlines()), file=file or sys.stdout, flush=True)
 
 
 def _seconds(m: re.Match) -> float:
@@ -229,15 +237,15 @@ def side_by_side(live: Report, sim: Report, calibrated: Report | None = None,
 
     def diff(a: float, b: float) -> str:
         d = (b - a) / a if a and not (math.isnan(a) or math.isnan(b)) else math.nan
-        return f"{100 * d:+11.1f}%" if not math.isnan(d) else f"{'-':>12}"
+        return f"{100 * d:+8.1f}%" if not math.isnan(d) else f"{'-':>9}"
 
     extra = [(h, r) for h, r in (("live share", at_live_share), ("start-ups", calibrated))
              if r is not None]
-    head = f"{'':18} {'live':>10} {'simulated':>10} {'sim vs live':>12}"
-    second = f"{'':18} {'':>10} {'(profile)':>10} {'':>12}"
+    head = f"{'':18} {'live':>10} {'simulated':>10} {'vs live':>9}"
+    second = f"{'':18} {'':>10} {'(profile)':>10} {'':>9}"
     for h, _ in extra:
-        head += f" {'sim, live':>10} {'vs live':>12}"
-        second += f" {h:>10} {'':>12}"
+        head += f" {'sim, live':>10} {'vs live':>9}"
+        second += f" {h:>10} {'':>9}"
     lines = [head, second] if extra else [head]
     for name, attr, scale in fields:
         a, b = scale * getattr(live, attr), scale * getattr(sim, attr)
@@ -334,12 +342,12 @@ def main(argv: list[str] | None = None, share_probe=None) -> int:
                     simulate_same(plan(k), profiles, policy, cluster, args.seed)))
             jobs = plan(args.speedup)
             sim = simulate_same(jobs, profiles, policy, cluster, args.seed)
-            print(f"replaying {len(jobs)} jobs at speed-up {args.speedup:g} on {client.address}"
-                  f": {cluster.text}, policy {policy}; trace time "
-                  f"{sum(j.duration for j in jobs) * args.speedup / 3600:.1f} GPU-h",
-                  file=sys.stderr)
-            print(expected_line(expected_wall_s(sim), args.speedup, args.within),
-                  file=sys.stderr, flush=True)
+            say(f"replaying {len(jobs)} jobs at speed-up {args.speedup:g} on {client.address}"
+                f": {cluster.text}, policy {policy}; trace time "
+                f"{sum(j.duration for j in jobs) * args.speedup / 3600:.1f} GPU-h",
+                file=sys.stderr)
+            say(expected_line(expected_wall_s(sim), args.speedup, args.within),
+                file=sys.stderr)
             from .live import run_report_of, run_schedule
             if share_probe is not None:
                 share_probe.start()
@@ -354,8 +362,8 @@ def main(argv: list[str] | None = None, share_probe=None) -> int:
         return 2
     live, others = run_report_of(metrics, run)
     if others:
-        print(f"the coordinator also ran {others} other jobs: the live row counts the "
-              f"{len(run.ids)} replayed ones (its utilisations are over its whole run)")
+        say(f"the coordinator also ran {others} other jobs: the live row counts the "
+            f"{len(run.ids)} replayed ones (its utilisations are over its whole run)")
     calibrated = simulate_same(jobs, with_startups(profiles, startups, resumed), policy,
                                cluster, args.seed)
     at_live = None
@@ -363,15 +371,15 @@ def main(argv: list[str] | None = None, share_probe=None) -> int:
         at_live = simulate_same(jobs, at_share(profiles, shares, live_share), policy,
                                 cluster, args.seed)
         used = sorted({j.model for j in jobs})
-        print(f"CPU share of the live runners: {live_share:.3f} ({share_probe.ran:.0f} CPU s "
-              f"run, {share_probe.waited:.0f} s waited while other work ran on their cores, "
-              f"{share_probe.waited_total:.0f} s waited in all, co-tenants included); of the "
-              "profile's runners: "
-              + ", ".join(f"{m} {shares[m]:.3f}" for m in used if m in shares))
+        say(f"CPU share of the live runners: {live_share:.3f} ({share_probe.ran:.0f} CPU s "
+            f"run, {share_probe.waited:.0f} s waited while other work ran on their cores, "
+            f"{share_probe.waited_total:.0f} s waited in all, co-tenants included); of the "
+            "profile's runners: "
+            + ", ".join(f"{m} {shares[m]:.3f}" for m in used if m in shares))
     elif share_probe is not None:
-        print("CPU share of the live runners: "
-              + ("not measured" if not live_share else
-                 f"{live_share:.3f}; the profile has none (profiled before shares were)"))
+        say("CPU share of the live runners: "
+            + ("not measured" if not live_share else
+               f"{live_share:.3f}; the profile has none (profiled before shares were)"))
     for model, costs in sorted(startups.items()):
         prof = profiles.get(*next(k for k in profiles.by_key if k[0] == model))
         line = (f"start-up of {model}: live median {statistics.median(costs):.1f} s over "
@@ -381,9 +389,12 @@ def main(argv: list[str] | None = None, share_probe=None) -> int:
             line += (f"; restarts: live median {statistics.median(resumed[model]):.1f} s over "
                      f"{len(resumed[model])}, profile "
                      + ("-" if prof.resume_startup_s is None else f"{prof.resume_startup_s:.1f} s"))
-        print(line)
-    print(time_spent_line(spent))
-    print(per_job_lines(spent, (at_live or sim).records, calibrated.records))
+        say(line)
+    say(time_spent_line(spent))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "per_job.txt").write_text(
+        per_job_lines(spent, (at_live or sim).records, calibrated.records) + "\n")
+    say(f"each job's live time beside its simulated one: {out / 'per_job.txt'}")
     code = write_report(out, args, jobs, run, metrics, live, sim, policy, spec,
                         calibrated, startups, spent, resumed, at_live, live_share)
     if share_probe is not None:      # what the runners used, which the load does not change
@@ -447,8 +458,8 @@ def write_report(out: Path, args, jobs: list, run, metrics: dict, live: Report, 
             a = sum(p["live_jct_s"] for p in both) / len(both)
             b = sum(p["sim_jct_s"] for p in both) / len(both)
             finished_only[name] = (b - a) / a
-            print(f"over the {len(both)} jobs finished live: mean JCT live {a:.0f} s, "
-                  f"simulated ({name}) {b:.0f} s ({100 * (b - a) / a:+.1f} %)")
+            say(f"over the {len(both)} jobs finished live: mean JCT live {a:.0f} s, "
+                f"simulated ({name}) {b:.0f} s ({100 * (b - a) / a:+.1f} %)")
     doc = {
         "trace": args.trace, "speedup": args.speedup, "cluster": spec, "policy": policy,
         "jobs": len(jobs), "seed": args.seed, "live_wall_s": run.wall_s,
@@ -474,11 +485,11 @@ def write_report(out: Path, args, jobs: list, run, metrics: dict, live: Report, 
     }
     (out / "report.json").write_text(json.dumps(doc, indent=2, default=str))
     states = [j["state"] for j in run.jobs]
-    print(f"live: {states.count('finished')}/{len(jobs)} finished in {run.wall_s:.0f} s; "
-          f"mean JCT simulated vs live: "
-          + ("-" if diff is None else f"{100 * diff:+.1f} %")
-          + ("" if diff_share is None else
-             f" (at the live CPU share {live_share:.2f}: {100 * diff_share:+.1f} %)")
-          + ("" if diff_cal is None else f" (with the live start-ups: {100 * diff_cal:+.1f} %)")
-          + f"; wrote {out}")
+    say(f"live: {states.count('finished')}/{len(jobs)} finished in {run.wall_s:.0f} s; "
+        f"mean JCT simulated vs live: "
+        + ("-" if diff is None else f"{100 * diff:+.1f} %")
+        + ("" if diff_share is None else
+           f" (at the live CPU share {live_share:.2f}: {100 * diff_share:+.1f} %)")
+        + ("" if diff_cal is None else f" (with the live start-ups: {100 * diff_cal:+.1f} %)")
+        + f"; wrote {out}")
     return 0 if states.count("finished") == len(jobs) and not run.timed_out else 1
