@@ -128,16 +128,17 @@ def test_replay_describes_the_live_cluster_counts_only_its_jobs_and_says_how_lon
                         "--as-model", "lenet:8", "--out", str(out), "--timeout", "30"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
-    header = next(line for line in captured.err.splitlines() if line.startswith("replaying"))
+    err = " ".join(captured.err.split())     # the lines as read, unwrapped
+    assert "replaying 3 jobs at speed-up" in err
     assert "on tcp://stand-in:5555: 3 GPUs on 2 nodes (a: 2 x 8192 MiB, b: 1 x 8192 MiB), " \
-           "policy fifo" in header
+           "policy fifo" in err
     expected = re.search(r"expected to take about (\d+) (s|min) at --speedup ([0-9.e+]+), the "
-                         r"smallest speed-up expected to finish --within 10m", captured.err)
+                         r"smallest speed-up expected to finish --within 10m", err)
     assert expected, captured.err
     wall = float(expected.group(1)) * (60 if expected.group(2) == "min" else 1)
     assert 0 < wall <= 600
     assert "the coordinator also ran 11 other jobs: the live row counts the 3 replayed" \
-        in captured.out
+        in " ".join(captured.out.split())
     import json
 
     doc = json.loads((out / "report.json").read_text())

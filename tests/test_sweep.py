@@ -141,6 +141,8 @@ def test_a_tiny_sweep_writes_every_run_and_a_summary_with_intervals(tiny_sweep):
         assert lo < mean < hi
     text = (out / "summary.md").read_text()
     assert "| 4x8 | measured | 2 |" in text and "±" in text
+    # each table's caption comes before it, as a reader meets it
+    assert text.startswith("jct_mean: mean ± 95 % t-interval half-width over 2 seeds per cell")
     assert (out / "jct_vs_load.png").stat().st_size > 1000
 
 

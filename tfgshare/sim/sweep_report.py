@@ -90,13 +90,13 @@ def pivot_markdown(cells: list[dict], metric: str = "jct_mean") -> str:
     fmt = format_duration if metric in ("jct_mean", "jct_p95", "wait_mean", "makespan") \
         else (lambda v: f"{100 * v:.1f}%")
     n = sorted({c["n"] for c in cells})
-    lines = [f"| cluster | workload | load | {' | '.join(policies)} |",
+    lines = [f"{metric}: mean ± 95 % t-interval half-width over "
+             f"{'/'.join(map(str, n))} seeds per cell\n",
+             f"| cluster | workload | load | {' | '.join(policies)} |",
              "|---|---|---:|" + "---:|" * len(policies)]
     for (cluster, workload, load), by in rows.items():
         lines.append(f"| {cluster} | {workload} | {load:g} | " + " | ".join(
             _pm(by[p], metric, fmt) if p in by else "-" for p in policies) + " |")
-    lines.append(f"\n{metric}: mean ± 95 % t-interval half-width over "
-                 f"{'/'.join(map(str, n))} seeds per cell")
     return "\n".join(lines)
 
 
