@@ -45,9 +45,10 @@ _EVENT = re.compile(_STAMP + r"\S+ #(\d+) (started|start_phases) (.*)$")
 
 
 def say(text: str, file=None) -> None:
-    """Print ``text`` wrapped at 100 columns, its later lines indented."""
-    print("\n".join(textwrap.fill(line, 100, subsequent_indent="  ",
-                                   break_on_hyphens=False)
+    """Print ``text`` wrapped at 100 columns, its later lines indented (a number keeps
+    its unit: ``21.0 %`` is not split)."""
+    print("\n".join(textwrap.fill(line.replace(" %", "\xa0%"), 100, subsequent_indent="  ",
+                                   break_on_hyphens=False).replace("\xa0", " ")
                      for line in text.splitlines()), file=file or sys.stdout, flush=True)
 
 
