@@ -135,5 +135,6 @@ def test_the_command_prints_no_tensorflow_start_up_chatter(tmp_path):
         env={k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"})
     assert done.returncode == 0, done.stderr
     assert "wrote 6 train" in done.stdout + done.stderr
+    assert "--validation_fraction 0.1 held out no image (too few per class)" in done.stdout
     for chatter in ("cuInit", "E0000", "oneDNN", "cpu_feature_guard"):
         assert chatter not in done.stderr, done.stderr

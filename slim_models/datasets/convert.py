@@ -153,6 +153,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"wrote {counts['train']} train and {counts['validation']} validation images "
           f"to {args.out_dir}")
+    if args.validation_fraction > 0 and not counts["validation"]:
+        print(f"note: --validation_fraction {args.validation_fraction:g} held out no image "
+              "(too few per class); raise it for a validation split")
     return 0
 
 
