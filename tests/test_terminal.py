@@ -203,7 +203,8 @@ def test_demo_narrates_the_short_job_sampling_before_it_waits():
     assert notes[-1] == "j1 is suspended by fgs to make room: it saves a checkpoint"
 
 
-def test_logs_say_in_words_what_sampling_found(capsys, cluster):
+def sampled_job_log(capsys, cluster) -> str:
+    """``tfgshare logs`` of a job that sampled (0.25 s a step) and was started again."""
     ct, agent = cluster
     addr = ["--coordinator", ct.address]
     run(capsys, "submit", *addr, "inception_v3", "--max_number_of_steps", "100")
@@ -213,6 +214,11 @@ def test_logs_say_in_words_what_sampling_found(capsys, cluster):
     agent.wait_command(s.StartJob, "j1")
     code, out, _ = run(capsys, "logs", *addr, "j1")
     assert code == 0
+    return out
+
+
+def test_logs_say_in_words_what_sampling_found(capsys, cluster):
+    out = sampled_job_log(capsys, cluster)
     assert "sampled: speed and memory measured; waits for a place to run" in out
     assert "sampled: sampled" not in out
     assert "predicted to run " in out and "s a step alone" in out
@@ -226,16 +232,7 @@ def test_the_predictions_benchmark_reads_the_prediction_the_logs_show(capsys, cl
     assumed, parsed from the job's log: it reads the line as the coordinator writes it."""
     import bench_predictions
 
-    ct, agent = cluster
-    addr = ["--coordinator", ct.address]
-    run(capsys, "submit", *addr, "inception_v3", "--max_number_of_steps", "100")
-    agent.wait_command(s.StartJob, "j1")
-    ct.coord.cluster.jobs["j1"].sample_only = True
-    agent.sample("j1", step_time=0.25, peak_mb=3000.0)
-    agent.wait_command(s.StartJob, "j1")
-    code, out, _ = run(capsys, "logs", *addr, "j1")
-    assert code == 0
-    parts = bench_predictions.run_parts(out.splitlines())
+    parts = bench_predictions.run_parts(sampled_job_log(capsys, cluster).splitlines())
     assert parts["sampled_step_s"] == pytest.approx(0.25)
     assert parts["sharing"] is not None and parts["sharing"][-1] in "mp"
     assert parts["assumed_step_s"] > 0 and parts["restart_s"] >= 0 and parts["after"] >= 1
