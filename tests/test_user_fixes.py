@@ -316,13 +316,15 @@ def test_a_replay_stopped_before_its_end_leaves_no_job_behind(capsys, cluster):
         assert run.timed_out
         assert client.job("j2")["state"] == "cancelled"     # it was waiting
         agent.wait_command(s.CancelJob, "j1")                # it was running
-        assert "timeout: cancelled 2 unfinished jobs of the 2 it submitted (j1, j2)" in capsys.readouterr().err
+        said = capsys.readouterr().err
+        assert "timeout: cancelled 2 unfinished jobs of the 2 it submitted (j1, j2)" in said
 
         threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM)).start()
         with pytest.raises(KeyboardInterrupt):
             run_schedule(client, [(0.0, specs[0])], timeout_s=60.0, quiet=True)
         assert client.job("j3")["state"] == "cancelled"
-        assert "stopped: cancelled 1 unfinished job of the 1 it submitted (j3)" in capsys.readouterr().err
+        said = capsys.readouterr().err
+        assert "stopped: cancelled 1 unfinished job of the 1 it submitted (j3)" in said
 
 
 def test_ctrl_c_ends_a_command_with_one_line_and_no_traceback(capsys, monkeypatch):

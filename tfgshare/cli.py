@@ -13,7 +13,8 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("tfgshare.demo:main", "run a local coordinator, an agent and a mixed batch of jobs"),
     "train": ("tfgshare.runner.main:main", "train one TF-Slim job standalone (slim flags)"),
-    "convert-images": ("tfgshare.runner.convert_images:main", "write a folder of class sub-folders as slim TFRecords"),
+    "convert-images": ("tfgshare.runner.convert_images:main",
+                       "write a folder of class sub-folders as slim TFRecords"),
     "simulate": ("tfgshare.sim.cli:main", "replay a trace under several policies and compare them"),
     "trace": ("tfgshare.sim.synth:main",
               "make traces: trace generate --jobs N --cluster NxG --load L --seed S --out FILE"),

@@ -3,9 +3,10 @@
 ``run_schedule`` submits each job at its time (seconds after the start), follows every
 job with a progress bar until all are done, and records which job held which fraction
 of which GPU at each poll (the Gantt chart's data); stopped (its timeout, Ctrl-C or
-SIGTERM), it cancels the jobs it submitted that have not ended, so none is left behind. ``live_report`` turns the
-coordinator's run report into ``metrics.Report``. ``wait_warm`` waits until a local
-cluster's agents have their spare runner ready, so a run starts on a warmed-up cluster.
+SIGTERM), it cancels the jobs it submitted that have not ended, so none is left behind.
+``live_report`` turns the coordinator's run report into ``metrics.Report``. ``wait_warm``
+waits until a local cluster's agents have their spare runner ready, so a run starts on a
+warmed-up cluster.
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@
   ``rng``: keyed randomness for exact resume; ``events``: the JSON-lines event sink;
   ``stop``: the suspend signals, timed on arrival; ``cpu``: the CPU use a sample reports;
   ``replicas``: one job across processes (a member's servers, its wait and its stop);
-  ``gang_graph``: a gang's graph pieces (cluster spec, device setter, member ops).
+  ``gang_graph``: a gang's graph pieces (cluster spec, device setter, member ops);
+  ``convert_images``: ``tfgshare convert-images``, slim's converter behind the quiet import.
 - The modules import each other without a cycle; a TensorFlow-free one (``main``,
   ``train_dir``, ``warm``) imports a TensorFlow one only inside the function that needs
   it, after TensorFlow's quiet import (``tests/test_import_rules.py`` checks both).
