@@ -284,9 +284,6 @@ def _print_fitted(table, legend: list[str], width: int | None) -> None:
 # ---- watch -------------------------------------------------------------------------
 
 
-_DONE = ("finished", "failed", "cancelled")
-
-
 def watch(argv: list[str]) -> int:
     """Live progress bars per job, until every job is done (or Ctrl-C)."""
     p = _parser("watch", "Live progress per job.")
@@ -305,7 +302,7 @@ def watch(argv: list[str]) -> int:
     def fetch(client: Client) -> tuple[list[dict[str, Any]], bool]:
         """The jobs to show, and whether every job is done."""
         answer = client.status(active=not args.all)
-        done = not any(state not in _DONE for state in answer["counts"])
+        done = not any(state not in tables.DONE_STATES for state in answer["counts"])
         if not answer["jobs"] and answer["counts"] and not args.all:
             answer = client.status()          # all done: show how they ended
         return answer["jobs"], done and bool(answer["counts"])

@@ -61,9 +61,12 @@ def moves(job: dict[str, Any]) -> str:
     return ", ".join(parts) or "-"
 
 
+DONE_STATES = ("finished", "failed", "cancelled")   # a job in one has ended
+
+
 def left(job: dict[str, Any]) -> str:
     """Its predicted time to finish, or "-" once it has ended (finished, failed, cancelled)."""
-    if job["state"] in ("finished", "failed", "cancelled"):
+    if job["state"] in DONE_STATES:
         return "-"
     return dur(job["predicted_remaining_s"])
 
