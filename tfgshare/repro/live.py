@@ -83,8 +83,8 @@ def _sigterm_interrupts():
 def _cancel_left(client: Client, out: LiveRun, why: str) -> None:
     """Cancel the submitted jobs that have not ended, and say so."""
     try:
-        left = [j["id"] for j in client.jobs() if j["id"] in set(out.ids)
-                and j["state"] not in DONE]
+        ours = set(out.ids)
+        left = [j["id"] for j in client.jobs() if j["id"] in ours and j["state"] not in DONE]
         for job in left:
             with contextlib.suppress(Refused):   # it ended meanwhile
                 client.cancel(job)
