@@ -237,8 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         models = [_model_arg(m) for m in args.models]
-        if args.colocate:
-            choose_pairs(models, args.pairs)          # a bad --pairs fails before measuring
+        # the pairs, chosen once: a bad --pairs fails before measuring
+        pair_plan = choose_pairs(models, args.pairs) if args.colocate else []
         batches = [int(b) for b in args.batch_sizes.split(",") if b.strip()]
         if not batches or min(batches) < 1:
             raise ValueError(f"--batch-sizes needs positive integers, got {args.batch_sizes!r}")
@@ -261,8 +261,7 @@ def main(argv: list[str] | None = None) -> int:
             import_s = import_seconds(device)
             print(f"import tensorflow: {import_s:.1f} s (load average {load_before})", flush=True)
             runs = [(m, b) for m in models for b in (m[2] or batches)]
-            n_pairs = len(choose_pairs(models, args.pairs)) if args.colocate and len(models) > 1 \
-                else 0
+            n_pairs = len(pair_plan) if len(models) > 1 else 0
             print(f"{len(runs)} run{'s' if len(runs) > 1 else ''} of a (model, batch size) one at "
                   f"a time" + (f", then {n_pairs} pair{'s' if n_pairs > 1 else ''} at once" if
                                n_pairs else "")
@@ -291,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
                 utils = {f"{r['model']}/{r['batch_size']}": r["gpu_util"] or 1.0 for r in rows}
                 shares = {f"{r['model']}/{r['batch_size']}": r["cpu_share"] for r in rows
                           if r.get("cpu_share")}
-                for (ma, sa, oa), (mb, sb, ob) in choose_pairs(models, args.pairs):
+                for (ma, sa, oa), (mb, sb, ob) in pair_plan:
                     a, b = (ma, min(oa or batches), sa), (mb, min(ob or batches), sb)
                     if (ma, a[1]) not in alone or (mb, b[1]) not in alone:
                         continue          # one of them failed alone: no baseline
