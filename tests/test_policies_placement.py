@@ -258,3 +258,41 @@ def test_planning_on_a_copy_leaves_the_map_copied_as_it_was(before, plan):
     fresh = FreeMap(c, [], max_tenants=4, use=plan_on.use, band=bands, empty_band=2)
     fresh.close(plan_on.closed)
     assert answers(plan_on)[:5] == answers(fresh)[:5]
+
+
+@given(st.lists(st.tuples(st.integers(0, 11), st.sampled_from([0.1, 0.3, 0.45]),
+                          st.sampled_from([0.2, 0.6, 1.0])), max_size=20),
+       st.integers(2, 4), st.sampled_from([0.05, 0.2, 0.5]), st.sampled_from([None, 0, 1]),
+       st.sets(st.integers(0, 11), max_size=4))
+def test_a_gang_searched_over_several_bands_goes_to_the_node_with_fewest_fitting(
+        takes, k, f, band, refused):
+    # the rule gang_place documents: of the nodes where k GPUs fit, the one with the
+    # fewest that fit, ties to the node whose first fitting GPU in the search (bands in
+    # order, tightest first) comes first in the cluster; its first k GPUs in that order
+    def bands(u):
+        return 0 if u.util >= 1.0 else 1
+    c = make_cluster(3, 4)
+    fm = FreeMap(c, [], max_tenants=4, band=bands, empty_band=2)
+    for i, frac, util in takes:
+        if fm.free(c.gpus[i].id) >= frac:
+            fm.take([(c.gpus[i].id, frac)], util)
+    no = {c.gpus[i].id for i in refused}
+
+    def ok(gid):
+        return gid not in no
+    scan = sorted((g for g in c.gpus if fm.free(g.id) >= f - 1e-9 and fm.tenants(g.id) < 4
+                   and (ok(g.id) if band is None else (fm._band.get(g.id, 2) >= band and (
+                       fm._band.get(g.id, 2) > band or ok(g.id))))),
+                  key=lambda g: (fm._band.get(g.id, 2), fm.free(g.id), c.gpus.index(g)))
+    by_node = {}
+    for g in scan:
+        by_node.setdefault(g.node, []).append(g.id)
+    whole = [ids for ids in by_node.values() if len(ids) >= k]
+    got = fm.gang_place(k, f, ok, min_band=band)
+    if whole:
+        index = {g.id: i for i, g in enumerate(c.gpus)}
+        want = min(whole, key=lambda ids: (len(ids), index[ids[0]]))
+        assert got == [(gid, f) for gid in want[:k]]
+    else:
+        nodes = {g.id: g.node for g in c.gpus}
+        assert got is None or len({nodes[gid] for gid, _ in got}) > 1
