@@ -228,19 +228,28 @@ def test_kth_free_says_whether_k_gpus_fit_as_count_fitting_does(takes, k, band, 
     assert (fm.count_fitting(f, band) >= k) == (fm.kth_free(k, band) >= f - EPS)
 
 
+def _two_bands(u):
+    return 0 if u.util >= 1.0 else 1
+
+
+def _two_band_map(c, takes):
+    """A FreeMap in two bands by utilisation (idle GPUs in a third) after these
+    (GPU index, fraction, utilisation) takes, each that fits."""
+    fm = FreeMap(c, [], max_tenants=4, band=_two_bands, empty_band=2)
+    for i, frac, util in takes:
+        if fm.free(c.gpus[i].id) >= frac:
+            fm.take([(c.gpus[i].id, frac)], util)
+    return fm
+
+
 @given(st.lists(st.tuples(st.integers(0, 5), st.sampled_from([0.1, 0.3, 0.45]),
                           st.sampled_from([0.2, 1.0])), max_size=12),
        st.lists(st.tuples(st.integers(0, 5), st.sampled_from([0.05, 0.2, 0.5]),
                           st.sampled_from([0.2, 0.5, 1.0]), st.booleans()), max_size=12))
 def test_planning_on_a_copy_leaves_the_map_copied_as_it_was(before, plan):
     # fgs plans each round on a copy of the map it keeps between rounds
-    def bands(u):
-        return 0 if u.util >= 1.0 else 1
     c = make_cluster(2, 3)
-    fm = FreeMap(c, [], max_tenants=4, band=bands, empty_band=2)
-    for i, frac, util in before:
-        if fm.free(c.gpus[i].id) >= frac:
-            fm.take([(c.gpus[i].id, frac)], util)
+    fm = _two_band_map(c, before)
 
     def answers(m):
         return ([(g.id, m.free(g.id), m.tenants(g.id)) for g in c.gpus], m.total_free(),
@@ -255,7 +264,7 @@ def test_planning_on_a_copy_leaves_the_map_copied_as_it_was(before, plan):
             plan_on.take([(gid, frac)], util)
     assert answers(fm) == was
     # and the copy answers as a map built afresh with its tenants would
-    fresh = FreeMap(c, [], max_tenants=4, use=plan_on.use, band=bands, empty_band=2)
+    fresh = FreeMap(c, [], max_tenants=4, use=plan_on.use, band=_two_bands, empty_band=2)
     fresh.close(plan_on.closed)
     assert answers(plan_on)[:5] == answers(fresh)[:5]
 
@@ -269,13 +278,8 @@ def test_a_gang_searched_over_several_bands_goes_to_the_node_with_fewest_fitting
     # the rule gang_place documents: of the nodes where k GPUs fit, the one with the
     # fewest that fit, ties to the node whose first fitting GPU in the search (bands in
     # order, tightest first) comes first in the cluster; its first k GPUs in that order
-    def bands(u):
-        return 0 if u.util >= 1.0 else 1
     c = make_cluster(3, 4)
-    fm = FreeMap(c, [], max_tenants=4, band=bands, empty_band=2)
-    for i, frac, util in takes:
-        if fm.free(c.gpus[i].id) >= frac:
-            fm.take([(c.gpus[i].id, frac)], util)
+    fm = _two_band_map(c, takes)
     no = {c.gpus[i].id for i in refused}
 
     def ok(gid):
