@@ -15,7 +15,13 @@ as ``tfgshare coordinator`` tunes it (``--default-gc``: Python's defaults).
 The turn's commit after each round is timed by the wall clock too: CPU time
 does not show a wait for the disk.
 
+``--nodes 1250 --jobs 100000`` gives issue 32's ten-thousand-GPU setting (the
+finishes and heartbeats scale with the nodes). Each running job also reports its
+progress every ``--progress-every-s`` (10 s: the agents' pacing in those runs; 0: none),
+as a runner's progress event with its fields.
+
 Usage: python tools/bench_round_cpu.py [--rounds 150] [--policy fgs] [--profile PATH]
+       [--nodes 125] [--jobs 10000]
 """
 
 from __future__ import annotations
@@ -37,8 +43,8 @@ from tfgshare import schema as s  # noqa: E402
 from tfgshare.coordinator.config import CoordinatorConfig  # noqa: E402
 from tfgshare.coordinator.server import Coordinator, tune_interpreter  # noqa: E402
 
-NODES, GPUS_PER_NODE, JOBS = 125, 8, 10_000
-FINISH_PER_S, HEARTBEATS_PER_S = 50, 125
+GPUS_PER_NODE = 8
+FINISH_PER_S_PER_NODE = 0.4     # 50 finishes/s on 125 nodes; every node heartbeats each second
 
 
 class Clock:
@@ -60,15 +66,23 @@ def sample_event(job: str, now: float) -> dict:
             "predicted_total_s": 205.0, "window_start": now - 4.0, "cpu_util": 0.3}
 
 
+def progress_event(step: int, now: float, step_s: float = 0.2, total: int = 1000) -> dict:
+    """A runner's progress report with its fields, as ``agent_load`` sends it."""
+    return {"event": "progress", "time": now, "step": step, "loss": 2.0, "step_time_s": step_s,
+            "images_per_sec": 32 / step_s,
+            "predicted_remaining_s": max(0, total - step) * step_s}
+
+
 class Agents:
     """The simulated agents: they read the coordinator's commands and answer as
-    ``bench_coordinator.SimAgents`` do (acks, instant sampling runs, exits)."""
+    ``bench_coordinator.SimAgents`` do (acks, instant sampling runs, a start's
+    ``started`` event, exits)."""
 
-    def __init__(self, coord: Coordinator, clock: Clock) -> None:
+    def __init__(self, coord: Coordinator, clock: Clock, nodes: int) -> None:
         self.coord, self.clock = coord, clock
         self.running: dict[str, tuple[str, int]] = {}   # job -> (node, attempt)
         self.inbox: list[tuple[str, s.Message]] = []    # what they send next
-        self.nodes = [f"node{n:04d}" for n in range(NODES)]
+        self.nodes = [f"node{n:04d}" for n in range(nodes)]
         self.names = set(self.nodes)
 
     def send(self, node: str, msg: s.Message) -> None:
@@ -92,6 +106,11 @@ class Agents:
                                                    exit_code=75)))
             elif isinstance(msg, s.StartJob):
                 self.running[msg.job] = (node, msg.attempt)
+                self.inbox.append((node, s.JobEvent(node=node, job=msg.job, attempt=msg.attempt,
+                                                    event={"event": "started",
+                                                           "time": self.clock(),
+                                                           "global_step": 0,
+                                                           "restored": False})))
             elif isinstance(msg, (s.SuspendJob, s.CancelJob)):
                 self.running.pop(msg.job, None)
                 code = 75 if isinstance(msg, s.SuspendJob) else -9
@@ -131,6 +150,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", metavar="PATH",
                    help="write a CPU-time cProfile of the measured rounds here")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--nodes", type=int, default=125, help="simulated agents, 8 GPUs each")
+    p.add_argument("--jobs", type=int, default=10_000, help="jobs queued before the rounds")
+    p.add_argument("--progress-every-s", type=float, default=10.0,
+                   help="each running job's progress report period (0: none)")
+    p.add_argument("--warmup", type=int, default=5,
+                   help="rounds run after the fill and before the measured ones")
     args = p.parse_args(argv)
     if not args.default_gc:
         tune_interpreter()
@@ -138,10 +163,10 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         coord = Coordinator(CoordinatorConfig(state=Path(tmp) / "state.db", policy=args.policy,
                                               node_timeout=600), clock=clock)
-        agents = Agents(coord, clock)
+        agents = Agents(coord, clock, args.nodes)
         agents.register()
         spec = s.JobSpec("inception_v3", max_number_of_steps=1000)
-        for _ in range(JOBS // 100):
+        for _ in range(args.jobs // 100):
             coord.handle([b"client"], s.encode(s.Submit(jobs=[spec] * 100)))
             coord.step()
             coord._out.clear()
@@ -153,9 +178,14 @@ def main(argv: list[str] | None = None) -> int:
             coord.schedule(clock.t)
             agents.react()
             agents.deliver()
-            if len(agents.running) >= NODES * GPUS_PER_NODE * 3 and not agents.inbox:
+            if len(agents.running) >= args.nodes * GPUS_PER_NODE * 3 and not agents.inbox:
                 break
         fill = time.thread_time() - fill
+        for _ in range(args.warmup):          # the fill's last changes, out of the figures
+            clock.t += args.gap
+            coord.schedule(clock.t)
+            agents.react()
+            agents.deliver()
         res = measure(coord, agents, clock, args)
         res["fill_cpu_s"] = round(fill, 2)     # submits, sampling runs and starts
         res["waiting"] = sum(j.state.waiting for j in coord.cluster.active.values())
@@ -181,21 +211,45 @@ def measure(coord: Coordinator, agents: Agents, clock: Clock, args) -> dict:
                                                      "commit", "tick", "round")}
     commit_wall: list[float] = []   # the turn's commit, wall time (disk waits show here)
     next_tick = clock.t + 1.0
-    k = 0
+    k, nodes = 0, len(agents.nodes)
+    steps: dict[str, int] = {}         # job -> the step it last reported
+    turn: list[str] = []               # the running jobs left to report this period
+
+    def next_reporter() -> str | None:
+        """The next running job to report progress, each in turn."""
+        while True:
+            if not turn:
+                turn.extend(reversed(list(agents.running)))
+                if not turn:
+                    return None
+            job = turn.pop()
+            if job in agents.running:
+                return job
     gc.callbacks.append(on_gc)
     try:
         for _ in range(args.rounds):
-            for _ in range(round(FINISH_PER_S * args.gap)):
+            for _ in range(round(FINISH_PER_S_PER_NODE * nodes * args.gap)):
                 if agents.running:
                     job = rng.choice(list(agents.running))
                     node, attempt = agents.running.pop(job)
                     agents.inbox.append((node, s.JobExit(node=node, job=job, attempt=attempt,
                                                          exit_code=0)))
-            for _ in range(round(HEARTBEATS_PER_S * args.gap)):
-                node = agents.nodes[k % NODES]
+            if args.progress_every_s > 0:
+                for _ in range(round(len(agents.running) * args.gap / args.progress_every_s)):
+                    reporter = next_reporter()
+                    if reporter is not None:
+                        node, attempt = agents.running[reporter]
+                        step = steps[reporter] = steps.get(reporter, 0) + 10
+                        agents.inbox.append((node, s.JobEvent(
+                            node=node, job=reporter, attempt=attempt, event=progress_event(
+                                step, clock.t))))
+            on_node: dict[str, list[str]] = {}
+            for j, (n, _) in agents.running.items():
+                on_node.setdefault(n, []).append(j)
+            for _ in range(round(nodes * args.gap)):
+                node = agents.nodes[k % nodes]
                 k += 1
-                jobs = [s.JobTelemetry(j, 10, {0: 2000.0})
-                        for j, (n, _) in agents.running.items() if n == node][:16]
+                jobs = [s.JobTelemetry(j, 10, {0: 2000.0}) for j in on_node.get(node, [])[:16]]
                 agents.inbox.append((node, s.Heartbeat(
                     node=node, gpus=[s.GpuTelemetry(i, 0.5, 4000.0)
                                      for i in range(GPUS_PER_NODE)], jobs=jobs)))
