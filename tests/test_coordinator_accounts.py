@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 
 import pytest
 
@@ -313,5 +314,33 @@ def test_an_old_state_file_with_a_four_column_timeline_loads(tmp_path):
         rep = compute_report([job_record(coord.cluster.jobs["j1"], 200.0)],
                              Timeline.from_points(coord.store.load_timeline()), 1, end=200.0)
         assert rep.jobs == 1 and rep.util_allocated == pytest.approx(99 / 100)
+    finally:
+        coord.store.close()
+
+
+def test_the_usage_pass_is_spaced_by_its_own_cost(tmp_path, monkeypatch):
+    """A tick adds a timeline point each second while the pass is cheap; a pass that takes
+    c seconds runs again only c / USAGE_SHARE later (a big cluster's loop stays free)."""
+    t = [1000.0]
+    coord = Coordinator(CoordinatorConfig(state=tmp_path / "state.db", node_timeout=1e9),
+                        clock=lambda: t[0])
+    try:
+        for _ in range(3):
+            t[0] += 1.0
+            coord.tick(t[0])
+        assert list(coord.metrics.timeline.times)[-3:] == [1001.0, 1002.0, 1003.0]
+        update = coord.life.metrics.update
+
+        def slow_update(*args):
+            time.sleep(0.02)               # at least 1 s of the loop at USAGE_SHARE 0.02
+            return update(*args)
+        monkeypatch.setattr(coord.life.metrics, "update", slow_update)
+        for _ in range(5):
+            t[0] += 0.2
+            coord.tick(t[0])
+        assert list(coord.metrics.timeline.times)[-1] == pytest.approx(1003.2)
+        t[0] += 5.0
+        coord.tick(t[0])
+        assert list(coord.metrics.timeline.times)[-1] == pytest.approx(1009.0)
     finally:
         coord.store.close()

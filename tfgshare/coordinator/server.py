@@ -173,7 +173,7 @@ class Coordinator:
             if auth is not None:
                 auth.stop()
             ctx.term()
-            if not self.life.store.close():
+            if not self.life.close():
                 log.error("stopped with %d writes the state database refused (%s): they are "
                           "lost", self.life.store.pending, self.life.store.error)
             log.info("stopped")
