@@ -33,14 +33,14 @@ from tfgshare.policies.base import Fragment, JobState, Policy
 from tfgshare.policies.prediction import view_refresh_s
 
 # The usage pass (gauges, a timeline point) takes at most this share of the loop's time:
-# at 10,000 GPUs and 30,000 running jobs it costs about 0.15 s (bench_round_cpu.py), so
-# it runs about every 8 s there and each 1-s tick below a few thousand GPUs. A choice:
+# at 10,000 GPUs and 30,000 running jobs it costs 0.15-0.2 s (bench_round_cpu.py), so
+# it runs about every 8-10 s there and each 1-s tick below a few thousand GPUs. A choice:
 # a gauge scraped every 15 s loses nothing, and a round's wait for the loop is the cost.
 USAGE_SHARE = 0.02
 # A running job's progress-only record (its steps, step time, prediction) is written at
 # most this often: a coordinator that restarts sees steps up to this old until the job's
-# next report (its runner goes on training). At 10,000 GPUs writing every report was a
-# fifth of the loop (bench_round_cpu.py profile). Any other change is written at once.
+# next report (its runner goes on training). At 10,000 GPUs writing job records, most of
+# them progress, was 18 % of the loop (py-spy on a soak). Any other change is written at once.
 PROGRESS_SAVE_S = 60.0
 
 
