@@ -57,8 +57,8 @@ _encoder = msgspec.json.Encoder()
 
 def _record(record: dict[str, Any]) -> str:
     """A job record as stored: JSON, written by msgspec (six times json.dumps' speed; a
-    job is saved at every report of its runner). Its numbers are finite (msgspec would
-    write a NaN as null); ``json.loads`` reads it back."""
+    job is saved at each change, and its progress every minute). Its numbers are finite
+    (msgspec would write a NaN as null); ``json.loads`` reads it back."""
     return _encoder.encode(record).decode()
 
 
