@@ -2,15 +2,20 @@
 what it was told: the writes wait in memory and are saved once the database takes them again.
 
 SQLite's ``max_page_count`` stands in for the full disk: past it every write fails with
-"database or disk is full", as on a full filesystem.
+"database or disk is full", as on a full filesystem. Also what is written when: a running
+job's progress at most every minute, and in full at a clean stop.
 """
 
 from __future__ import annotations
 
+import json
+import sqlite3
 import time
 
-from coordinator_fakes import CoordinatorThread
+from coordinator_fakes import Clock, CoordinatorThread, FakeAgent
+from tfgshare import schema as s
 from tfgshare.client.api import Client
+from tfgshare.coordinator.lifecycle import PROGRESS_SAVE_S
 from tfgshare.coordinator.store import StateStore
 from tfgshare.policies.registry import get_policy
 from tfgshare.schema import JobSpec
@@ -78,3 +83,42 @@ def test_coordinator_serves_through_a_full_disk_and_keeps_every_submit(tmp_path,
 
 def _stored_ids(ct: CoordinatorThread) -> set[str]:
     return {row[0] for row in ct.coord.store.db.execute("SELECT id FROM jobs")}
+
+
+def test_progress_is_stored_at_most_every_minute_and_in_full_at_a_clean_stop(tmp_path):
+    """A running job's progress-only record is written at its first report and then at
+    most every PROGRESS_SAVE_S (a restart after a crash sees steps up to that old);
+    status answers from memory at once, and a clean stop writes the latest."""
+    state, clock = tmp_path / "state.db", Clock()
+    ct = CoordinatorThread(state, policy=get_policy("fifo"), clock=clock, node_timeout=600)
+    agent = FakeAgent(ct.address, "n1")
+    client = Client(ct.address, timeout_s=5.0)
+    stored = sqlite3.connect(state)
+
+    def stored_steps(jid: str) -> int:
+        (data,) = stored.execute("SELECT data FROM jobs WHERE id = ?", (jid,)).fetchone()
+        return json.loads(data)["steps_done"]
+
+    def progress(step: int) -> None:
+        agent.event(jid, "progress", step=step, loss=1.0, step_time_s=0.1,
+                    images_per_sec=1.0, predicted_remaining_s=0.1 * (10_000 - step))
+    try:
+        agent.register()
+        (jid,) = client.submit([JobSpec("inception_v3", max_number_of_steps=10_000)])
+        agent.wait_command(s.StartJob, jid)
+        agent.event(jid, "started", global_step=0, restored=False)
+        progress(10)
+        assert stored_steps(jid) == 10          # its first report: written
+        progress(20)
+        assert client.job(jid)["steps_done"] == 20 and stored_steps(jid) == 10
+        clock.skip(PROGRESS_SAVE_S)
+        progress(30)
+        assert stored_steps(jid) == 30          # a minute on: written
+        progress(40)
+        assert stored_steps(jid) == 30
+    finally:
+        client.close()
+        agent.close()
+        ct.close()
+    assert stored_steps(jid) == 40              # the clean stop wrote the latest
+    stored.close()

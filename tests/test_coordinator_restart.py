@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
-import sqlite3
 import subprocess
 import sys
 import time
@@ -14,11 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from coordinator_fakes import Clock, CoordinatorThread, FakeAgent
+from coordinator_fakes import FakeAgent
 from tfgshare import schema as s
 from tfgshare.client.api import Client, Unreachable
-from tfgshare.coordinator.lifecycle import PROGRESS_SAVE_S
-from tfgshare.policies.registry import get_policy
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -135,42 +131,3 @@ def test_sigkill_and_restart_keeps_jobs_and_readopts_running_ones(tmp_path, clea
     n1b.exit(on_n1[0], 0)
     assert client.job(on_n1[0])["state"] == "finished"
     assert len(client.jobs()) == 6
-
-
-def test_progress_is_stored_at_most_every_minute_and_in_full_at_a_clean_stop(tmp_path):
-    """A running job's progress-only record is written at its first report and then at
-    most every PROGRESS_SAVE_S (a restart after a crash sees steps up to that old);
-    status answers from memory at once, and a clean stop writes the latest."""
-    state, clock = tmp_path / "state.db", Clock()
-    ct = CoordinatorThread(state, policy=get_policy("fifo"), clock=clock, node_timeout=600)
-    agent = FakeAgent(ct.address, "n1")
-    client = Client(ct.address, timeout_s=5.0)
-    stored = sqlite3.connect(state)
-
-    def stored_steps(jid: str) -> int:
-        (data,) = stored.execute("SELECT data FROM jobs WHERE id = ?", (jid,)).fetchone()
-        return json.loads(data)["steps_done"]
-
-    def progress(step: int) -> None:
-        agent.event(jid, "progress", step=step, loss=1.0, step_time_s=0.1,
-                    images_per_sec=1.0, predicted_remaining_s=0.1 * (10_000 - step))
-    try:
-        agent.register()
-        (jid,) = client.submit([s.JobSpec("inception_v3", max_number_of_steps=10_000)])
-        agent.wait_command(s.StartJob, jid)
-        agent.event(jid, "started", global_step=0, restored=False)
-        progress(10)
-        assert stored_steps(jid) == 10          # its first report: written
-        progress(20)
-        assert client.job(jid)["steps_done"] == 20 and stored_steps(jid) == 10
-        clock.skip(PROGRESS_SAVE_S)
-        progress(30)
-        assert stored_steps(jid) == 30          # a minute on: written
-        progress(40)
-        assert stored_steps(jid) == 30
-    finally:
-        client.close()
-        agent.close()
-        ct.close()
-    assert stored_steps(jid) == 40              # the clean stop wrote the latest
-    stored.close()
