@@ -149,7 +149,7 @@ class Lifecycle:
         for job_id in self.progress_saved:
             job = self.cluster.active.get(job_id)
             if job is not None:
-                self.store.save_job(job_id, lambda job=job: (job.to_record(), None))
+                self._save_record(job)
         self.progress_saved.clear()
         return self.store.close()
 
@@ -176,7 +176,11 @@ class Lifecycle:
         last = self.progress_saved.get(job.id)
         if last is None or now - last >= PROGRESS_SAVE_S:
             self.progress_saved[job.id] = now
-            self.store.save_job(job.id, lambda: (job.to_record(), None))
+            self._save_record(job)
+
+    def _save_record(self, job: LiveJob) -> None:
+        """Write the job's record as it is at the turn's commit (no report: it runs)."""
+        self.store.save_job(job.id, lambda: (job.to_record(), None))
 
     def follow_steps(self, job: LiveJob, step: int, now: float) -> None:
         """A heartbeat's step of a job holding GPUs: kept, its run time left predicted
