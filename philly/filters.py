@@ -6,7 +6,6 @@ on its arguments and, where random, on ``seed``.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import random
 from datetime import datetime
@@ -66,7 +65,7 @@ def rebase(jobs: list[TraceJob]) -> list[TraceJob]:
     first = min(job.submit_time for job in jobs)
     if first == 0:
         return list(jobs)
-    return [dataclasses.replace(job, submit_time=job.submit_time - first) for job in jobs]
+    return [job.copy_with(submit_time=job.submit_time - first) for job in jobs]
 
 
 def _seconds(value: Time | None, origin: datetime | None, name: str) -> float | None:
@@ -173,8 +172,8 @@ def compress_time(jobs: list[TraceJob], factor: float, durations: bool = False) 
         return []
     first = min(j.submit_time for j in jobs)
     return [
-        dataclasses.replace(
-            j, submit_time=first + (j.submit_time - first) / factor,
+        j.copy_with(
+            submit_time=first + (j.submit_time - first) / factor,
             duration=j.duration / factor if durations else j.duration)
         for j in jobs
     ]

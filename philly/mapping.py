@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import replace
 
 from philly.jobs import TraceJob
 
@@ -59,7 +58,7 @@ def assign_models(jobs: list[TraceJob], profiles: Profiles, seed: int = 0) -> li
         batches = table[model]
         batch, step_time = batches[min(int(u_batch * len(batches)), len(batches) - 1)]
         steps = max(1, round(job.duration / step_time))
-        mapped.append(replace(job, model=model, batch_size=batch, total_steps=steps))
+        mapped.append(job.copy_with(model=model, batch_size=batch, total_steps=steps))
     return mapped
 
 

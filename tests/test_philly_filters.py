@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import Counter
 from datetime import datetime
@@ -61,6 +62,15 @@ def test_rebase_puts_first_job_at_zero():
     assert shifted[0].submit_time == 0
     gaps = [b.submit_time - a.submit_time for a, b in zip(jobs, jobs[1:])]
     assert [b.submit_time - a.submit_time for a, b in zip(shifted, shifted[1:])] == pytest.approx(gaps)
+
+
+def test_copy_with_changes_only_the_named_fields():
+    job = TraceJob("j1", 5.0, 2, 60.0, vc="vc1", gpu_types=("V100",))
+    moved = job.copy_with(submit_time=1.0, model="vgg_16")
+    assert moved == dataclasses.replace(job, submit_time=1.0, model="vgg_16")
+    assert (job.submit_time, job.model) == (5.0, "")   # the original is untouched
+    with pytest.raises(TypeError, match="no field gpus"):
+        job.copy_with(gpus=3)
 
 
 def test_subsample_is_seeded_and_keeps_times(trace):

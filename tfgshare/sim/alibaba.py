@@ -31,7 +31,7 @@ import csv
 import gzip
 import io
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from philly.jobs import TraceJob
@@ -271,7 +271,7 @@ def trace_jobs(pods: list[Pod], report: LoadReport) -> list[TraceJob]:
     jobs.sort(key=lambda j: (j.submit_time, j.id))
     if jobs:
         t0 = jobs[0].submit_time
-        jobs = [replace(j, submit_time=j.submit_time - t0) for j in jobs]
+        jobs = [j.copy_with(submit_time=j.submit_time - t0) for j in jobs]
     report.notes.append("qos is kept as the job's vc; cpu_milli and memory_mib are used by "
                         "placement rules that score nodes, not by the replay's GPU accounting")
     return jobs

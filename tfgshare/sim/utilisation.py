@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -106,7 +106,7 @@ def apply_workload(jobs: list[TraceJob], model: str, seed: int) -> list[TraceJob
         raise ValueError(f"unknown workload model {model!r}; valid: {', '.join(WORKLOADS)}")
     if model == "profile":
         return jobs
-    return [replace(j, gpu_util=draw_util(j.num_gpus, j.id, seed, j.gpu_fraction))
+    return [j.copy_with(gpu_util=draw_util(j.num_gpus, j.id, seed, j.gpu_fraction))
             for j in jobs]
 
 
