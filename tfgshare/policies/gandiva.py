@@ -33,8 +33,11 @@ from .queueing import WAITING
 
 class GandivaMemo(Memo):
     """Waiting jobs by (GPU count, requested fraction, sampled peak), in arrival order, and
-    a FreeMap of the GPUs as their holders hold them, brought up to date each round from
-    the GPUs that changed (a rebuild costs every GPU of the cluster) and copied to plan on."""
+    a FreeMap of the GPUs, brought up to date each round from the GPUs that changed (a
+    rebuild costs every GPU of the cluster). A round plans on it directly and marks the
+    GPUs it takes as changed, so the next round reads them back from their holders
+    (whether or not the caller carried the starts out): planning on a copy cost a copy
+    of each search group a start touched, thousands of GPUs long."""
 
     def reset(self) -> None:
         self.waiting = WaitQueue()
@@ -42,7 +45,8 @@ class GandivaMemo(Memo):
         self.unplanned: set[str] = set()    # GPUs changed since ``free`` was brought up to date
 
     def free_map(self, cluster: ClusterSnapshot, max_tenants: int) -> FreeMap:
-        """A FreeMap to plan this round on (a copy: the kept one is not changed)."""
+        """The FreeMap to plan this round on, as the holders hold the GPUs (the GPUs a
+        plan takes go in ``unplanned``)."""
         key = (cluster.down_nodes, cluster.reserve_mb, max_tenants)
         dirty, self.unplanned = self.unplanned, set()
         cache = self.free
@@ -51,7 +55,7 @@ class GandivaMemo(Memo):
         else:
             cache = self.free = (key, cluster.gpus,
                                  FreeMap(cluster, use=self.holdings.use, max_tenants=max_tenants))
-        return cache[2].copy()
+        return cache[2]
 
     def changed(self, jid: str, old: JobView | None, new: JobView | None) -> None:
         if new is None or new.state not in WAITING:
@@ -123,6 +127,7 @@ class Gandiva(Policy):
                 continue
             walk.advance()
             free.take(placed)
+            memo.unplanned.update(gid for gid, _ in placed)
             top = free.max_free()
             actions.append(Start(job.id, to_fragments(placed)))
         return actions
