@@ -2,7 +2,8 @@
 
 Policies plan a round's placements on a FreeMap (``best_fit``, ``gang_place``,
 ``take``, ``release``) under the rule in ``placement``; fgs and gandiva keep one in
-their memo and copy it each round. Imports only ``base``, ``layer`` and ``placement``.
+their memo (fgs copies it each round to plan on, gandiva plans on it directly).
+Imports only ``base``, ``layer`` and ``placement``.
 """
 
 from __future__ import annotations

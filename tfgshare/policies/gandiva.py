@@ -71,6 +71,7 @@ class Gandiva(Policy):
     """Greedy memory packing onto the least loaded GPU, in arrival order."""
 
     name: ClassVar[str] = "gandiva"
+    reads_progress: ClassVar[bool] = False   # it reads waiting jobs and where jobs run
     # most jobs sharing one GPU
     max_tenants: int = 4
     # fraction of a GPU assumed for a job with no sample and no request

@@ -55,6 +55,7 @@ class Sjf(Policy):
     """Shortest predicted job first on exclusive GPUs, sampling new jobs first."""
 
     name: ClassVar[str] = "sjf"
+    reads_progress: ClassVar[bool] = False   # it reads waiting jobs and where jobs run
     # sample a job with no prediction on an exclusive GPU before ordering it
     sample_on_admission: bool = True
 

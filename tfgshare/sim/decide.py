@@ -24,6 +24,40 @@ if TYPE_CHECKING:
 
 EPS = 1e-9
 
+# Policies that read no running job's progress (``Policy.reads_progress`` False) but
+# whose figures, as published, depend on its reports all the same: sjf's sampled step
+# times draw noise from the stream the reports draw from, and gandiva's shared GPUs
+# change a job's rate mid-run, so when its steps are summed shows in the last digits.
+# Their running jobs keep reporting (settled, measured, the next report queued); only
+# the view is not rebuilt. fifo and tiresias need no reports at all.
+REPORTS_KEPT = frozenset({"sjf", "gandiva"})
+
+
+def report_progress(sim: "Simulator", job: SimJob) -> float | None:
+    """A running job's progress report: its steps brought up to now, its step time
+    measured (with noise) and, once it is past its start, the cost of that start; the
+    next report queued when the run keeps reports (``Simulator.refreshes``). Its
+    predicted time left."""
+    job.view_version += 1
+    cfg = sim.config
+    sim.settle(job)
+    # what the job reports: its current step time, measured (with noise), and
+    # the measured cost of its start once it is past it; never the true values
+    if sim.now >= job.stall_until:
+        sim.measure_start(job)
+        job.measured_step_s = sim.noisy(sim.step_s(job))
+        restarts = 0
+    else:
+        restarts = 1   # still starting: as if waiting to start
+    left = None if job.measured_step_s is None else predict_remaining_s(
+        job.total_steps - job.steps, job.measured_step_s, restarts,
+        job.restart_s or 0.0)
+    if sim.refreshes:
+        due = sim.now + view_refresh_s(left, cfg.refresh_s, cfg.refresh_share)
+        sim.seq += 1
+        heapq.heappush(sim.refresh, (due, sim.seq, job, job.view_version))
+    return left
+
 
 def job_view(sim: "Simulator", job: SimJob) -> JobView:
     """The policy's view of a job, its progress brought up to now."""
@@ -31,25 +65,8 @@ def job_view(sim: "Simulator", job: SimJob) -> JobView:
     if holds:
         # running jobs report progress: their view is rebuilt when it is due, if the
         # policy reads it
-        job.view_version += 1
-        cfg = sim.config
-        sim.settle(job)
-        # what the job reports: its current step time, measured (with noise), and
-        # the measured cost of its start once it is past it; never the true values
-        if sim.now >= job.stall_until:
-            sim.measure_start(job)
-            job.measured_step_s = sim.noisy(sim.step_s(job))
-            restarts = 0
-        else:
-            restarts = 1   # still starting: as if waiting to start
-        left = None if job.measured_step_s is None else predict_remaining_s(
-            job.total_steps - job.steps, job.measured_step_s, restarts,
-            job.restart_s or 0.0)
+        left = report_progress(sim, job)
         attained = job.run_until(sim.now) * job.num_gpus
-        if sim.policy.reads_progress:
-            due = sim.now + view_refresh_s(left, cfg.refresh_s, cfg.refresh_share)
-            sim.seq += 1
-            heapq.heappush(sim.refresh, (due, sim.seq, job, job.view_version))
     else:
         step = job.measured_step_s
         left = None if step is None else predict_remaining_s(
@@ -70,15 +87,23 @@ def decide(sim: "Simulator") -> bool:
     it returns. Whether it returned any action."""
     now = sim.now
     refresh = sim.refresh
+    rebuild = sim.policy.reads_progress
+    due = []
     while refresh and refresh[0][0] <= now:
         _, _, job, version = heapq.heappop(refresh)
         if version == job.view_version and job.state.holds_gpu:
-            sim.dirty[job] = None
+            if rebuild:
+                sim.dirty[job] = None
+            else:
+                due.append(job)
     views = sim.views
     if sim.dirty:
         for job in sim.dirty:
             views.put(job_view(sim, job))
-        sim.dirty.clear()
+    for job in due:   # measured as the views were, after them; no view rebuilt
+        if job not in sim.dirty:
+            report_progress(sim, job)
+    sim.dirty.clear()
     t0 = time.perf_counter()
     if sim.memo is not None:
         actions = sim.policy.decide(now, sim.snapshot, views, sim.memo)

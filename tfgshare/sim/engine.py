@@ -1,16 +1,15 @@
 """The discrete-event simulator: replays jobs on a cluster under one policy.
 
-Time jumps from event to event (arrivals, runs reaching their target step,
-start-up stalls ending, and a periodic tick while jobs wait; with no tick,
-``tick_s=None``, the policy's own timed events from ``wake_at`` instead, such
-as the moment a waiting fgs job passes its bound and is promoted, or a running
-job passes its minimum run while others wait). All events at one
-timestamp are handled together, then the policy is asked once for actions,
-given only the live jobs. A job's training progresses at
-``1 / step_time`` steps per second where ``step_time`` is its profile's step
-time x the co-location slowdown on its most loaded GPU / that GPU's speed (x a
-penalty if its GPUs span nodes). Each action list passes the check the live
-coordinator applies too (``policies.validate``; ``decide``), then is carried out:
+Time jumps from event to event (arrivals, runs reaching their target step, start-up
+stalls ending, and a periodic tick while jobs wait; with no tick, ``tick_s=None``, the
+policy's own timed events from ``wake_at`` instead, such as the moment a waiting fgs job
+passes its bound and is promoted, or a running job passes its minimum run while others
+wait). All events at one timestamp are handled together, then the policy is asked once
+for actions, given only the live jobs. A job's training progresses at ``1 / step_time``
+steps per second where ``step_time`` is its profile's step time x the co-location
+slowdown on its most loaded GPU / that GPU's speed (x a penalty if its GPUs span nodes).
+Each action list passes the check the live coordinator applies too
+(``policies.validate``; ``decide``), then is carried out:
 
 * ``Start`` on a QUEUED job pays the model's start-up time; on a SAMPLED or
   SUSPENDED job also a checkpoint restore. ``sample_only`` runs the sampling
@@ -46,7 +45,7 @@ from tfgshare.policies.queueing import WAITING
 from .cluster import SimCluster
 from .config import SimConfig
 from .costs import AttemptCosts
-from .decide import decide
+from .decide import REPORTS_KEPT, decide
 from .forecast import forecast_step_s, sharing_beside
 from .job import SimJob, SimResult, SimulationError, admit
 from .live_window import LiveWindow
@@ -82,6 +81,7 @@ class Simulator:
         self.rng = random.Random(self.config.seed)
         self.tick_s = self.config.tick_s if policy.tick_s is Tick.CALLER else policy.tick_s
         self.acts_when_idle = policy.acts_when_idle
+        self.refreshes = policy.reads_progress or policy.name in REPORTS_KEPT
         self.sample_steps = int(policy.sample_steps or self.config.sample_steps)
         self.costs = AttemptCosts(self.config, self.sample_steps)
         # measured sharing factors and sampling runs, for sampled jobs' predictions
@@ -114,8 +114,8 @@ class Simulator:
         self.views = JobSet()                   # the policy's view of each live job
         self.memo = self.policy.new_memo()      # the policy's (None: it keeps none), ours to keep
         self.dirty: dict[SimJob, None] = {}     # live jobs whose view is out of date (ordered)
-        self.heap: list = []
-        self.refresh: list = []
+        self.heap: list = []                    # events (a heap)
+        self.refresh: list = []                 # running jobs' next progress reports (a heap)
         self.seq = 0
         self.n_waiting = 0
         self.n_holding = 0
