@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 
 from tfgshare.sim.profiles import load_profiles
@@ -40,6 +42,8 @@ def test_bad_filters(tmp_path):
         load_workload(_trace(tmp_path), load_profiles(), 4, num_jobs=0)
     with pytest.raises(ValueError, match="no jobs left"):
         load_workload(_trace(tmp_path), load_profiles(), 4, vcs=["zz"])
+    # loading pauses the cyclic garbage collector; a failed load gives it back
+    assert gc.isenabled()
 
 
 def _tiresias_csv(tmp_path):

@@ -7,7 +7,8 @@ admission), ``engine`` (the event loop), ``decide`` (the policy's round: the vie
 reads, its call, the one action check), ``costs`` (what an attempt costs),
 ``forecast`` (the one forecast, ``policies.forecast``, fed simulated measurements),
 ``live_window`` (what those predictions read of the oldest live jobs, kept incrementally),
-``invariants`` (the self-check), ``plots`` and ``cli`` (``tfgshare simulate``),
+``invariants`` (the self-check), ``gc_pause`` (no cyclic collection while a workload is
+built), ``plots`` and ``cli`` (``tfgshare simulate``),
 ``synth`` (``tfgshare trace generate``), ``sweep`` and ``sweep_report`` (``tfgshare sweep``).
 Nothing here imports TensorFlow.
 """

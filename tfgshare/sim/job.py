@@ -2,7 +2,7 @@
 (``SimResult``), and the admission of a workload's jobs onto a cluster.
 
 Imports only the policy records, the metrics' accounts and the simulator's
-cluster and profiles.
+cluster, profiles and ``gc_pause``.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from tfgshare.metrics import JobAccount, JobRecord, Report, Timeline
 from tfgshare.policies.base import Fragment, JobState, SampleRecord
 
 from .cluster import SimCluster
+from .gc_pause import no_cycle_collection
 from .profiles import ModelProfile, Profiles
 
 
@@ -88,6 +89,11 @@ class SimResult:
 def admit(jobs: Iterable, profiles: Profiles, cluster: SimCluster) -> list[SimJob]:
     """The jobs as the simulator runs them, by submit time; a ValueError names the first
     job that cannot run on ``cluster`` (no model, no profile, too big, a bad time)."""
+    with no_cycle_collection():   # admitting makes no cycles
+        return _admit(jobs, profiles, cluster)
+
+
+def _admit(jobs: Iterable, profiles: Profiles, cluster: SimCluster) -> list[SimJob]:
     out = []
     seen = set()
     max_memory = max(g.memory_mb for g in cluster.gpus)

@@ -16,9 +16,7 @@ counted in the :class:`Workload`, by reason.
 
 from __future__ import annotations
 
-import gc
 from collections import Counter
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +26,7 @@ from philly.mapping import assign_models
 from philly.report import LoadReport
 from philly.trace import load_trace
 
+from .gc_pause import no_cycle_collection
 from .profiles import Profiles
 from .utilisation import apply_workload, describe
 
@@ -90,23 +89,9 @@ def load_workload(trace: str, profiles: Profiles, cluster_gpus: int, *, seed: in
         raise ValueError(f"num_jobs must be >= 1, got {num_jobs}")
     if steps_from not in STEPS_FROM:
         raise ValueError(f"steps_from must be one of {', '.join(STEPS_FROM)}, got {steps_from!r}")
-    with _no_cycle_collection():
+    with no_cycle_collection():   # loading makes no cycles
         return _load(trace, profiles, cluster_gpus, seed, num_jobs, vcs, start, end,
                      time_compression, steps_from, workload)
-
-
-@contextmanager
-def _no_cycle_collection():
-    """The cyclic garbage collector off while a trace loads: loading makes no cycles,
-    but the collector, run as objects are made, rescans every job made so far (a quarter
-    of a million-job load's CPU time)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def _load(trace, profiles, cluster_gpus, seed, num_jobs, vcs, start, end,
