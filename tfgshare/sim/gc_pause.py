@@ -15,7 +15,8 @@ from typing import Iterator
 
 @contextmanager
 def no_cycle_collection() -> Iterator[None]:
-    """No cyclic garbage collection inside the block (as it was after it)."""
+    """No cyclic garbage collection inside the block, or the decorated function (as it
+    was after it)."""
     was = gc.isenabled()
     gc.disable()
     try:

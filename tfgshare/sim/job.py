@@ -86,14 +86,10 @@ class SimResult:
     tick_s: float | None = None   # the tick it ran under (None: the policy's own timed events)
 
 
+@no_cycle_collection()   # admitting makes no cycles
 def admit(jobs: Iterable, profiles: Profiles, cluster: SimCluster) -> list[SimJob]:
     """The jobs as the simulator runs them, by submit time; a ValueError names the first
     job that cannot run on ``cluster`` (no model, no profile, too big, a bad time)."""
-    with no_cycle_collection():   # admitting makes no cycles
-        return _admit(jobs, profiles, cluster)
-
-
-def _admit(jobs: Iterable, profiles: Profiles, cluster: SimCluster) -> list[SimJob]:
     out = []
     seen = set()
     max_memory = max(g.memory_mb for g in cluster.gpus)

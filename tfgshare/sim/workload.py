@@ -72,6 +72,7 @@ class Workload:
         return lines + self.notes
 
 
+@no_cycle_collection()   # loading makes no cycles
 def load_workload(trace: str, profiles: Profiles, cluster_gpus: int, *, seed: int = 0,
                   num_jobs: int | None = None, vcs: list[str] | None = None,
                   start: float | str | None = None, end: float | str | None = None,
@@ -89,13 +90,6 @@ def load_workload(trace: str, profiles: Profiles, cluster_gpus: int, *, seed: in
         raise ValueError(f"num_jobs must be >= 1, got {num_jobs}")
     if steps_from not in STEPS_FROM:
         raise ValueError(f"steps_from must be one of {', '.join(STEPS_FROM)}, got {steps_from!r}")
-    with no_cycle_collection():   # loading makes no cycles
-        return _load(trace, profiles, cluster_gpus, seed, num_jobs, vcs, start, end,
-                     time_compression, steps_from, workload)
-
-
-def _load(trace, profiles, cluster_gpus, seed, num_jobs, vcs, start, end,
-          time_compression, steps_from, workload) -> Workload:
     report = LoadReport()
     if is_alibaba(trace):
         jobs = load_alibaba_jobs(trace, report, vcs=vcs, start=start, end=end,
