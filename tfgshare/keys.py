@@ -313,18 +313,20 @@ class HandshakeWatch:
         self.monitor = sock.get_monitor_socket(self._EVENTS)
         self.patience = patience
         self.vague = 0
+        self.final = False
 
     def failed(self) -> bool:
-        """Read the events so far; True once the handshake has failed for good."""
-        while self.monitor.poll(0):
+        """Read the events so far; True once the handshake has failed for good (and after)."""
+        while not self.final and self.monitor.poll(0):
             event = recv_monitor_message(self.monitor)["event"]
             if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
                 self.vague = 0
             elif event == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
                 self.vague += 1
             else:
-                return True
-        return self.vague >= self.patience
+                self.final = True
+        self.final = self.final or self.vague >= self.patience
+        return self.final
 
     def close(self) -> None:
         """Stop watching."""

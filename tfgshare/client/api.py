@@ -99,7 +99,27 @@ class Client:
 
     def send_raw(self, data: bytes) -> None:
         """Send one frame as is (tests use this for malformed frames)."""
-        self._sock.send(data)
+        self._send(data, time.monotonic() + self.timeout_s, self.timeout_s)
+
+    def _send(self, frame: bytes, deadline: float, timeout: float) -> None:
+        """Queue ``frame``, waiting until ``deadline`` at most: a socket whose handshake
+        failed has no connection left to queue on, and a blocking send would wait forever."""
+        while True:
+            self._check_handshake()
+            try:
+                self._sock.send(frame, zmq.NOBLOCK)
+                return
+            except zmq.Again:
+                pass
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise self._unreachable(timeout)
+            self._handshake.monitor.poll(min(left, 0.05) * 1000)
+
+    def _unreachable(self, timeout: float) -> Unreachable:
+        return Unreachable(f"no answer from the coordinator at {self.address} within "
+                           f"{timeout:g}s; is it running? (set --coordinator or "
+                           "TFGSHARE_COORDINATOR)")
 
     def recv_raw(self, timeout_s: float | None = None) -> bytes | None:
         """The next frame, or None after the timeout."""
@@ -110,8 +130,8 @@ class Client:
     def request(self, msg: s.Message, timeout_s: float | None = None) -> dict[str, Any]:
         """Send ``msg`` and return the ``ok`` reply's fields; raise on error or timeout."""
         timeout = self.timeout_s if timeout_s is None else timeout_s
-        self._sock.send(s.encode(msg))
         deadline = time.monotonic() + timeout
+        self._send(s.encode(msg), deadline, timeout)
         while True:
             left = deadline - time.monotonic()
             ready = dict(self._poller.poll(left * 1000)) if left > 0 else {}
@@ -120,9 +140,7 @@ class Client:
             if self._sock not in ready:
                 if time.monotonic() < deadline:
                     continue
-                raise Unreachable(f"no answer from the coordinator at {self.address} within "
-                                  f"{timeout:g}s; is it running? (set --coordinator or "
-                                  "TFGSHARE_COORDINATOR)")
+                raise self._unreachable(timeout)
             reply = s.decode(self._sock.recv(), max_bytes=None)
             if reply.id != msg.id:
                 continue   # a late reply to an earlier request
