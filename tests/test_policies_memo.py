@@ -582,3 +582,34 @@ def test_fgs_memo_keeps_a_gpu_fresh_in_an_index_that_does_not_read_what_its_tena
     # x's move cost measured: its minimum run changes, which every index reads
     assert report(400.0, "x", move_cost_s=6.0) == {
         "movable": {"n0:0"}, "room": {"n0:0"}, "clear": {"n0:0"}}
+
+
+class Sizes:
+    """Wraps a policy: after each round, how many entries its memo keeps against the jobs."""
+
+    def __init__(self, policy):
+        self.policy, self.name, self.seen = policy, policy.name, []
+
+    def __getattr__(self, attr):
+        return getattr(self.policy, attr)
+
+    def decide(self, now, cluster, jobs, memo=None):
+        out = self.policy.decide(now, cluster, jobs, memo)
+        kept = (len(memo.promotions_due) + len(memo.passing) + len(memo.expiries)
+                + len(memo.asked_ids))
+        self.seen.append((len(memo.tracker.views), kept))
+        return out
+
+
+def test_fgs_memo_keeps_what_the_jobs_present_need_not_every_job_seen(toy_profiles):
+    # a long stream of short jobs through four GPUs, a few present at a time: what fgs's memo
+    # keeps (its timed-event heaps, the jobs it counted into its target workload) follows
+    # the jobs present; a coordinator that runs for days must not keep every job it saw
+    jobs = [TraceJob(f"j{i}", 30.0 * i, 1, 0.0, model="toy", batch_size=3, total_steps=150)
+            for i in range(1500)]
+    pol = Sizes(get_policy("fgs"))
+    simulate(load_cluster("1x4:8192"), jobs, toy_profiles, pol, SimConfig(seed=1))
+    present = max(n for n, _ in pol.seen)
+    assert present < 100, present          # the stream does not pile up: a few at a time
+    worst = max(kept - 4 * n for n, kept in pol.seen)
+    assert worst <= 3 * 64, (worst, pol.seen[-5:])

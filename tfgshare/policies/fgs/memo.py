@@ -96,7 +96,8 @@ class FgsMemo(Memo):
         self._keyed: dict[str, KeyedView] = {}   # id -> its latest view and keys
         # FGD's target workload (``Fgs.frag_measure``): every sampled job's request, once
         self.asked: Counter = Counter()     # (GPUs, fraction step) -> jobs seen asking
-        self.asked_ids: set[str] = set()
+        self.asked_ids: set[str] = set()    # of the jobs still here (a gone job never returns)
+        self.asked_total = 0                # jobs counted into ``asked``
         self.chooser = LeastFragmenting(())
         self.chosen_at = 0                  # how many requests its types were made from
         self._clear()
@@ -126,12 +127,13 @@ class FgsMemo(Memo):
     def see_request(self, jid: str, k: int, fraction: float) -> None:
         """Count a sampled job's request into the target workload (once per job)."""
         self.asked_ids.add(jid)
+        self.asked_total += 1
         self.asked[request_of(k, fraction)] += 1
 
     def fragmentation_chooser(self) -> LeastFragmenting:
         """The chooser by FGD's measure against the requests seen, its types made again
         once they have grown by ``REFRESH`` since (so not on every new job)."""
-        n = len(self.asked_ids)
+        n = self.asked_total
         if n > self.chosen_at and n >= self.chosen_at * (1 + REFRESH):
             self.chooser.types = target_types(self.asked)
             self.chosen_at = n
@@ -197,6 +199,8 @@ class FgsMemo(Memo):
             self.at_bound.pop(jid, None)
         config = self.config
         if new is None or new.state not in WAITING or config is None:
+            if new is None:
+                self.asked_ids.discard(jid)   # it ended: counted once, never seen again
             return
         promotion, rep = config.promotion, config.rep
         cap_s, floor = promotion.max_wait_s, promotion.promote_floor
@@ -301,7 +305,13 @@ class FgsMemo(Memo):
         self.waiting[jid] = WaitingJob(new, to_sample, key, size, WaitClock(a, b, bound))
         due = -math.inf if a > bound else b + (bound - a)
         due -= 1e-6 * (1.0 + abs(due)) if due != -math.inf else 0.0   # early, never late
-        heapq.heappush(self.promotions_due, PromotionDue(due, jid, new))
+        heap = self.promotions_due
+        heapq.heappush(heap, PromotionDue(due, jid, new))
+        if len(heap) > 2 * len(self.waiting) + 64:   # drop the gone views (not yet due)
+            waiting = self.waiting
+            self.promotions_due = [e for e in heap if e.job_id in waiting
+                                   and waiting[e.job_id].view is e.view]
+            heapq.heapify(self.promotions_due)
 
     def next_promotion(self, now: float) -> float | None:
         """About when the next waiting job is promoted (never late), or None.
@@ -354,4 +364,7 @@ class FgsMemo(Memo):
                 kept.append(entry)
         for entry in kept:
             heapq.heappush(passing, entry)
+        if len(passing) > 2 * len(at_bound) + 64:   # drop the gone views (not yet passing)
+            self.passing = [e for e in passing if at_bound.get(e.job_id) is e.view]
+            heapq.heapify(self.passing)
         self.now = now
