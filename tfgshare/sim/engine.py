@@ -380,13 +380,13 @@ class Simulator:
 
     def _set_contrib(self, jobs: Iterable[SimJob], extra_gpus: Sequence[str] = ()) -> None:
         """Update the useful utilisation of these jobs and of the GPUs they touch."""
-        touched = set(extra_gpus)
+        touched = dict.fromkeys(extra_gpus)   # in order: eff_total sums alike in every run
         for j in jobs:
             if j.fragments and self.now >= j.stall_until:
                 j.speed = 1.0 / (j.slow * self._span_factor(j))
             else:
                 j.speed = 0.0
-            touched.update(f.gpu for f in j.fragments)
+            touched.update(dict.fromkeys(f.gpu for f in j.fragments))
         for g in touched:
             new = kernel_share([(j.prof.gpu_util, j.speed) for j in self.tenants.get(g, ())])
             self.eff_total += new - self.eff.get(g, 0.0)
