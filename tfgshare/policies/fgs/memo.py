@@ -264,7 +264,7 @@ class FgsMemo(Memo):
             at = last + run - 1e-9 * (1.0 + abs(last) + abs(run))   # early, never late
             self.pushed += 1
             heapq.heappush(self.expiries, MinRunEnd(at, self.pushed, jid, new, last, run))
-            if len(self.expiries) > 2 * len(self.tracker.views) + 64:   # drop the gone ones
+            if len(self.expiries) > 2 * len(self.holdings.holders) + 64:   # drop the gone ones
                 views = self.tracker.views
                 self.expiries = [e for e in self.expiries if views.get(e.job_id) is e.view]
                 heapq.heapify(self.expiries)
