@@ -18,7 +18,9 @@ does not show a wait for the disk.
 ``--nodes 1250 --jobs 100000`` gives issue 32's ten-thousand-GPU setting (the
 finishes and heartbeats scale with the nodes). Each running job also reports its
 progress every ``--progress-every-s`` (10 s: the agents' pacing in those runs; 0: none),
-as a runner's progress event with its fields.
+as a runner's progress event with its fields. ``--replace`` makes the rounds a soak:
+each finished job is replaced by a new submit (as ``--soak-s`` live), and the
+process's resident memory is read every 500 rounds.
 
 Usage: python tools/bench_round_cpu.py [--rounds 150] [--policy fgs] [--profile PATH]
        [--nodes 125] [--jobs 10000]
@@ -36,6 +38,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
@@ -45,6 +49,12 @@ from tfgshare.coordinator.server import Coordinator, tune_interpreter  # noqa: E
 
 GPUS_PER_NODE = 8
 FINISH_PER_S_PER_NODE = 0.4     # 50 finishes/s on 125 nodes; every node heartbeats each second
+SPEC = s.JobSpec("inception_v3", max_number_of_steps=1000)   # every job submitted
+
+
+def resident_mib() -> float:
+    """This process's resident memory, MiB."""
+    return round(psutil.Process().memory_info().rss / 2**20, 1)
 
 
 class Clock:
@@ -156,6 +166,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="each running job's progress report period (0: none)")
     p.add_argument("--warmup", type=int, default=5,
                    help="rounds run after the fill and before the measured ones")
+    p.add_argument("--replace", action="store_true",
+                   help="replace each finished job by a new submit; report memory as it goes")
     args = p.parse_args(argv)
     if not args.default_gc:
         tune_interpreter()
@@ -165,9 +177,8 @@ def main(argv: list[str] | None = None) -> int:
                                               node_timeout=600), clock=clock)
         agents = Agents(coord, clock, args.nodes)
         agents.register()
-        spec = s.JobSpec("inception_v3", max_number_of_steps=1000)
         for _ in range(args.jobs // 100):
-            coord.handle([b"client"], s.encode(s.Submit(jobs=[spec] * 100)))
+            coord.handle([b"client"], s.encode(s.Submit(jobs=[SPEC] * 100)))
             coord.step()
             coord._out.clear()
         fill = time.thread_time()
@@ -225,15 +236,20 @@ def measure(coord: Coordinator, agents: Agents, clock: Clock, args) -> dict:
             job = turn.pop()
             if job in agents.running:
                 return job
+    memory: list[tuple[int, float]] = []   # (round, resident MiB), with --replace
     gc.callbacks.append(on_gc)
     try:
-        for _ in range(args.rounds):
+        for r in range(args.rounds):
+            if args.replace and r % 500 == 0:
+                memory.append((r, resident_mib()))
+            finished = 0
             for _ in range(round(FINISH_PER_S_PER_NODE * nodes * args.gap)):
                 if agents.running:
                     job = rng.choice(list(agents.running))
                     node, attempt = agents.running.pop(job)
                     agents.inbox.append((node, s.JobExit(node=node, job=job, attempt=attempt,
                                                          exit_code=0)))
+                    finished += 1
             if args.progress_every_s > 0:
                 for _ in range(round(len(agents.running) * args.gap / args.progress_every_s)):
                     reporter = next_reporter()
@@ -257,6 +273,8 @@ def measure(coord: Coordinator, agents: Agents, clock: Clock, args) -> dict:
                 prof.enable()
             c0 = cpu()
             agents.deliver()
+            if args.replace and finished:
+                coord.handle([b"client"], s.encode(s.Submit(jobs=[SPEC] * finished)))
             c1 = cpu()
             clock.t += args.gap
             if clock.t >= next_tick:          # in the gap after a round, as the loop does
@@ -289,6 +307,9 @@ def measure(coord: Coordinator, agents: Agents, clock: Clock, args) -> dict:
     out["commit_wall"]["max_ms"] = round(1000 * max(commit_wall), 2)
     out["commit_wall"]["over_5ms"] = sum(w > 0.005 for w in commit_wall)
     out["rounds"] = args.rounds
+    if args.replace:
+        memory.append((args.rounds, resident_mib()))
+        out["resident_mib_by_round"] = memory
     out["gc_collections"] = collected[1]
     out["gc_cpu_ms_per_round"] = round(1000 * collected[0] / args.rounds, 2)
     return out
