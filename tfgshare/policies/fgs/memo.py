@@ -17,6 +17,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import Counter
+from typing import Any, Callable
 
 from sortedcontainers import SortedList
 
@@ -34,6 +35,16 @@ from .records import (ArrivalKey, IdleWalk, JobSize, KeyedView, KeysBeforeAfter,
 __all__ = ["FgsMemo"]
 
 REFRESH = 0.05   # FGD's target workload is made again when the requests seen grow 5 %
+
+
+def _drop_gone(heap: list, live: Callable[[Any], bool], present: int) -> list:
+    """``heap`` as it is, or once it holds over twice ``present`` entries (+64) only its
+    ``live`` ones, a heap again: entries are left behind when a job's view changes."""
+    if len(heap) <= 2 * present + 64:
+        return heap
+    kept = [e for e in heap if live(e)]
+    heapq.heapify(kept)
+    return kept
 
 
 class FgsMemo(Memo):
@@ -264,10 +275,9 @@ class FgsMemo(Memo):
             at = last + run - 1e-9 * (1.0 + abs(last) + abs(run))   # early, never late
             self.pushed += 1
             heapq.heappush(self.expiries, MinRunEnd(at, self.pushed, jid, new, last, run))
-            if len(self.expiries) > 2 * len(self.holdings.holders) + 64:   # drop the gone ones
-                views = self.tracker.views
-                self.expiries = [e for e in self.expiries if views.get(e.job_id) is e.view]
-                heapq.heapify(self.expiries)
+            views = self.tracker.views
+            self.expiries = _drop_gone(self.expiries, lambda e: views.get(e.job_id) is e.view,
+                                       len(self.holdings.holders))
         return was != now
 
     def next_expiry(self, now: float) -> float:
@@ -305,13 +315,11 @@ class FgsMemo(Memo):
         self.waiting[jid] = WaitingJob(new, to_sample, key, size, WaitClock(a, b, bound))
         due = -math.inf if a > bound else b + (bound - a)
         due -= 1e-6 * (1.0 + abs(due)) if due != -math.inf else 0.0   # early, never late
-        heap = self.promotions_due
-        heapq.heappush(heap, PromotionDue(due, jid, new))
-        if len(heap) > 2 * len(self.waiting) + 64:   # drop the gone views (not yet due)
-            waiting = self.waiting
-            self.promotions_due = [e for e in heap if e.job_id in waiting
-                                   and waiting[e.job_id].view is e.view]
-            heapq.heapify(self.promotions_due)
+        heapq.heappush(self.promotions_due, PromotionDue(due, jid, new))
+        waiting = self.waiting
+        self.promotions_due = _drop_gone(
+            self.promotions_due,
+            lambda e: e.job_id in waiting and waiting[e.job_id].view is e.view, len(waiting))
 
     def next_promotion(self, now: float) -> float | None:
         """About when the next waiting job is promoted (never late), or None.
@@ -364,7 +372,6 @@ class FgsMemo(Memo):
                 kept.append(entry)
         for entry in kept:
             heapq.heappush(passing, entry)
-        if len(passing) > 2 * len(at_bound) + 64:   # drop the gone views (not yet passing)
-            self.passing = [e for e in passing if at_bound.get(e.job_id) is e.view]
-            heapq.heapify(self.passing)
+        self.passing = _drop_gone(passing, lambda e: at_bound.get(e.job_id) is e.view,
+                                  len(at_bound))
         self.now = now
