@@ -49,6 +49,7 @@ from tfgshare.coordinator.agents import AgentHandlers
 from tfgshare.coordinator.clients import ClientHandlers
 from tfgshare.coordinator.config import CoordinatorConfig, config_from_args
 from tfgshare.coordinator.errors import RequestError
+from tfgshare.coordinator.heap import HeapTrim
 from tfgshare.coordinator.lifecycle import Lifecycle
 from tfgshare.coordinator.logs import BadFrames, TurnHandler, flush_logs, log
 from tfgshare.coordinator.rounds import Rounds
@@ -98,6 +99,7 @@ class Coordinator:
         self.handlers: dict[str, Callable[[bytes, Any, keys_mod.Identity | None], Any]] = {
             **self.agents.handlers(), **self.clients.handlers()}
         self.bad_frames = BadFrames(self.life.metrics.bad_frames)   # a line per reason per 10 s
+        self.heap = HeapTrim()                # freed memory back to the system once a minute
         # the messages handled, a counter per type (each shows, at 0 until one comes)
         self._handled = {kind: self.life.metrics.messages.labels(kind) for kind in s.MESSAGES}
         self.endpoint: str | None = None
@@ -268,6 +270,7 @@ class Coordinator:
         # young generations and move the survivors out of the collector's sight.
         gc.collect(1)
         gc.freeze()
+        self.heap.maybe()
 
     # ---- frames ---------------------------------------------------------------
 
