@@ -13,7 +13,8 @@
   commands, commands awaiting an answer, job log lines; ``cluster``: live jobs,
   nodes and fragment accounting.
 - ``store``: the SQLite state; ``exporter``: Prometheus metrics and the run report.
-- ``config``, ``errors``, ``logs``: settings and flags, request errors, logging.
+- ``config``, ``errors``, ``logs``: settings and flags, request errors, logging;
+  ``heap``: freed heap memory given back to the system once a minute.
 
 May import: ``tfgshare.schema``, ``keys``, ``metrics``, ``paths``, ``policies``,
 ``runner_wire`` (the runner's exit codes and events) and ``model_table`` (the model
