@@ -37,7 +37,6 @@ class HeapTrim:
         self._trim = _malloc_trim()
         self.due = clock() + every_s
         self.trims = 0
-        self.seconds = 0.0          # spent trimming (the call releases the GIL)
 
     @property
     def available(self) -> bool:
@@ -48,9 +47,7 @@ class HeapTrim:
         """Release the free pages now; True when the C library could."""
         if self._trim is None:
             return False
-        t0 = time.perf_counter()
-        self._trim(0)
-        self.seconds += time.perf_counter() - t0
+        self._trim(0)               # the call releases the GIL
         self.trims += 1
         return True
 
