@@ -36,29 +36,57 @@ models:
 """
 
 
-def tfgshare(*args: str, timeout: float = 840) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tfgshare.cli", *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout)
+@pytest.fixture(scope="module")
+def gpu_check_cpu(tmp_path_factory):
+    """One run of ``tools/gpu_check.sh --allow-cpu``: its output, report and work dir.
+
+    Its profile and reproduce steps are ``tfgshare profile`` and ``tfgshare reproduce``
+    as a user runs them, so the tests of those commands read this run's results rather
+    than start a dozen more TensorFlow processes (about a minute of the suite).
+    """
+    work = tmp_path_factory.mktemp("gpucheck")
+    done = subprocess.run(
+        ["bash", "tools/gpu_check.sh", "--allow-cpu", "--models", "lenet", "cifarnet",
+         "--profile-batch-sizes", "1", "--share-steps", "30", "--continuity-steps", "40",
+         "--reproduce-jobs", "2", "--work-dir", str(work)],
+        cwd=REPO, capture_output=True, text=True, timeout=1450,
+        env={**__import__("os").environ, "PYTHON": sys.executable})
+    report = yaml.safe_load(done.stdout.split("--- paste into")[0]) if done.stdout else {}
+    return done, report or {}, work
 
 
-def test_profile_on_the_cpu_writes_a_profile_the_simulator_loads(tmp_path):
+@pytest.mark.timeout(1500)   # about 4 minutes idle: a dozen TensorFlow start-ups
+def test_gpu_check_passes_its_allow_cpu_mode(gpu_check_cpu):
+    done, _, _ = gpu_check_cpu
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    block = done.stdout.split("--- paste into docs/reproduction.md\n")[1].split("--- end")[0]
+    for name in ("discovery", "sharing", "continuity", "profile", "reproduce"):
+        assert f"- {name}: ok" in block
+    assert "pair lenet/1 + cifarnet/1: slowdown" in block and "JCT /" in block
+
+
+@pytest.mark.timeout(1500)
+def test_profile_on_the_cpu_writes_a_profile_the_simulator_loads(gpu_check_cpu):
     from philly.jobs import TraceJob
     from tfgshare.policies.registry import get_policy
     from tfgshare.sim.cluster import load_cluster
     from tfgshare.sim.config import SimConfig
     from tfgshare.sim.engine import simulate
 
-    out = tmp_path / "cpu.yaml"
-    done = tfgshare("profile", "lenet", "cifarnet", "--batch-sizes", "1", "--cpu",
-                    "--colocate", "--out", str(out))
-    assert done.returncode == 0, done.stdout + done.stderr
+    done, report, work = gpu_check_cpu
+    run = report.get("profile", {})
+    assert run.get("ok"), done.stdout[-3000:] + done.stderr[-3000:]
+    assert run["command"] == ("tfgshare profile lenet cifarnet --batch-sizes 1 --colocate "
+                              f"--pairs 2 --out {work / 'profile' / 'profile.yaml'} --cpu")
+    said = "\n".join(run["lines"])
+    out = work / "profile" / "profile.yaml"
     # it says up front what it will run, numbers each run, and fits 100 columns
-    assert "2 runs of a (model, batch size) one at a time, then 1 pair at once" in done.stdout
-    assert "[1/2, " in done.stdout and "[2/2, " in done.stdout
-    assert max(map(len, done.stdout.splitlines())) <= 100, done.stdout
+    assert "2 runs of a (model, batch size) one at a time, then 1 pair at once" in said
+    assert "[1/2, " in said and "[2/2, " in said
+    assert max(map(len, run["lines"])) <= 100, said
     # on the CPU the pair's slowdowns are taken at a whole core, from the measured shares
-    assert "co-location fit (full core): overhead" in done.stdout
-    assert "fit error mean" in done.stdout and "at a whole core" in done.stdout
+    assert "co-location fit (full core): overhead" in said
+    assert "fit error mean" in said and "at a whole core" in said
     doc = yaml.safe_load(out.read_text())
     assert doc["device"].startswith("CPU virtual GPU") and doc["tensorflow"] != "unknown"
     assert doc["date"] and doc["colocation"]["pairs"][0]["models"] == ["lenet/1", "cifarnet/1"]
@@ -147,17 +175,14 @@ def test_replay_of_a_small_slice_finishes_every_job_and_reports_live_beside_sim(
             ["fifo live", "fifo sim", "fifo sim (live CPU share)", "fifo sim (live start-ups)"]
 
 
-def test_reproduce_four_models_records_match_the_coordinators_store(tmp_path):
-    config = tmp_path / "batch.yaml"
-    config.write_text(yaml.safe_dump({"scales": {"small": {
-        "cluster": {"nodes": 1, "virtual_gpus": "1x16GiB"}, "timeout_s": 200,
-        "burst": 1, "interval_s": 2,
-        "jobs": [{"model": "lenet", "batch_size": 2, "steps": 30},
-                 {"model": "lenet", "batch_size": 2, "steps": 20}]}}}))
-    out = tmp_path / "four"
-    done = tfgshare("reproduce", "four-models", "--policy", "fifo,fgs", "--scale", "small",
-                    "--config", str(config), "--out", str(out))
-    assert done.returncode == 0, done.stdout + done.stderr
+@pytest.mark.timeout(1500)
+def test_reproduce_four_models_records_match_the_coordinators_store(gpu_check_cpu):
+    done, report, work = gpu_check_cpu
+    run = report.get("reproduce", {})
+    assert run.get("ok"), done.stdout[-3000:] + done.stderr[-3000:]
+    out = work / "reproduce" / "four-models"
+    assert run["command"] == (f"tfgshare reproduce four-models --scale small --policy fifo,fgs "
+                              f"--out {out} --config {work / 'reproduce' / 'batch.yaml'}")
     for name in ("report.txt", "report.csv", "jobs.json", "jct.png", "gantt.png"):
         assert (out / name).stat().st_size > 0, name
     # the simulator's prediction of the same run, beside the live figures
@@ -165,7 +190,7 @@ def test_reproduce_four_models_records_match_the_coordinators_store(tmp_path):
         predicted = {(r["policy"], r["figure"]): r for r in csv.DictReader(f)}
     assert float(predicted[("fifo", "JCT mean s")]["simulated"]) > 0
     assert ("fifo vs fgs", "JCT ratio") in predicted
-    assert "the simulator on this run's measurements" in done.stdout
+    assert "the simulator on this run's measurements" in " ".join(run["lines"])
     table = (out / "report.txt").read_text().splitlines()
     assert table[0].split()[:2] == ["policy", "jobs"] and "JCT /" in table[0]
     assert [line.split()[0] for line in table[2:4]] == ["fifo", "fgs"]   # then its legend
@@ -189,21 +214,6 @@ def test_reproduce_four_models_records_match_the_coordinators_store(tmp_path):
         assert doc["policies"][policy]["cpu_s"] > 1 and len(doc["policies"][policy]["load"]) == 6
         # the reset between policies deleted the batch's checkpoints
         assert not (out / "clusters" / policy / "checkpoints").exists()
-
-
-@pytest.mark.timeout(1500)   # about 4 minutes idle: a dozen TensorFlow start-ups
-def test_gpu_check_passes_its_allow_cpu_mode(tmp_path):
-    done = subprocess.run(
-        ["bash", "tools/gpu_check.sh", "--allow-cpu", "--models", "lenet", "cifarnet",
-         "--profile-batch-sizes", "1", "--share-steps", "30", "--continuity-steps", "40",
-         "--reproduce-jobs", "2", "--work-dir", str(tmp_path)],
-        cwd=REPO, capture_output=True, text=True, timeout=1450,
-        env={**__import__("os").environ, "PYTHON": sys.executable})
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    block = done.stdout.split("--- paste into docs/reproduction.md\n")[1].split("--- end")[0]
-    for name in ("discovery", "sharing", "continuity", "profile", "reproduce"):
-        assert f"- {name}: ok" in block
-    assert "pair lenet/1 + cifarnet/1: slowdown" in block and "JCT /" in block
 
 
 def test_colocation_fit_recovers_the_model_that_made_the_slowdowns():

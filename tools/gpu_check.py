@@ -201,6 +201,8 @@ def run_reproduce(args, work: Path) -> dict:
                               for p, v in jobs["policies"].items()}
     if not result["ok"]:
         result["error"] = (done.stdout + done.stderr)[-2000:]
+    else:
+        result["lines"] = [line for line in done.stdout.splitlines() if line.strip()]
     return result
 
 
