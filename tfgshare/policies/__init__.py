@@ -11,7 +11,8 @@
 - ``placement``: fragment accounting (``usage``, ``free_fraction``, ``fraction_for``)
   and the cluster's layout.
 - ``freemap``: ``FreeMap``, the free room of every GPU sorted for placement
-  (``best_fit``, ``gang_place``); ``layer``, the tables a copy of one changes.
+  (``best_fit``, ``gang_place``); ``gang``, where a gang goes on it; ``layer``, the
+  tables a copy of one changes.
 - ``validate``: ``check_actions``, the one check of a round's actions that the simulator
   and the coordinator (its moves in flight passed as an ``Occupancy``) both apply, and
   ``validate``, its refusals as messages.

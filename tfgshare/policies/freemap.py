@@ -3,7 +3,7 @@
 Policies plan a round's placements on a FreeMap (``best_fit``, ``gang_place``,
 ``take``, ``release``) under the rule in ``placement``; fgs and gandiva keep one in
 their memo (fgs copies it each round to plan on, gandiva plans on it directly).
-Imports only ``base``, ``layer`` and ``placement``.
+Imports only ``base``, ``gang``, ``layer`` and ``placement``.
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ from bisect import bisect_left, insort
 from typing import Callable, Iterable
 
 from .base import ClusterSnapshot, Fragment, JobView
+from .gang import place_gang
 from .layer import layer as _layer
-from .placement import (EPS, GANG_LOOKAHEAD, MIN_FRACTION, GpuUse, Need, as_need,
+from .placement import (EPS, MIN_FRACTION, GpuUse, Need, as_need,
                         free_fraction, layout, to_fragments, usage)
 
 _ONE = 1 << 1100           # floats times this are integers (exact sums, see FreeMap.total_free)
@@ -281,13 +282,14 @@ class FreeMap:
                    min_band: int | None = None) -> list[tuple[str, float]] | None:
         """``k`` distinct GPUs that each fit ``need``: one node if possible, else fewest nodes.
 
-        Scans fitting GPUs tightest first. Once a node has collected ``k``, the
-        scan finishes GPUs with the same free room (looking at most
-        ``GANG_LOOKAHEAD`` further), and the node with the fewest candidates wins
-        (best fit at node level: whole nodes stay whole for bigger gangs). If
-        no node can hold the gang it spans the fewest nodes. Returns (gpu id,
-        fraction) pairs, or None. With a ``chooser``, it picks the node (and GPUs) among
-        every place that fits on one node.
+        The node with the fewest fitting GPUs wins (best fit at node level: whole
+        nodes stay whole for bigger gangs), its tightest first. With one search
+        group, the scan of fitting GPUs (tightest first) stops once a node has
+        collected ``k`` and GPUs with the same free room are done (at most
+        ``GANG_LOOKAHEAD`` further); with several, every node counts
+        (``gang.place_gang``). If no node can hold the gang it spans the fewest
+        nodes. Returns (gpu id, fraction) pairs, or None. With a ``chooser``, it
+        picks the node (and GPUs) among every place that fits on one node.
         """
         if self.chooser is not None and self.chooser.active:
             need = as_need(need)
@@ -300,45 +302,7 @@ class FreeMap:
         need = as_need(need)
         if self.count_fitting(need, min_band) < k:
             return None
-        by_node: dict[str, list[tuple[str, float]]] = {}
-        gpus = self.gpus
-        groups = self._searched(min_band)
-        for mem, band, keys in groups:
-            f = need(self._rep[mem])
-            check = ok if (min_band is None or band == min_band) else None
-            block = None   # free room at which some node first held the gang
-            extra = 0
-            for free, _, gid in keys[bisect_left(keys, (f - EPS,)):]:
-                if block is not None:
-                    extra += 1
-                    if free > block + EPS or extra > GANG_LOOKAHEAD:
-                        break
-                if check is not None and not check(gid):
-                    continue
-                cands = by_node.setdefault(gpus[gid].node, [])
-                cands.append((gid, f))
-                if block is None and len(cands) == k and len(groups) == 1:
-                    block = free
-        whole = [c for c in by_node.values() if len(c) >= k]
-        if whole:
-            return min(whole, key=lambda c: (len(c), self.order[c[0][0]]))[:k]
-        if self.cluster.gang_nodes is not None:
-            by_node = {n: c for n, c in by_node.items() if self.cluster.spans_onto(n)}
-        if sum(map(len, by_node.values())) < k:
-            return None
-        chosen: list[tuple[str, float]] = []
-        first = {n: self.order[c[0][0]] for n, c in by_node.items()}
-        nodes = sorted(by_node, key=lambda n: (-len(by_node[n]), first[n]))
-        left = k
-        while left > 0:
-            # the smallest node that finishes the gang, else the biggest one left
-            done = [n for n in nodes if len(by_node[n]) >= left]
-            node = min(done, key=lambda n: (len(by_node[n]), first[n])) if done else nodes[0]
-            nodes.remove(node)
-            take = by_node[node][:left]
-            chosen += take
-            left -= len(take)
-        return chosen
+        return place_gang(self, k, need, ok, min_band)
 
     def fitting(self, need: Need, ok: Callable[[str], bool] | None = None,
                 min_band: int | None = None) -> dict[str, list[tuple[str, float]]]:

@@ -9,7 +9,7 @@ Imports only ``base`` and ``queueing``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
 from .base import ClusterSnapshot, Fragment, GPU, JobView
@@ -122,6 +122,8 @@ class Layout:
     by_room: list[GPU]                # up GPUs, smallest whole-GPU room (MB) first
     room_rank: dict[str, int]         # GPU id -> its place in by_room
     whole: float                      # sum of their whole-GPU fractions
+    node_of: dict[str, str] = field(default_factory=dict)   # up GPU id -> its node
+    on_node: dict[str, list[str]] = field(default_factory=dict)   # node -> its up GPU ids
 
 
 def layout(cluster: ClusterSnapshot) -> Layout:
@@ -141,6 +143,8 @@ def layout(cluster: ClusterSnapshot) -> Layout:
             continue
         lay.gpus[g.id] = g
         lay.order[g.id] = i
+        lay.node_of[g.id] = g.node
+        lay.on_node.setdefault(g.node, []).append(g.id)
         lay.sizes.add(g.memory_mb)
         if g.memory_mb not in lay.rep:
             lay.rep[g.memory_mb] = g
