@@ -278,14 +278,14 @@ class Simulator:
     def step_s(self, job: SimJob) -> float:
         """The job's true step time now: its profile's, slowed by its co-tenants, on its
         slowest GPU, and by a span over nodes."""
+        if len(job.fragments) == 1:   # most jobs: the one GPU's speed, no span
+            return job.prof.step_time_s * job.slow / self.speed[job.fragments[0].gpu]
         speed = min(self.speed[f.gpu] for f in job.fragments) if job.fragments else 1.0
         return job.prof.step_time_s * job.slow / speed * self._span_factor(job)
 
     def _span_factor(self, job: SimJob) -> float:
-        if len(job.fragments) > 1:
-            nodes = {self.gpu_node[f.gpu] for f in job.fragments}
-            if len(nodes) > 1:
-                return 1.0 + self.config.cross_node_slowdown
+        if len(job.fragments) > 1 and len({self.gpu_node[f.gpu] for f in job.fragments}) > 1:
+            return 1.0 + self.config.cross_node_slowdown
         return 1.0
 
     def settle(self, job: SimJob) -> None:
