@@ -86,3 +86,17 @@ def test_tiresias_csv_steps_from_iterations(tmp_path):
     assert "4" not in by_id and w.dropped["no iterations (--steps-from iterations)"] == 1
     with pytest.raises(ValueError, match="steps_from"):
         load_workload(_tiresias_csv(tmp_path), prof, cluster_gpus=8, steps_from="nope")
+
+
+@pytest.mark.parametrize("util, memory", [(0.4, None), (None, 2500.0), (0.7, 1200.0),
+                                          (None, None)])
+def test_a_jobs_own_profile_is_the_profile_replaced_with_its_workload_values(util, memory):
+    from dataclasses import replace
+
+    prof = load_profiles().get("resnet_v1_50", 32)
+    own = prof.with_workload(util, memory)
+    changes = {k: v for k, v in (("gpu_util", util), ("memory_mb", memory)) if v is not None}
+    want = replace(prof, **changes)
+    assert own == want and vars(own) == vars(want) and hash(own) == hash(want)
+    assert own.gpu_util == (prof.gpu_util if util is None else util)
+    assert prof.memory_mb != 2500.0 and load_profiles().get("resnet_v1_50", 32) == prof

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Iterable
 
 from tfgshare.metrics import JobAccount, JobRecord, Report, Timeline
@@ -149,11 +149,9 @@ def _own_profile(j, prof: ModelProfile, cluster: SimCluster,
         if memory <= 0:
             raise ValueError(f"job {j.id}: a {fraction:g} share of a {least} MB GPU "
                              f"leaves nothing past the {cluster.reserve_mb:g} MB reserve")
-    changes = {}
-    if util is not None:
-        if not 0 < util <= 1:
-            raise ValueError(f"job {j.id}: gpu_util {util!r} must be in (0, 1]")
-        changes["gpu_util"] = float(util)
-    if memory is not None:
-        changes["memory_mb"] = float(memory)
-    return (replace(prof, **changes) if changes else prof), fraction
+    if util is not None and not 0 < util <= 1:
+        raise ValueError(f"job {j.id}: gpu_util {util!r} must be in (0, 1]")
+    if util is None and memory is None:
+        return prof, fraction
+    return prof.with_workload(None if util is None else float(util),
+                              None if memory is None else float(memory)), fraction

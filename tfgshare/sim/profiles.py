@@ -46,6 +46,19 @@ class ModelProfile:
             return "estimate"
         return "measured" if name in self.sources else "unknown"
 
+    def with_workload(self, gpu_util: float | None = None,
+                      memory_mb: float | None = None) -> "ModelProfile":
+        """This profile with a job's own utilisation or memory (None: this profile's), as
+        ``dataclasses.replace`` gives it at a sixth of its cost (one per job of a trace)."""
+        own = object.__new__(ModelProfile)
+        values = own.__dict__
+        values.update(self.__dict__)
+        if gpu_util is not None:
+            values["gpu_util"] = gpu_util
+        if memory_mb is not None:
+            values["memory_mb"] = memory_mb
+        return own
+
 
 @dataclass(frozen=True)
 class Profiles:
