@@ -27,13 +27,12 @@ def place_gang(fm: FreeMap, k: int, need: Need, ok: Ok, min_band: int | None) ->
     """``k`` distinct GPUs that each fit ``need`` (the rule of ``FreeMap.gang_place``).
 
     With one group searched, the scan stops soon after a node first collects ``k``;
-    with several, the node with the fewest fitting GPUs in the whole cluster wins.
+    with several (``over_groups``), the node with the fewest fitting GPUs in the whole
+    cluster wins.
     """
     groups = fm._searched(min_band)
     if len(groups) > 1:   # no early stop: the fewest fitting GPUs over the whole cluster
-        one = fewest_on_one_node(fm, k, need, ok, min_band, groups)
-        if one is not None:
-            return one
+        return over_groups(fm, k, need, ok, min_band, groups)
     by_node: dict[str, Placed] = {}
     gpus = fm.gpus
     for mem, band, keys in groups:
@@ -79,30 +78,36 @@ def span(fm: FreeMap, k: int, by_node: dict[str, Placed]) -> Placed | None:
     return chosen
 
 
-def fewest_on_one_node(fm: FreeMap, k: int, need: Need, ok: Ok, min_band: int | None,
-                       groups: list[tuple[int, int, list]]) -> Placed | None:
-    """Of the nodes with at least ``k`` fitting GPUs in these groups, the one with the
-    fewest (then the lowest cluster order of its first GPU in scan order): its first
-    ``k`` in scan order. None: no such node.
+def over_groups(fm: FreeMap, k: int, need: Need, ok: Ok, min_band: int | None,
+                groups: list[tuple[int, int, list]]) -> Placed | None:
+    """A gang searched over several groups: of the nodes with at least ``k`` fitting
+    GPUs, the one with the fewest (then the lowest cluster order of its first GPU in
+    scan order), its first ``k`` in scan order; if there is none, ``span``.
 
     The same answer as collecting every node's list, at a fraction of the cost: the
     nodes are counted in C (``Counter``) and only the chosen node's GPUs are ordered.
     """
     gids: list[str] = []
+    fracs: list[float] = []   # the fraction on each of ``gids``
     fits: list[tuple[float, Callable | None]] = []   # per group: (fraction, check)
     for mem, band, keys in groups:
         f = need(fm._rep[mem])
         check = ok if (min_band is None or band == min_band) else None
         found = keys[bisect_left(keys, (f - EPS,)):]
+        before = len(gids)
         gids += (map(_GID, found) if check is None else
                  [gid for _, _, gid in found if check(gid)])
+        fracs += [f] * (len(gids) - before)
         fits.append((f, check))
     lay = layout(fm.cluster)
     nodes = list(map(lay.node_of.__getitem__, gids))
     counts = Counter(nodes)
     fewest = min((c for c in counts.values() if c >= k), default=None)
-    if fewest is None:
-        return None
+    if fewest is None:   # no node holds it: it spans nodes, from this same scan
+        by_node: dict[str, Placed] = {}
+        for gid, node, f in zip(gids, nodes, fracs):
+            by_node.setdefault(node, []).append((gid, f))
+        return span(fm, k, by_node)
     tied = [n for n, c in counts.items() if c == fewest]
     node = tied[0]
     if len(tied) > 1:
