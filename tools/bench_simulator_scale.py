@@ -146,9 +146,10 @@ def main(policies: list[str], argv: list[str], no_write: bool = False) -> int:
     sizes = tuple(int(x) for x in args.sizes.split(","))
     # the command as run, but where the traces are cached (a path on this machine: seeded,
     # so the traces are the same wherever they are written)
-    argv = [a for a, before in zip(sys.argv[1:], [""] + sys.argv[1:])
-            if a != "--trace-dir" and before != "--trace-dir" and not a.startswith("--trace-dir=")]
-    command = " ".join(["tools/bench_simulator.py"] + argv)
+    shown = [a for a, before in zip(sys.argv[1:], [""] + sys.argv[1:])
+             if a != "--trace-dir" and before != "--trace-dir"
+             and not a.startswith("--trace-dir=")]
+    command = " ".join(["tools/bench_simulator.py"] + shown)
     rows = scale(policies, sizes, Path(args.trace_dir), args.limit, command, args.timeout)
     if rows and not no_write:
         merge_csv(rows)
