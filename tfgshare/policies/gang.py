@@ -49,7 +49,7 @@ def place_gang(fm: FreeMap, k: int, need: Need, ok: Ok, min_band: int | None) ->
                 continue
             cands = by_node.setdefault(gpus[gid].node, [])
             cands.append((gid, f))
-            if block is None and len(cands) == k and len(groups) == 1:
+            if block is None and len(cands) == k:
                 block = free
     whole = [c for c in by_node.values() if len(c) >= k]
     if whole:
