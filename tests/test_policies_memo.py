@@ -4,12 +4,13 @@ import dataclasses
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from sortedcontainers import SortedList
 
 from philly.jobs import TraceJob
 from tfgshare.policies.base import JobState, JobView, Start
 from tfgshare.policies.jobset import JobSet
 from tfgshare.policies.registry import POLICY_NAMES, get_policy
-from tfgshare.policies.tiresias_memo import RunPrefix
+from tfgshare.policies.tiresias_memo import RunPrefix, WaitPart
 from tfgshare.sim.cluster import load_cluster
 from tfgshare.sim.config import SimConfig
 from tfgshare.sim.engine import simulate
@@ -181,6 +182,32 @@ def test_a_run_part_prefix_finds_what_walking_it_one_by_one_finds(ops):
             got = part.fit(free)
             assert got[:2] == (gpus, count)
             assert (got[2] and (got[2][2], got[2][3])) == (after and tuple(after))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([1, 2, 3, 4, 8, 16]), min_size=1, max_size=40),
+       st.integers(1, 40))
+def test_a_wait_part_starts_what_walking_it_one_by_one_starts(sizes, free):
+    """Tiresias's index of a queue's waiting jobs by GPU count: the jobs it starts, and
+    the GPUs it leaves, are those of a walk job by job that starts each job whose GPUs
+    are still free, passing the others."""
+    views = {f"j{i}": JobView(id=f"j{i}", submit_time=0.0, num_gpus=g, state=JobState.QUEUED)
+             for i, g in enumerate(sizes)}
+    lists = {}
+    for i, g in enumerate(sizes):
+        lists.setdefault(g, SortedList()).add((0, 1, float(i), f"j{i}"))
+    want, left, last = [], free, None
+    for i, g in enumerate(sizes):
+        if g <= left:
+            want.append(f"j{i}")
+            left, last = left - g, i
+        if left == 0:
+            break
+    chosen = []
+    got_left, got_last = WaitPart(lists, views).fitting(free, chosen)
+    assert [v.id for v in chosen] == want
+    assert got_left == left
+    assert (got_last[3] if got_last else None) == (f"j{last}" if last is not None else None)
 
 
 def view(jid, state=JobState.QUEUED, submit=0.0):

@@ -20,6 +20,6 @@
 - ``interference``: the predicted co-location slowdown model.
 - ``prediction``, ``queueing``: remaining time, waiting time, arrival order.
 - Policies: ``fifo``, ``sjf``, ``tiresias`` (and ``tiresias-promote``; its queues, the
-  memo, in ``tiresias_memo``), ``gandiva``, ``fgs``.
+  memo, in ``tiresias_memo``, its walk in ``tiresias_walk``), ``gandiva``, ``fgs``.
 - ``builders``: short constructors for hand-made clusters and jobs.
 """

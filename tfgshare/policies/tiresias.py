@@ -39,11 +39,11 @@ the views (starts, preemptions, crossings), never what it planned, so a
 decision repeated on the same views gives the same actions. A fresh memo puts
 each job in the queue of its attained service, in arrival order.
 
-This module owns the policy: how the queues move and the walk that decides.
-The memo that holds the queues (``TiresiasMemo``, each job's ``Place``) lives in
-``tiresias_memo`` and is re-exported here. May import the policy interface and
-its helpers (``base``, ``exclusive``, ``placement``, ``prediction``, ``queueing``,
-``tiresias_memo``), ``sortedcontainers`` and the standard library only.
+This module owns the policy: how the queues move. The walk that decides lives in
+``tiresias_walk``; the memo that holds the queues (``TiresiasMemo``, each job's
+``Place``) in ``tiresias_memo``, re-exported here. May import the policy interface and
+its helpers (``base``, ``placement``, ``prediction``, ``queueing``,
+``tiresias_memo``, ``tiresias_walk``), ``sortedcontainers`` and the standard library only.
 """
 
 from __future__ import annotations
@@ -51,17 +51,18 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass
-from typing import Callable, ClassVar, Iterable, Iterator, Sequence
+from typing import ClassVar, Iterable, Sequence
 
 from sortedcontainers import SortedList
 
-from .base import Action, ClusterSnapshot, JobState, JobView, Policy, Suspend
-from .exclusive import IdleMap, start_exclusive
+from .base import Action, ClusterSnapshot, JobState, JobView, Policy
 from .placement import up_gpus
 from .prediction import attained_now, total_wait_s
 from .queueing import HOLDING, WAITING
 # the queues it keeps between decisions (its memo) sit beside it
-from .tiresias_memo import RUN, TAIL, WAIT, Place, RunPart, RunPrefix, TiresiasMemo
+from .tiresias_memo import (RUN, TAIL, WAIT, Place, RunPart, RunPrefix, TiresiasMemo,
+                             WaitPart)
+from .tiresias_walk import walk
 
 EPS = 1e-6
 
@@ -206,7 +207,7 @@ class Tiresias(Policy):
         candidates = self._sync(now, jobs, memo)
         places = memo.places
         free = len(up_gpus(cluster))
-        walk = []
+        entries = []
         movable = 0                         # running jobs the walk may preempt
         any_waiting = False
         for j in jobs:
@@ -225,73 +226,14 @@ class Tiresias(Policy):
             else:
                 continue
             p = places[j.id]
-            walk.append((p.queue, p.part, p.key, j))   # (queue, part, key) is unique
+            entries.append((p.queue, p.part, p.key, j))   # (queue, part, key) is unique
         memo.wake = self._next_jump(now, candidates, memo)
         if not any_waiting:
             return []
-        walk.sort()
+        entries.sort()
         running = JobState.RUNNING
-        return self._walk(cluster, memo, ((i, e[3]) for i, e in enumerate(walk)), free,
-                          movable, lambda i: (e[3] for e in walk[i + 1:]
-                                              if e[3].state is running))
-
-    def _walk(self, cluster: ClusterSnapshot, memo: TiresiasMemo,
-              order: Iterable[tuple[object, JobView]], free: int, movable: int,
-              running_after: Callable[[object], Iterable[JobView]]) -> list[Action]:
-        """The walk: in queue order each job runs if its GPUs are still free, a running
-        job that does not fit is preempted; the preemptions, then the starts.
-
-        ``order`` gives (position, view) in walk order, the running jobs and
-        the waiting ones; ``running_after(position)`` the running jobs after
-        that position; ``free``: the up GPUs less those of holding jobs not in
-        the walk; ``movable``: the running jobs in it.
-        """
-        chosen: list[JobView] = []
-        victims: list[JobView] = []
-        items = iter(order)
-        part: Iterator | None = None   # the jobs of a RunPart that did not fit whole
-        while True:
-            at_j = next(part, None) if part is not None else None
-            if at_j is None:
-                part = None
-                at_j = next(items, None)
-                if at_j is None:
-                    break
-            at, j = at_j
-            if j.__class__ is RunPart:
-                if j.gpus > free:   # those that fit leaving GPUs free pass whole, then one by one
-                    gpus, count, rest = j.rest(free)
-                    free, movable, part = free - gpus, movable - count, iter(rest)
-                    continue
-                # all fit in turn, free reaching 0 at the last at the earliest
-                free -= j.gpus
-                movable -= j.count
-                if free <= 0 and movable > 0:
-                    victims.extend(running_after(at))
-                    break
-                continue
-            runs = j.state is JobState.RUNNING
-            if j.num_gpus <= free:
-                free -= j.num_gpus
-                if not runs:
-                    chosen.append(j)
-            elif runs:
-                victims.append(j)
-            if runs:
-                movable -= 1
-            elif free == 0 and movable == 0:
-                break                        # nothing left to start or to preempt
-            if free <= 0 and movable > 0:
-                # nothing more starts: every running job further on is preempted
-                victims.extend(running_after(at))
-                break
-        if not chosen:
-            return []
-        idle = IdleMap(cluster, memo=memo)
-        for v in victims:
-            idle.release(f.gpu for f in v.fragments)
-        starts = [s for s in (start_exclusive(idle, j) for j in chosen) if s is not None]
-        return [Suspend(v.id) for v in victims] + starts
+        return walk(cluster, memo, ((i, e[3]) for i, e in enumerate(entries)), free,
+                    movable, lambda i: (e[3] for e in entries[i + 1:] if e[3].state is running))
 
     # ---- the incremental walk (dlas-gpu: no promotion, no min_run_s) -----------
 
@@ -362,6 +304,12 @@ class Tiresias(Policy):
                 part[2] -= 1
                 if counted[2]:   # (only running jobs are in its prefix)
                     memo.run_prefix[counted[0]].drop(jid)
+            waits = memo.wait_of.pop(jid, None)
+            if waits is not None:
+                lists = memo.waits[waits[0]]
+                lists[waits[1]].remove(old)
+                if not lists[waits[1]]:
+                    del lists[waits[1]]
         jump = memo.jump_of.pop(jid, None)
         if jump is not None:
             memo.jumps[jump[0]].remove(jump[1])
@@ -385,6 +333,9 @@ class Tiresias(Policy):
                 memo.in_run_part[jid] = (p.queue, j.num_gpus, runs)
                 if runs:
                     memo.run_prefix.setdefault(p.queue, RunPrefix()).add(jid, e, j.num_gpus)
+            elif p.part == WAIT and not runs:
+                memo.waits.setdefault(p.queue, {}).setdefault(j.num_gpus, SortedList()).add(e)
+                memo.wait_of[jid] = (p.queue, j.num_gpus)
         if s not in HOLDING or p.queue >= len(self.thresholds):
             return
         thr, g = self.thresholds[p.queue], j.num_gpus
@@ -443,14 +394,15 @@ class Tiresias(Policy):
         if not memo.n_waiting:
             return []
         views = memo.tracker.views
-        return self._walk(cluster, memo, self._fast_order(memo),
-                          len(up_gpus(cluster)) - memo.held_other, memo.n_running,
-                          lambda e: (views[r[3]] for r in
-                                     memo.running.irange(e, inclusive=(False, True))))
+        return walk(cluster, memo, self._fast_order(memo),
+                    len(up_gpus(cluster)) - memo.held_other, memo.n_running,
+                    lambda e: (views[r[3]] for r in
+                               memo.running.irange(e, inclusive=(False, True))))
 
     def _fast_order(self, memo: TiresiasMemo) -> Iterable[tuple[object, object]]:
-        """The walk's (entry, view) pairs in ``memo.order``'s order, a queue's RUN part
-        (running jobs only) given as one ``RunPart`` placed at its end."""
+        """The walk's (entry, item) pairs in ``memo.order``'s order, a queue's RUN part
+        (running jobs only) given as one ``RunPart`` placed at its end, its WAIT part as
+        one ``WaitPart``."""
         views, order = memo.tracker.views, memo.order
         for q in range(order[-1][0] + 1 if order else 0):   # every queue with a job
             gpus, running, entries = memo.run_part.get(q, (0, 0, 0))
@@ -458,7 +410,9 @@ class Tiresias(Policy):
                 yield (q, RUN, math.inf), RunPart(gpus, running, lambda f, q=q: memo.run_rest(q, f))
             elif entries:
                 yield from memo.run_rest(q, None)[2]
-            for e in order.irange((q, WAIT), (q + 1,), inclusive=(True, False)):
+            if memo.waits.get(q):
+                yield (q, WAIT), WaitPart(memo.waits[q], views)
+            for e in order.irange((q, TAIL), (q + 1,), inclusive=(True, False)):
                 yield e, views[e[3]]
 
     def _next_jump(self, now: float, jobs: Sequence[JobView],

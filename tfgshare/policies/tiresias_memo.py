@@ -3,7 +3,7 @@
 Owns ``TiresiasMemo``, the memo ``tfgshare.policies.tiresias.Tiresias`` carries
 between decisions (see that module's doc for why it is history, not a cache),
 ``Place``, where one job stands in its queue, ``RunPart``, a queue's running jobs as one
-item of the walk, and ``RUN``, ``WAIT``, ``TAIL``, the
+item of the walk, ``WaitPart``, its waiting jobs as one item, and ``RUN``, ``WAIT``, ``TAIL``, the
 parts of a queue. The policy moves jobs between places; this module only holds
 them and counts what the job views show. ``tfgshare.policies.tiresias``
 re-exports ``TiresiasMemo`` and the parts.
@@ -15,8 +15,9 @@ client or simulator (see ``tfgshare.policies``).
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping
 
 from sortedcontainers import SortedList
 
@@ -49,6 +50,46 @@ class RunPart:
     gpus: int
     count: int
     rest: Callable[[int], tuple[int, int, Iterable[tuple[object, JobView]]]]
+
+
+@dataclass(slots=True)
+class WaitPart:
+    """A queue's waiting jobs (its WAIT part) in the walk as one item, kept by GPU count:
+    the walk takes those that fit as it meets them and passes the others at no cost."""
+
+    lists: Mapping[int, SortedList]   # GPUs -> the entries of the waiting jobs of that many
+    views: Mapping[str, JobView]
+
+    def first(self) -> tuple:
+        """The part's first entry."""
+        return min(lst[0] for lst in self.lists.values())
+
+    def fitting(self, free: int, chosen: list[JobView]) -> tuple[int, tuple | None]:
+        """Append to ``chosen``, in walk order, each job whose GPUs are still free when
+        the walk meets it, until none are; the GPUs left and the last such job's entry."""
+        heap = []
+        for g, lst in self.lists.items():
+            if g <= free:
+                it = iter(lst)
+                heap.append((next(it), g, it))
+        heapq.heapify(heap)
+        last = None
+        while heap:
+            e, g, it = heap[0]
+            if g > free:          # (free only shrinks: no job of this size fits now)
+                heapq.heappop(heap)
+                continue
+            chosen.append(self.views[e[3]])
+            free -= g
+            last = e
+            if free <= 0:
+                break
+            nxt = next(it, None)
+            if nxt is None:
+                heapq.heappop(heap)
+            else:
+                heapq.heapreplace(heap, (nxt, g, it))
+        return free, last
 
 
 class RunPrefix:
@@ -159,8 +200,8 @@ class TiresiasMemo(Memo):
     """The queues as the authors' code keeps them: each job's place, and counters.
 
     For ``dlas-gpu`` (no promotion, no ``min_run_s``) it also keeps the walk
-    itself incrementally: the jobs in walk order, the running ones apart, GPU
-    counts, each holding job's next threshold crossing in a heap, and each
+    itself incrementally: the jobs in walk order, the running ones apart, the
+    waiting ones by queue and GPU count, GPU counts, each holding job's next threshold crossing in a heap, and each
     running job's wake-up moment by GPU count; a decision then costs
     O(changed jobs x log n) plus the part of the walk it needs.
     """
@@ -192,6 +233,9 @@ class TiresiasMemo(Memo):
         self.run_part: dict[int, list[int]] = {}
         self.in_run_part: dict[str, tuple[int, int, bool]] = {}
         self.run_prefix: dict[int, RunPrefix] = {}   # queue -> its RUN part's running jobs
+        # queue -> GPUs -> entries of its WAIT part (waiting jobs only), and id -> (queue, GPUs)
+        self.waits: dict[int, dict[int, SortedList]] = {}
+        self.wait_of: dict[str, tuple[int, int]] = {}
 
     def changed(self, jid: str, old: JobView | None, new: JobView | None) -> None:
         self.pending.add(jid)
