@@ -19,6 +19,7 @@
 - ``exclusive``: whole-GPU placement for fifo, sjf and tiresias.
 - ``interference``: the predicted co-location slowdown model.
 - ``prediction``, ``queueing``: remaining time, waiting time, arrival order.
+- ``stale``: lazy heaps' out-of-date entries swept out (``drop_stale``).
 - Policies: ``fifo``, ``sjf``, ``tiresias`` (and ``tiresias-promote``; its queues, the
   memo, in ``tiresias_memo``, its walk in ``tiresias_walk``), ``gandiva``, ``fgs``.
 - ``builders``: short constructors for hand-made clusters and jobs.

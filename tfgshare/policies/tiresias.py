@@ -42,7 +42,7 @@ each job in the queue of its attained service, in arrival order.
 This module owns the policy: how the queues move. The walk that decides lives in
 ``tiresias_walk``; the memo that holds the queues (``TiresiasMemo``, each job's
 ``Place``) in ``tiresias_memo``, re-exported here. May import the policy interface and
-its helpers (``base``, ``placement``, ``prediction``, ``queueing``,
+its helpers (``base``, ``placement``, ``prediction``, ``queueing``, ``stale``,
 ``tiresias_memo``, ``tiresias_walk``), ``sortedcontainers`` and the standard library only.
 """
 
@@ -59,6 +59,7 @@ from .base import Action, ClusterSnapshot, JobState, JobView, Policy
 from .placement import up_gpus
 from .prediction import attained_now, total_wait_s
 from .queueing import HOLDING, WAITING
+from .stale import drop_stale
 # the queues it keeps between decisions (its memo) sit beside it
 from .tiresias_memo import (RUN, TAIL, WAIT, Place, RunPart, RunPrefix, TiresiasMemo,
                              WaitPart)
@@ -279,9 +280,7 @@ class Tiresias(Policy):
                 later.append(item)   # early by rounding: look again next time
         for item in later:
             heapq.heappush(heap, item)
-        if len(heap) > 2 * len(views) + 64:   # drop the crossings of views since replaced
-            memo.crossings = heap = [it for it in heap if views.get(it[2]) is it[3]]
-            heapq.heapify(heap)
+        drop_stale(heap, len(views), lambda it: views.get(it[2]) is it[3])   # views replaced
         for j in sorted({j.id: j for j in due}.values(), key=lambda j: (j.submit_time, j.id)):
             p = places[j.id]
             self._demote(now, p, attained_now(j, now) - p.base_service, memo)

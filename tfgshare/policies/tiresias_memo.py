@@ -201,9 +201,10 @@ class TiresiasMemo(Memo):
 
     For ``dlas-gpu`` (no promotion, no ``min_run_s``) it also keeps the walk
     itself incrementally: the jobs in walk order, the running ones apart, the
-    waiting ones by queue and GPU count, GPU counts, each holding job's next threshold crossing in a heap, and each
-    running job's wake-up moment by GPU count; a decision then costs
-    O(changed jobs x log n) plus the part of the walk it needs.
+    waiting ones by queue and GPU count, GPU counts, each holding job's next
+    threshold crossing in a heap, and each running job's wake-up moment by GPU
+    count; a decision then costs O(changed jobs x log n) plus the part of the walk
+    it needs (a queue's waiting jobs that do not fit cost nothing).
     """
 
     def __init__(self) -> None:

@@ -14,6 +14,7 @@ from tfgshare.policies.base import Action, JobView
 from tfgshare.policies.movecost import move_cost_s
 from tfgshare.policies.placement import GpuUse
 from tfgshare.policies.prediction import predict_remaining_s, view_refresh_s
+from tfgshare.policies.stale import drop_stale
 from tfgshare.policies.validate import Occupancy, check_actions, touched_gpus
 
 from .invariants import check_invariants
@@ -56,6 +57,8 @@ def report_progress(sim: "Simulator", job: SimJob) -> float | None:
         due = sim.now + view_refresh_s(left, cfg.refresh_s, cfg.refresh_share)
         sim.seq += 1
         heapq.heappush(sim.refresh, (due, sim.seq, job, job.view_version))
+        drop_stale(sim.refresh, len(sim.live), lambda e: e[3] == e[2].view_version
+                   and not e[2].state.done)
     return left
 
 

@@ -41,6 +41,7 @@ from tfgshare.policies.base import (ClusterSnapshot, Fragment, JobState, Migrate
 from tfgshare.policies.jobset import JobSet
 from tfgshare.policies.prediction import ColocationForecast, predict_remaining_s, solo_step_s
 from tfgshare.policies.queueing import WAITING
+from tfgshare.policies.stale import drop_stale
 
 from .cluster import SimCluster
 from .config import SimConfig
@@ -176,11 +177,12 @@ class Simulator:
                          time.perf_counter() - wall0, rounds, self.oom_starts, self.tick_s)
 
     def _push(self, t: float, kind: int, job: SimJob) -> None:
-        # END events are valid while the job's version is unchanged; READY
-        # events while its stall still ends at that time
+        # END is current while the job's version is unchanged; READY while its stall ends then
         self.seq += 1
         tag = job.version if kind == END else job.stall_until
         heapq.heappush(self.heap, (t, self.seq, kind, job, tag))
+        drop_stale(self.heap, 2 * len(self.live), lambda e: e[4] == e[3].version if e[2] == END
+                   else not e[3].state.done)
 
     # ---- events ------------------------------------------------------------
 
@@ -209,8 +211,7 @@ class Simulator:
             if self.progress is not None:
                 self.progress(len(self.records), len(self.jobs))
             return
-        # the sampling phase is over: measure, predict (when its last sampled step
-        # ended, before its checkpoint), wait for a placement
+        # sampling over: measure, predict (at its last sampled step, before its checkpoint), wait
         cfg = self.config
         measured = self.noisy(self.step_s(job))
         peak = job.prof.memory_mb * (1.0 + abs(self.rng.gauss(0.0, cfg.memory_noise)))
@@ -231,9 +232,8 @@ class Simulator:
         job.ready_at = now
         job.fragments = ()
         self._to_waiting(job, JobState.SAMPLED)
-        # the live coordinator's prediction, from these measurements, once the
-        # sampling run has exited (its checkpoint saved): the start it still needs,
-        # then its steps alone at the co-location it is expected to see
+        # the live coordinator's prediction once the sampling run has exited (checkpoint saved):
+        # the start it still needs, then its steps alone at the co-location it is expected to see
         restart = self.forecast.restart_s(job.model, job.restart_s or 0.0)   # a resume next
         job.measured_step_s = forecast_step_s(self, job, restart)
         self._note_window(job)

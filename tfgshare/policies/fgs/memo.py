@@ -17,7 +17,6 @@ from __future__ import annotations
 import heapq
 import math
 from collections import Counter
-from typing import Any, Callable
 
 from sortedcontainers import SortedList
 
@@ -27,6 +26,7 @@ from ..memo import Memo
 from ..placement import fraction_for
 from ..prediction import remaining_s
 from ..queueing import WAITING
+from ..stale import drop_stale
 from .order import size_bucket
 from .records import (ArrivalKey, IdleWalk, JobSize, KeyedView, KeysBeforeAfter, MemoFreeMap,
                       MinRunEnd, Movability, PromotionDue, QueueConfig, ShortestKey, SizeBucket,
@@ -35,16 +35,6 @@ from .records import (ArrivalKey, IdleWalk, JobSize, KeyedView, KeysBeforeAfter,
 __all__ = ["FgsMemo"]
 
 REFRESH = 0.05   # FGD's target workload is made again when the requests seen grow 5 %
-
-
-def _drop_gone(heap: list, live: Callable[[Any], bool], present: int) -> list:
-    """``heap`` as it is, or once it holds over twice ``present`` entries (+64) only its
-    ``live`` ones, a heap again: entries are left behind when a job's view changes."""
-    if len(heap) <= 2 * present + 64:
-        return heap
-    kept = [e for e in heap if live(e)]
-    heapq.heapify(kept)
-    return kept
 
 
 class FgsMemo(Memo):
@@ -276,8 +266,8 @@ class FgsMemo(Memo):
             self.pushed += 1
             heapq.heappush(self.expiries, MinRunEnd(at, self.pushed, jid, new, last, run))
             views = self.tracker.views
-            self.expiries = _drop_gone(self.expiries, lambda e: views.get(e.job_id) is e.view,
-                                       len(self.holdings.holders))
+            drop_stale(self.expiries, len(self.holdings.holders),
+                       lambda e: views.get(e.job_id) is e.view)
         return was != now
 
     def next_expiry(self, now: float) -> float:
@@ -317,9 +307,8 @@ class FgsMemo(Memo):
         due -= 1e-6 * (1.0 + abs(due)) if due != -math.inf else 0.0   # early, never late
         heapq.heappush(self.promotions_due, PromotionDue(due, jid, new))
         waiting = self.waiting
-        self.promotions_due = _drop_gone(
-            self.promotions_due,
-            lambda e: e.job_id in waiting and waiting[e.job_id].view is e.view, len(waiting))
+        drop_stale(self.promotions_due, len(waiting),
+                   lambda e: e.job_id in waiting and waiting[e.job_id].view is e.view)
 
     def next_promotion(self, now: float) -> float | None:
         """About when the next waiting job is promoted (never late), or None.
@@ -372,6 +361,5 @@ class FgsMemo(Memo):
                 kept.append(entry)
         for entry in kept:
             heapq.heappush(passing, entry)
-        self.passing = _drop_gone(passing, lambda e: at_bound.get(e.job_id) is e.view,
-                                  len(at_bound))
+        drop_stale(passing, len(at_bound), lambda e: at_bound.get(e.job_id) is e.view)
         self.now = now
