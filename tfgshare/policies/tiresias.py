@@ -324,16 +324,19 @@ class Tiresias(Policy):
             runs = s is JobState.RUNNING
             if runs:
                 memo.running.add(e)
+            # (each index made on first use: ``setdefault`` alone builds its default every call)
             if p.part == RUN:
-                part = memo.run_part.setdefault(p.queue, [0, 0, 0])
+                part = memo.run_part.get(p.queue) or memo.run_part.setdefault(p.queue, [0, 0, 0])
                 part[0] += j.num_gpus if runs else 0
                 part[1] += runs
                 part[2] += 1
                 memo.in_run_part[jid] = (p.queue, j.num_gpus, runs)
                 if runs:
-                    memo.run_prefix.setdefault(p.queue, RunPrefix()).add(jid, e, j.num_gpus)
+                    (memo.run_prefix.get(p.queue) or memo.run_prefix.setdefault(
+                        p.queue, RunPrefix())).add(jid, e, j.num_gpus)
             elif p.part == WAIT and not runs:
-                memo.waits.setdefault(p.queue, {}).setdefault(j.num_gpus, SortedList()).add(e)
+                lists = memo.waits.get(p.queue) or memo.waits.setdefault(p.queue, {})
+                (lists.get(j.num_gpus) or lists.setdefault(j.num_gpus, SortedList())).add(e)
                 memo.wait_of[jid] = (p.queue, j.num_gpus)
         if s not in HOLDING or p.queue >= len(self.thresholds):
             return
@@ -357,7 +360,7 @@ class Tiresias(Policy):
             else:
                 c = at + (thr - a) / g
             key = (c, jid)
-            memo.jumps.setdefault(g, SortedList()).add(key)
+            (memo.jumps.get(g) or memo.jumps.setdefault(g, SortedList())).add(key)
             memo.jump_of[jid] = (g, key)
 
     def _fast_next_jump(self, now: float, memo: TiresiasMemo) -> float | None:
