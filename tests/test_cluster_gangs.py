@@ -36,6 +36,13 @@ def gang_job(steps: int, save_every: int = 0):
     return msgspec.structs.replace(lenet(steps, save_every=save_every), num_gpus=2)
 
 
+def finished_at(step: int, steps: int, workers: int = 2) -> bool:
+    """Whether a gang finished where its workers can leave it: they step asynchronously, as
+    TF-Slim's between-graph replicas do, so each may apply one step read before the global
+    step reached ``steps``: ``steps`` to ``steps + workers - 1`` (seen once: 81 of 80)."""
+    return steps <= step <= steps + workers - 1
+
+
 def training(c, j: str, at_least: int):
     info = job_in(c, j, "running")
     return info if info and info["steps_done"] >= at_least else None
@@ -53,7 +60,7 @@ def test_a_two_gpu_job_spans_two_nodes_and_resumes_from_its_checkpoint(make_clus
         assert held["fragments"] == [] and held["steps_done"] < steps
         c.resume(j)
         wait_until("the job to finish", lambda: job_in(c, j, "finished"), timeout=600)
-        assert c.job(j)["steps_done"] == steps
+        assert finished_at(c.job(j)["steps_done"], steps)
         no_refusals(c)
     chief = info["node"]
     member = ({"a", "b"} - {chief}).pop()
@@ -61,7 +68,8 @@ def test_a_two_gpu_job_spans_two_nodes_and_resumes_from_its_checkpoint(make_clus
     suspended = [e["step"] for evs in runs for e in evs if e["event"] == "suspended"]
     resumed = next(e for e in runs[-1] if e["event"] == "started")
     assert resumed["restored"] and resumed["global_step"] == suspended[-1] > 0
-    assert [e["step"] for e in runs[-1] if e["event"] == "finished"] == [steps]
+    finished = [e["step"] for e in runs[-1] if e["event"] == "finished"]
+    assert len(finished) == 1 and finished_at(finished[0], steps)
     # every attempt ran on both nodes, the same attempt numbers on each
     assert {n for n, node, _ in attempts(cluster, j) if node == member} == \
         {n for n, node, _ in attempts(cluster, j) if node == chief}
@@ -83,7 +91,7 @@ def test_a_lost_member_brings_the_gang_back_to_its_last_checkpoint(make_cluster)
                    or job_in(c, j, "suspended"), timeout=120)
         wait_until("the job to finish", lambda: job_in(c, j, "finished"), timeout=600)
         final = c.job(j)
-        assert final["steps_done"] == steps
+        assert finished_at(final["steps_done"], steps)
         assert "gang member on" in "\n".join(c.logs(j))
     killed = info["attempt"]
     runs = attempts(cluster, j)
@@ -117,7 +125,7 @@ def test_a_gang_migrated_to_other_gpus_moves_as_one_and_continues_from_its_check
         assert [f[0] for f in moved["fragments"]] == ["b:1", "a:1"] and moved["node"] == "b"
         wait_until("the job to finish", lambda: job_in(c, j, "finished"), timeout=600)
         final = c.job(j)
-        assert final["steps_done"] == steps and final["migrations"] == 1
+        assert finished_at(final["steps_done"], steps) and final["migrations"] == 1
         no_refusals(c)
     runs = {(n, node): evs for n, node, evs in attempts(cluster, j)}
     before, after = info["attempt"], info["attempt"] + 1
