@@ -177,12 +177,11 @@ class Simulator:
                          time.perf_counter() - wall0, rounds, self.oom_starts, self.tick_s)
 
     def _push(self, t: float, kind: int, job: SimJob) -> None:
-        # END is current while the job's version is unchanged; READY while its stall ends then
+        # END is current while the job's version is unchanged; every READY is kept (few)
         self.seq += 1
         tag = job.version if kind == END else job.stall_until
         heapq.heappush(self.heap, (t, self.seq, kind, job, tag))
-        drop_stale(self.heap, 2 * len(self.live), lambda e: e[4] == e[3].version if e[2] == END
-                   else not e[3].state.done)
+        drop_stale(self.heap, 2 * len(self.live), lambda e: e[2] != END or e[4] == e[3].version)
 
     # ---- events ------------------------------------------------------------
 
