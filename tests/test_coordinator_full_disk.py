@@ -88,7 +88,8 @@ def _stored_ids(ct: CoordinatorThread) -> set[str]:
 def test_progress_is_stored_at_most_every_minute_and_in_full_at_a_clean_stop(tmp_path):
     """A running job's progress-only record is written at its first report and then at
     most every PROGRESS_SAVE_S (a restart after a crash sees steps up to that old);
-    status answers from memory at once, and a clean stop writes the latest."""
+    status answers from memory at once, and a clean stop writes the latest. The job's
+    log keeps the reports stored."""
     state, clock = tmp_path / "state.db", Clock()
     ct = CoordinatorThread(state, policy=get_policy("fifo"), clock=clock, node_timeout=600)
     agent = FakeAgent(ct.address, "n1")
@@ -116,6 +117,10 @@ def test_progress_is_stored_at_most_every_minute_and_in_full_at_a_clean_stop(tmp
         assert stored_steps(jid) == 30          # a minute on: written
         progress(40)
         assert stored_steps(jid) == 30
+        # the job's log keeps the progress reports stored, not every one
+        logged = [ln.split(" step=")[1].split()[0] for ln in client.logs(jid)
+                  if " progress step=" in ln]
+        assert logged == ["10", "30"]
     finally:
         client.close()
         agent.close()

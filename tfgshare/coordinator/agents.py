@@ -117,7 +117,7 @@ class AgentHandlers:
                 continue
             if jt.step > job.steps_done:
                 self.life.follow_steps(job, jt.step, now)
-            job.gpu_memory_mb = dict(jt.gpu_memory_mb)
+            job.gpu_memory_mb = jt.gpu_memory_mb   # decoded for this message: its own
             if job.sample is None:
                 self._note_solo_util(job, node)
             over = []
@@ -203,13 +203,11 @@ class AgentHandlers:
         now = life.clock()
         ev = msg.event
         name = ev.get("event", "?")
-        details = " ".join(f"{k}={short(v)}" for k, v in ev.items() if k not in ("event", "time"))
-        # the job's log keeps every event; the coordinator's own log only a runner's
-        # errors (its decisions, start to finish, are logged where they are made): at
-        # 2,000 GPUs logging was a quarter of a message's handling (profiled)
-        life.outbox.log_job(job, now, f"{msg.node} #{msg.attempt} {name} {details}".rstrip(),
-                            decision=name in ("error", "out_of_memory"))
         was_training = job.training
+        # a running job's progress only when stored (see the end)
+        paced = name == "progress" and was_training and job.state is JobState.RUNNING
+        if not paced:
+            self._log_event(job, msg, name, now)
         step = number(ev, "global_step" if name == "started" else "step", int)
         if step is not None and name in ("started", "sample", "progress", "finished",
                                          "suspended", "checkpoint"):
@@ -249,11 +247,23 @@ class AgentHandlers:
             peak = number(ev, "peak_memory_mb", float)
             if peak is not None:
                 job.memory_need_mb = max(job.memory_need_mb, peak)
-        if name == "progress" and was_training and job.state is JobState.RUNNING:
-            life.save_progress(job, now)
-        else:
+        if not paced:
             life.save(job)
+        elif life.save_progress(job, now):
+            self._log_event(job, msg, name, now)
         return {}
+
+    def _log_event(self, job: LiveJob, msg: s.JobEvent, name: str, now: float) -> None:
+        """The event in the job's log. The job's log keeps every event but a running job's
+        progress, kept as often as it is stored (``Lifecycle.save_progress``: the first,
+        then about once a minute; the runner's own log on its node keeps every report):
+        at 10,000 GPUs those lines were most rows written and a quarter of an event's
+        handling (profiled). The coordinator's own log keeps only a runner's errors (its
+        decisions, start to finish, are logged where they are made)."""
+        details = " ".join(f"{k}={short(v)}" for k, v in msg.event.items()
+                           if k not in ("event", "time"))
+        self.life.outbox.log_job(job, now, f"{msg.node} #{msg.attempt} {name} {details}".rstrip(),
+                                 decision=name in ("error", "out_of_memory"))
 
     def _late(self, msg: s.JobEvent | s.JobExit) -> LiveJob | None:
         """The job, if this report is from its last attempt and it has not restarted since.

@@ -19,8 +19,8 @@ class RequestError(Exception):
 def number(event: dict[str, Any], key: str, kind: type) -> Any:
     """``event[key]`` as an int or float, None when absent; RequestError when not a number."""
     value = event.get(key)
-    if value is None:
-        return None
+    if value is None or type(value) is kind:
+        return value
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise RequestError(f"event {event.get('event')!r}: {key} must be a number, "
                            f"got {value!r}")

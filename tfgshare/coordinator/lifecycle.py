@@ -166,17 +166,19 @@ class Lifecycle:
             self.store.save_done(job.seq, report, prediction_error(rec))
         self.store.save_job(job.id, lambda: (job.to_record(), report))
 
-    def save_progress(self, job: LiveJob, now: float) -> None:
+    def save_progress(self, job: LiveJob, now: float) -> bool:
         """Store a training job's progress report (at most every ``PROGRESS_SAVE_S``); the
         policy's view of the job follows it as the simulator's running jobs report
-        (``prediction.view_refresh_s``)."""
+        (``prediction.view_refresh_s``). True when it was stored."""
         if self._view_due(job, now):
             self.save(job)
-            return
+            return True
         last = self.progress_saved.get(job.id)
         if last is None or now - last >= PROGRESS_SAVE_S:
             self.progress_saved[job.id] = now
             self._save_record(job)
+            return True
+        return False
 
     def _save_record(self, job: LiveJob) -> None:
         """Write the job's record as it is at the turn's commit (no report: it runs)."""

@@ -89,7 +89,9 @@ def note_progress(job: LiveJob, ev: dict[str, Any], now: float) -> None:
     if step is not None:
         if job.marks_attempt != job.attempt:
             job.marks, job.marks_attempt = [], job.attempt
-        job.marks = (job.marks + [(now, step)])[-MARKS_KEPT:]
+        job.marks.append((now, step))
+        if len(job.marks) > MARKS_KEPT:
+            del job.marks[0]
     if (job.attempt_step0 is not None and step is not None and job.measured_step_s
             and job.last_start is not None and step > job.attempt_step0):
         job.restart_s = max(0.0, now - job.last_start
