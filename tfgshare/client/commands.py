@@ -375,7 +375,9 @@ def nodes(argv: list[str]) -> int:
 
 def logs(argv: list[str]) -> int:
     """Print a job's log."""
-    p = _parser("logs", "Show a job's log.")
+    p = _parser("logs", "Show a job's log: the coordinator's decisions and its runners' "
+                        "events, a running job's progress about once a minute (every report "
+                        "is in the runner's own log on its node: attempt-N.log).")
     p.add_argument("job")
     p.add_argument("--tail", type=int, default=None, help="only the last N lines")
     args = p.parse_args(argv)

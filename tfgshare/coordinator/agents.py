@@ -12,6 +12,7 @@ May import: ``tfgshare.schema``, ``keys`` (the caller's identity), ``runner_wire
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any, Callable
 
 from tfgshare import runner_wire as rp
@@ -122,7 +123,7 @@ class AgentHandlers:
                 self._note_solo_util(job, node)
             over = []
             for f in job.fragments:
-                index = split_gpu_id(f.gpu)[1]
+                index = _gpu_index(f.gpu)
                 used = jt.gpu_memory_mb.get(index)
                 info = node.gpus.get(index)
                 if used is not None and info is not None and used > f.fraction * info.memory_mb:
@@ -145,7 +146,7 @@ class AgentHandlers:
             return
         now = self.life.clock()
         for f in job.fragments:
-            util = node.gpu_util.get(split_gpu_id(f.gpu)[1])
+            util = node.gpu_util.get(_gpu_index(f.gpu))
             if util is not None:
                 job.solo_util.append((now, util))
                 job.solo_util_sum += util
@@ -371,3 +372,9 @@ class AgentHandlers:
             if holder is not None:
                 life.outbox.send(holder, s.KillJob(job=job.id))
             life.requeue(job, now, f"agent has no runner for it ({msg.reason})")
+
+
+@lru_cache(maxsize=1 << 16)
+def _gpu_index(gpu: str) -> int:
+    """A placed fragment's GPU index (a heartbeat asks it of every job's fragments)."""
+    return split_gpu_id(gpu)[1]
