@@ -3,12 +3,13 @@
 import math
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from philly.jobs import TraceJob
 from tfgshare.policies.fgs import make_room, room_index
-from tfgshare.policies.fgs.records import ClearCost, GpuCost
+from tfgshare.policies.fgs.records import ClearCost, ClearStep, ClearSteps, GpuCost
+from tfgshare.policies.fgs.step_table import StepTable
 from tfgshare.policies.base import GPU, ClusterSnapshot
 from tfgshare.policies.registry import get_policy
 from tfgshare.sim.cluster import load_cluster
@@ -26,7 +27,7 @@ def _as_moves(picked):
 def checked(monkeypatch):
     """Every kept pick is compared with the plain scan of the same round; counts what was kept."""
     seen = {"picks": 0, "kept": 0, "gangs": 0, "timed": 0, "retimed": 0, "merged": 0}
-    kept, start = make_room.MakeRoom.cheapest_from_index, room_index.ClearIndex.start
+    kept, start = make_room.MakeRoom.cheapest_from_index, room_index.ClearIndex.start_steps
     retimed = make_room.retimed
 
     def both(self, k, need, util):
@@ -38,14 +39,14 @@ def checked(monkeypatch):
             f"t={self.round.now}: kept costs picked {got}, the scan {want}")
         seen["picks"] += 1
         seen["gangs"] += k > 1
-        seen["timed"] += bool(self.round.memo.indexes["clear"].current.timed)
+        seen["timed"] += bool(self.round.memo.indexes["clear"].steps[k].clocks)
         # a gang's pick that merged timed GPUs' costs (kept apart) with the sorted ones
         seen["merged"] += k > 1 and bool(self.round.memo.indexes["clear"].current.loose)
         return got
 
-    def counted(self, k, job):
-        got = start(self, k, job)
-        seen["kept"] += len(self.up) - len(got.redo_steps)   # steps not worked out anew
+    def counted(self, k):
+        got = start(self, k)
+        seen["kept"] += len(self.up) - len(got[1])   # steps not worked out anew
         return got
 
     def counted_retimed(*args):
@@ -55,7 +56,7 @@ def checked(monkeypatch):
 
     monkeypatch.setattr(make_room.MakeRoom, "cheapest_from_index", both)
     monkeypatch.setattr(make_room, "retimed", counted_retimed)
-    monkeypatch.setattr(room_index.ClearIndex, "start", counted)
+    monkeypatch.setattr(room_index.ClearIndex, "start_steps", counted)
     return seen
 
 
@@ -112,7 +113,7 @@ def cost_updates(draw):
                            min_size=1, max_size=6))
     gang = draw(st.one_of(st.none(), st.frozensets(st.sampled_from([f"n{i}" for i in
                                                                     range(nodes)]))))
-    return gpus, rounds, draw(st.integers(1, len(gpus))), gang
+    return gpus, rounds, draw(st.integers(2, max(2, len(gpus)))), gang   # a gang
 
 
 @settings(max_examples=300, deadline=None)
@@ -133,10 +134,57 @@ def test_kept_costs_timed_apart_pick_what_sorting_every_cost_picks(case):
         else:
             for gid, (c, timed) in changes.items():
                 index.put(gid, c, timed)
-        scan = []   # cheapest's scan of every GPU, in cluster order
-        for gid, c in now.items():
-            if c is not None:
-                scan.append(GpuCost(c.wait_s, c.moves, order[gid], gid, c.tenants))
-                if n == 1 and c.wait_s == 0 and c.moves <= 1:
-                    break
+        scan = [GpuCost(c.wait_s, c.moves, order[gid], gid, c.tenants)   # cheapest's scan
+                for gid, c in now.items() if c is not None]
         assert index.pick(n, cluster) == make_room._pick_gpus(scan, n, up, cluster)
+
+
+@st.composite
+def step_tables(draw):
+    """GPUs of two memory sizes, each idle or with tenants to move in order (their steps)."""
+    waits = st.sampled_from([0.0, -0.0, 1.0, 2.0, 5.0, 5.0, math.inf])
+    room = st.sampled_from([-math.inf, 0.0, 0.35, 0.5, 1.0, 1.0, math.inf])
+    free = st.sampled_from([0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0])
+    crowded = st.sampled_from([0.0, 0.1, 0.25])   # before any move: the job seldom fits
+    gpus = []
+    for _ in range(draw(st.integers(1, 12))):
+        if draw(st.integers(0, 3)) == 0:
+            gpus.append(ClearSteps(draw(free), 0, None, ()))
+            continue
+        tenants, wait, moves = draw(st.integers(1, 5)), 0.0, []
+        for i in range(draw(st.integers(0, tenants))):
+            wait = max(wait, draw(waits))
+            moves.append(ClearStep(draw(free), tenants - i - 1, draw(room), wait, i + 1, []))
+        gpus.append(ClearSteps(draw(crowded), tenants, draw(room), tuple(moves)))
+    memory = [draw(st.sampled_from([8192, 16384])) for _ in gpus]
+    big = st.sampled_from([0.1, 0.25, 0.5, 0.75, 0.9, 1.0])
+    fractions = {8192: draw(big), 16384: draw(big)}
+    return gpus, memory, fractions, draw(room), draw(st.integers(1, 4))
+
+
+_TIE = ([ClearSteps(0.0, 3, 0.0, (ClearStep(0.1, 2, 0.0, 1.0, 1, []),
+                                   ClearStep(0.5, 1, 1.0, 1.0, 2, []))),
+         ClearSteps(0.0, 3, 0.0, (ClearStep(0.5, 2, 1.0, 1.0, 1, []),))],
+        [8192, 8192], {8192: 0.5, 16384: 0.5}, 0.5, 4)   # the same wait: fewer moves first
+
+
+@settings(max_examples=500, deadline=None)
+@example(case=_TIE)
+@given(case=step_tables())
+def test_the_step_table_picks_what_pricing_each_gpu_picks(case):
+    # a 1-GPU job: the first GPU one move clears now, else the cheapest (wait, moves, order)
+    gpus, memory, fractions, util, cap = case
+    table = StepTable(len(gpus) + 1, memory + [8192])   # the last row: a GPU never put
+    for row, steps in enumerate(gpus):
+        table.put(row, ClearSteps(1.0, 9, 0.0, tuple(steps.moves) * 2))   # put over
+        table.put(row, steps)
+    costs, up = [], {}
+    for row, steps in enumerate(gpus):   # ``cheapest``'s scan
+        up[f"g{row}"] = GPU(f"g{row}", "n", row, memory[row])
+        c = room_index.clear_cost_from(steps, fractions[memory[row]], util, cap)
+        if c is not None:
+            costs.append(GpuCost(c.wait_s, c.moves, row, f"g{row}", c.tenants))
+            if c.wait_s == 0 and c.moves <= 1:
+                break
+    want = make_room._pick_gpus(costs, 1, up, ClusterSnapshot(tuple(up.values())))
+    assert table.cheapest(fractions, util, cap) == (want[0].order if want else None)

@@ -183,7 +183,8 @@ class MakeRoom:
         again only for the GPUs whose tenants changed since they were last
         read, or that have a tenant still inside its minimum run (whose wait
         falls with time: their steps are brought to now from their clocks);
-        the others hold as they were.
+        the others hold as they were. A 1-GPU job, new or not, is priced on
+        every GPU at once from the steps as arrays (``step_table``).
         """
         cluster, pol, gpus = self.round.cluster, self.round.pol, self.round.free.gpus
         layout = ClearLayout(pol.room_key(), pol.max_cotenants, pol.slowdown_cap,
@@ -196,9 +197,44 @@ class MakeRoom:
                                                         self.round.free.order)
         index.now = self.round.now
         by_mem = {mem: need(g) for mem, g in index.reps.items()}
-        gang_steps, redo_steps, redo, new = index.start(
-            k, ClearJob(k, tuple(sorted(by_mem.items())), util))
+        if k == 1:
+            gang_steps, redo_steps = index.start_steps(k)
+        else:
+            gang_steps, redo_steps, redo, new = index.start(
+                k, ClearJob(k, tuple(sorted(by_mem.items())), util))
+        steps, clocks = gang_steps.steps, gang_steps.clocks
+        retimed_now = self.steps_now(gang_steps, redo_steps, k)
+        cap = pol.max_cotenants
+        if k == 1:   # every GPU's first fitting step at once, from the steps as arrays
+            table, order = gang_steps.table, index.order
+            for gid in redo_steps | retimed_now:
+                if gid in gpus:   # else on a down node (not in this layout's up GPUs)
+                    table.put(order[gid], steps[gid])
+            row = table.cheapest(by_mem, util, cap)
+            if row is None:
+                return None
+            g = cluster.gpus[row]
+            c = clear_cost_from(steps[g.id], by_mem[g.memory_mb], util, cap)
+            return [GpuCost(c.wait_s, c.moves, row, g.id, c.tenants)]
+        if not new and clocks:
+            redo = redo | clocks.keys()
+        index.current.timed = set(clocks)
+        if new:   # every up GPU, sorted at once
+            index.fill(((gid, clear_cost_from(steps[gid], by_mem[g.memory_mb], util, cap))
+                        for gid, g in gpus.items()), clocks)
+        for gid in () if new else redo:
+            g = gpus.get(gid)
+            if g is not None:   # else on a down node (not in this layout's up GPUs)
+                index.put(gid, clear_cost_from(steps[gid], by_mem[g.memory_mb], util, cap),
+                          gid in clocks)
+        return index.pick(k, cluster)
+
+    def steps_now(self, gang_steps, redo_steps: set[str], k: int) -> set[str]:
+        """Bring the kept steps (gang size ``k``) to now: those of the ``redo_steps``
+        GPUs worked out again (more are added when their tenants' order changed), the
+        timed GPUs' brought to now from their clocks; returns the GPUs retimed."""
         steps, clocks, now = gang_steps.steps, gang_steps.clocks, self.round.now
+        retimed_now = set()
         for gid in [g for g in clocks if g not in redo_steps]:
             got = retimed(gid, steps[gid], clocks[gid], now)
             if got is None:   # the tenants' order changed: worked out again
@@ -206,6 +242,7 @@ class MakeRoom:
             else:
                 new_steps, clock = got
                 steps[gid] = new_steps
+                retimed_now.add(gid)
                 if clock is None:
                     del clocks[gid]
                 else:
@@ -219,19 +256,7 @@ class MakeRoom:
                     clocks.pop(gid, None)
                 else:
                     clocks[gid] = clock
-        if not new and clocks:
-            redo = redo | clocks.keys()
-        index.current.timed = set(clocks)
-        cap = pol.max_cotenants
-        if new:   # every up GPU, sorted at once
-            index.fill(((gid, clear_cost_from(steps[gid], by_mem[g.memory_mb], util, cap))
-                        for gid, g in gpus.items()), clocks)
-        for gid in () if new else redo:
-            g = gpus.get(gid)
-            if g is not None:   # else on a down node (not in this layout's up GPUs)
-                index.put(gid, clear_cost_from(steps[gid], by_mem[g.memory_mb], util, cap),
-                          gid in clocks)
-        return index.pick(k, cluster)
+        return retimed_now
 
     def clock(self, steps: ClearSteps, k: int, ready) -> ClearClock | None:
         """What ``retimed`` needs to bring a GPU's ``clear_steps`` (gang size ``k``) to a

@@ -2,12 +2,14 @@
 
 ``RoomIndex`` bounds whether any ``num_gpus`` GPUs could be cleared within
 the reservation horizon (``make_room.MakeRoom.out_of_reach``); ``ClearIndex``
-keeps each GPU's clear cost (``MakeRoom.clear_cost``) for the latest promoted
-jobs' sizes, so a round re-prices only the GPUs whose tenants changed. Both
+keeps each GPU's clear steps (``MakeRoom.clear_steps``) per gang size and its
+clear cost (``MakeRoom.clear_cost``) for the latest promoted gangs' sizes, so a
+round re-prices only the GPUs whose tenants changed (a 1-GPU job is priced on
+every GPU at once from its steps as arrays, ``step_table``). Both
 give the answers of pricing every GPU; the memo adds changed GPUs to their
 ``stale`` sets.
 
-Imports: ``policies`` below fgs, ``fgs.records`` and ``fgs.fit``.
+Imports: ``policies`` below fgs, ``fgs.records``, ``fgs.fit`` and ``fgs.step_table``.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from ..interference import room_for
 from ..placement import EPS, free_fraction, reserve_fraction
 from ..prediction import remaining_s
 from .fit import util_of
+from .step_table import StepTable
 from .records import (ClearClock, ClearCost, ClearJob, ClearLayout, ClearRead, ClearStep,
                       ClearSteps, CostRank, GpuCost, NodeScore, Reach, ReachMoment, RoomLayout)
 
@@ -159,7 +162,7 @@ class RoomIndex:
 
 
 class ClearIndex:
-    """Each up GPU's clear cost (``clear_cost``) for the latest promoted jobs' sizes, in the memo.
+    """Each up GPU's clear steps and costs (``clear_cost``) for the latest promoted jobs, in the memo.
 
     A GPU's cost depends on its tenants' views, the promoted job's gang size,
     fractions and utilisation, and on time only through tenants inside their
@@ -171,7 +174,8 @@ class ClearIndex:
     is inf; the memo adds those GPUs to ``stale``), except on the GPUs with such a
     tenant (``timed``): their steps are brought to the read's time from their
     clocks (``retimed``, the same sums on the same numbers) and their costs
-    priced again. Costs are kept for the ``KEEP`` job sizes read last (the
+    priced again. A 1-GPU job's pick is read from the steps (``StepTable``);
+    a gang's costs are kept for the ``KEEP`` job sizes read last (the
     promoted job first in line can change back and forth), each sorted as
     ``_pick_gpus`` sorts them, overall and per node (lists kept sorted by
     bisection), so a pick reads the cheapest instead of sorting every GPU;
@@ -198,8 +202,9 @@ class ClearIndex:
         self.current: JobClearCosts | None = None
         self.current_steps: GangClearSteps | None = None
 
-    def start(self, k: int, job: ClearJob) -> ClearRead:
-        """Begin a read for a job of this size (``k`` GPUs)."""
+    def start_steps(self, k: int) -> tuple[GangClearSteps, set[str]]:
+        """Begin a read of the steps for gang size ``k``: them, and the GPUs whose steps
+        to work out again."""
         if self.stale:
             for got in (*self.by_job.values(), *self.steps.values()):
                 got.stale |= self.stale
@@ -207,10 +212,15 @@ class ClearIndex:
         steps = self.steps.get(k)
         if steps is None:
             steps = self.steps[k] = GangClearSteps()
-            redo_steps = set(self.up)
-        else:
-            redo_steps = steps.stale
-            steps.stale = set()
+            if k == 1:   # a 1-GPU job's pick is read from every GPU's steps at once
+                steps.table = StepTable(len(self.gpus), [g.memory_mb for g in self.gpus])
+            return steps, set(self.up)
+        redo_steps, steps.stale = steps.stale, set()
+        return steps, redo_steps
+
+    def start(self, k: int, job: ClearJob) -> ClearRead:
+        """Begin a read for a job of this size (``k`` GPUs, more than one)."""
+        steps, redo_steps = self.start_steps(k)
         by_job = self.by_job
         got = by_job.pop(job, None)
         new = got is None
@@ -239,11 +249,8 @@ class ClearIndex:
                     k.loose.add(gid)
                     continue
                 nodes.setdefault(up[gid].node, []).append(new.rank())
-                if wait == 0 and moves <= 1:
-                    k.one_now.append((new.order, gid))
         k.all = sorted(c for cs in nodes.values() for c in cs)
         k.by_node = {node: sorted(cs) for node, cs in nodes.items()}
-        k.one_now.sort()
         k.dirty = set(nodes)
 
     def put(self, gid: str, c: ClearCost | None, timed: bool) -> None:
@@ -268,8 +275,6 @@ class ClearIndex:
                 _remove(k.all, was)
                 _remove(k.by_node[node], was)
                 k.dirty.add(node)
-                if old.wait_s == 0 and old.moves <= 1:
-                    _remove(k.one_now, (old.order, gid))
         if new is None:
             return
         k.costs[gid] = new
@@ -283,11 +288,9 @@ class ClearIndex:
             got = k.by_node[node] = []
         insort(got, rank)
         k.dirty.add(node)
-        if new.wait_s == 0 and new.moves <= 1:
-            insort(k.one_now, (new.order, gid))
 
     def pick(self, n: int, cluster: ClusterSnapshot) -> list[GpuCost] | None:
-        """What ``_pick_gpus`` picks from the scan of every GPU (see ``cheapest``), ``n`` GPUs.
+        """What ``_pick_gpus`` picks from the scan of every GPU (see ``cheapest``), ``n`` > 1 GPUs.
 
         The sorted lists' cheapest are merged with the timed GPUs' costs.
         """
@@ -296,16 +299,6 @@ class ClearIndex:
         if len(costs) < n:
             return None
         loose = [costs[gid].rank() for gid in k.loose]
-        if n == 1:   # the scan stops at the first GPU one move clears now
-            now = [(c.order, c.gpu) for c in loose if c.wait_s == 0 and c.moves <= 1]
-            if k.one_now:
-                now.append(k.one_now[0])
-            if now:
-                _, gid = min(now)
-                return [costs[gid]]
-            if k.all:
-                loose.append(k.all[0])
-            return [costs[min(loose).gpu]]
         # per node with n candidates in the lists: its n cheapest and their score, kept by score
         for node in k.dirty:
             old = k.scores.pop(node, None)
@@ -350,6 +343,7 @@ class GangClearSteps:
         self.steps: dict[str, ClearSteps] = {}
         # GPUs with a tenant inside its minimum run -> their clocks (``MakeRoom.clock``)
         self.clocks: dict[str, ClearClock] = {}
+        self.table: StepTable | None = None   # the steps as arrays (gang size 1)
 
 
 class JobClearCosts:
@@ -362,7 +356,6 @@ class JobClearCosts:
         self.loose: set[str] = set()        # GPUs whose costs are not in the lists (timed)
         self.all: list[CostRank] = []       # every other cost's rank
         self.by_node: dict[str, list[CostRank]] = {}
-        self.one_now: list[tuple[int, str]] = []   # (order, GPU) of those one move clears now
         self.dirty: set[str] = set()        # nodes whose costs changed since the last pick
         self.scores: dict[str, NodeScore] = {}   # node -> score of its cheapest (pick's gang size)
         self.best: list[tuple[NodeScore, str]] = []   # (score, node)
