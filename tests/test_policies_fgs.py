@@ -3,6 +3,8 @@
 from dataclasses import replace
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from tfgshare.policies.base import JobState, Migrate, Start, Suspend
 from tfgshare.policies.builders import make_cluster, make_job
@@ -295,3 +297,23 @@ def test_a_failed_consolidation_leaves_the_free_room_as_it_was_to_the_bit(shortc
     # that even without a, n0:0 would not have room (b may not move yet)
     assert moved == ([] if shortcuts else ["a"]) and r.actions == []
     assert (r.free.use, {g: r.free.free(g) for g in r.free.gpus}, r.free.total_free()) == before
+
+
+@given(st.lists(st.sampled_from([0.0, 1e-17, 2e-17, 0.25, 0.25, 0.5, 0.7500000000000001, 0.75]),
+                min_size=1, max_size=12),
+       st.sampled_from([1.0, 0.5, 0.75]), st.sets(st.integers(0, 11)),
+       st.sets(st.integers(0, 11), max_size=3))
+@example([0.5, 0.0, 2e-17], 1.0, {1, 2}, set())   # g2 has more room, g1 comes first
+def test_consolidation_tries_gpus_nearest_to_fitting_first_from_the_ranked_map(
+        frees, f, movable, closed):
+    # the used GPUs come most free room first; the tries go by (f - free, cluster order),
+    # and f - free can tie for different free room (1.0 - 1e-17 == 1.0 - 2e-17)
+    from tfgshare.policies.fgs.consolidate import Consolidate
+    gids = [f"g{i}" for i in range(len(frees))]
+    ranked = sorted(((x, i, g) for i, (x, g) in enumerate(zip(frees, gids))),
+                    key=lambda k: (-k[0], k[1]))
+    movable, closed = {f"g{i}" for i in movable}, {f"g{i}" for i in closed}
+    want = [g for _, _, g in sorted((f - x, i, g) for x, i, g in ranked
+                                    if g in movable and g not in closed and g != "g0")]
+    got = Consolidate._by_room_short(iter(ranked), f, movable, closed, ["g0"])
+    assert list(got) == want

@@ -306,3 +306,46 @@ def test_a_gang_searched_over_several_bands_goes_to_the_node_with_fewest_fitting
     else:
         nodes = {g.id: g.node for g in c.gpus}
         assert got is None or len({nodes[gid] for gid, _ in got}) > 1
+
+
+def _by_room(m):
+    """The used up GPUs of ``m`` as (free, order, GPU), most free room first, then order."""
+    return sorted(((m.free(g), m.order[g], g) for g in m.use if g in m.gpus),
+                  key=lambda k: (-k[0], k[1]))
+
+
+@given(st.lists(st.tuples(st.integers(0, 5), st.sampled_from([0.1, 0.3, 0.45]),
+                          st.booleans()), max_size=16),
+       st.lists(st.tuples(st.integers(0, 5), st.sampled_from([0.05, 0.2, 0.5]),
+                          st.sampled_from(["take", "release", "close"])), max_size=12))
+def test_the_used_gpus_by_free_room_are_kept_on_the_map_and_read_by_its_copies(before, plan):
+    # fgs keeps the map between rounds (changed by set_use) and plans each round on a copy
+    c = make_cluster(2, 3)
+    base = FreeMap(c, [], max_tenants=4, rank_used=True)
+    held: list[tuple[str, float]] = []
+    for i, frac, release in before:
+        if release and held:
+            base.release([held.pop(i % len(held))])
+        elif base.free(c.gpus[i].id) >= frac:
+            base.take([(c.gpus[i].id, frac)])
+            held.append((c.gpus[i].id, frac))
+    assert list(base.most_free_used()) == _by_room(base)
+    was = _by_room(base)
+    copy = base.copy()
+    for i, frac, what in plan:
+        gid = c.gpus[i].id
+        if what == "close":
+            copy.close([gid])
+        elif what == "release" and copy.tenants(gid):
+            copy.release([(gid, frac)])
+        elif what == "take" and copy.free(gid) >= frac:
+            copy.take([(gid, frac)])
+    want = _by_room(copy)
+    got = copy.most_free_used()
+    copy.take([(c.gpus[0].id, 0.01)])   # a change after the call is not read
+    assert list(got) == want
+    assert list(base.most_free_used()) == was
+    fresh = FreeMap(c, [], max_tenants=4, use=copy.use, rank_used=True)
+    assert list(fresh.most_free_used()) == _by_room(copy)
+    assert FreeMap(c, [], max_tenants=4).most_free_used() is None   # not asked to rank
+

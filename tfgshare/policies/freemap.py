@@ -3,7 +3,7 @@
 Policies plan a round's placements on a FreeMap (``best_fit``, ``gang_place``,
 ``take``, ``release``) under the rule in ``placement``; fgs and gandiva keep one in
 their memo (fgs copies it each round to plan on, gandiva plans on it directly).
-Imports only ``base``, ``gang``, ``layer`` and ``placement``.
+Imports ``base``, ``gang``, ``layer``, ``placement`` and sortedcontainers.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import itertools
 import math
 from bisect import bisect_left, insort
 from typing import Callable, Iterable
+
+from sortedcontainers import SortedList
 
 from .base import ClusterSnapshot, Fragment, JobView
 from .gang import place_gang
@@ -39,7 +41,8 @@ class FreeMap:
     def __init__(self, cluster: ClusterSnapshot, jobs: Iterable[JobView] = (),
                  max_tenants: int | None = None,
                  use: dict[str, GpuUse] | None = None,
-                 band: Callable[[GpuUse], int] | None = None, empty_band: int = 0):
+                 band: Callable[[GpuUse], int] | None = None, empty_band: int = 0,
+                 rank_used: bool = False):
         self.cluster = cluster
         self.reserve_mb = cluster.reserve_mb
         self.max_tenants = max_tenants
@@ -95,6 +98,15 @@ class FreeMap:
         for mem, b in sorted(self._groups):
             self._bands.setdefault(mem, []).append(b)
         self._mems = sorted(self._bands)
+        # ``rank_used``: the used up GPUs kept sorted by (-free, order, GPU) (``most_free_used``);
+        # a copy reads this map's and keeps apart the GPUs it changed
+        self._ranked: SortedList | None = None
+        self._changed: set[str] = set()
+        self._ranks = False   # whether set_use keeps ``_ranked`` (the map that built it)
+        if rank_used:
+            self._ranks = True
+            self._ranked = SortedList((-self.free(gid), lay.order[gid], gid)
+                                      for gid in use if gid in gpus)
 
     def copy(self) -> "FreeMap":
         """A copy to plan on; this map must not change while the copy is in use (the
@@ -103,7 +115,20 @@ class FreeMap:
         c = object.__new__(FreeMap)
         c.__dict__.update(self.__dict__)
         c._shared = True
+        c._ranks, c._changed = False, set(self._changed)
         return c
+
+    def most_free_used(self) -> Iterable[tuple[float, int, str]] | None:
+        """The used up GPUs as (free, cluster order, GPU), most free room first, then
+        cluster order, as they are now (later changes to this map are not read); None if
+        this map does not rank them (``rank_used``)."""
+        if self._ranked is None:
+            return None
+        changed, use = set(self._changed), self.use   # as now, while the caller changes it
+        mine = sorted((-self.free(gid), self.order[gid], gid) for gid in changed
+                      if gid in use and gid in self.gpus)
+        kept = (k for k in self._ranked if k[2] not in changed)
+        return ((-neg, order, gid) for neg, order, gid in heapq.merge(kept, mine))
 
     def _own(self) -> None:
         """Make the tables shared with the map copied from this map's own (before a change)."""
@@ -359,6 +384,10 @@ class FreeMap:
         self._own()
         self.version += 1
         self._drop(gid)
+        if self._ranks and gid in self.use:
+            self._ranked.remove((-self.free(gid), self.order[gid], gid))
+        elif self._ranked is not None and not self._ranks:
+            self._changed.add(gid)
         if self._exact is not None and gid not in self._touched:
             self._touched[gid] = self._gain(gid)   # its part of the total as last summed
         if u is None or u.tenants <= 0:
@@ -369,6 +398,8 @@ class FreeMap:
             self.use[gid] = u
             self._band[gid] = self._bandf(u) if self._bandf is not None else 0
         free = self._free[gid] = free_fraction(g, u, self.reserve_mb)
+        if self._ranks and u is not None:
+            self._ranked.add((-free, self.order[gid], gid))
         if gid not in self.closed and self._open(u, free):
             group = self._group(gid)
             keys = self._group_keys(group)

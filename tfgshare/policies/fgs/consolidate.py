@@ -3,7 +3,9 @@
 When the first job that does not fit would fit in the total free capacity,
 tenants of the GPUs nearest to fitting it (at most ``CONSOLIDATE_TRIES`` more
 than the gang needs) are tentatively migrated into other GPUs' free room,
-smallest first; the moves are kept only if the whole gang then fits.
+smallest first; the moves are kept only if the whole gang then fits. On GPUs of
+one memory size the nearest are read from the map's used GPUs kept by free room
+(``FreeMap.most_free_used``) only as far as the tries go, not sorted anew.
 
 Shortcuts skip work whose answer is known (``Fgs.shortcuts``; the
 full search decides the same, ``tests/test_policies_memo.py``): the memo's
@@ -65,23 +67,29 @@ class Consolidate:
         candidates = self.round.memo.single_gpu_holders
         if self.round.pol.shortcuts:   # only GPUs where some tenant may move by now
             candidates = MovableIndex.of(self.round).movable_by(self.round.now)
-        if len(fm.sizes) == 1:
+        ranked = fm.most_free_used() if len(fm.sizes) == 1 else None
+        if ranked is not None:   # one size: most free room first, then cluster order
             f = need(first)
-            keyed = [(f - free(gid), order[gid], gid) for gid in candidates
-                     if gid in use and gid in gpus and gid not in closed and gid not in chosen]
+            order_of = self._by_room_short(ranked, f, candidates, set(closed), chosen)
         else:
-            fractions: dict[int, float] = {}   # memory size -> the job's fraction
-            keyed = []
-            for gid in candidates:
-                gpu = gpus.get(gid)
-                if gpu is None or gid not in use or gid in closed or gid in chosen:
-                    continue
-                f = fractions.get(gpu.memory_mb)
-                if f is None:
-                    f = fractions[gpu.memory_mb] = need(gpu)
-                keyed.append((f - free(gid), order[gid], gid))
-        # in sorted order, but only as far as the tries go
-        heapq.heapify(keyed)
+            if len(fm.sizes) == 1:
+                f = need(first)
+                keyed = [(f - free(gid), order[gid], gid) for gid in candidates
+                         if gid in use and gid in gpus and gid not in closed
+                         and gid not in chosen]
+            else:
+                fractions: dict[int, float] = {}   # memory size -> the job's fraction
+                keyed = []
+                for gid in candidates:
+                    gpu = gpus.get(gid)
+                    if gpu is None or gid not in use or gid in closed or gid in chosen:
+                        continue
+                    f = fractions.get(gpu.memory_mb)
+                    if f is None:
+                        f = fractions[gpu.memory_mb] = need(gpu)
+                    keyed.append((f - free(gid), order[gid], gid))
+            heapq.heapify(keyed)   # in sorted order, but only as far as the tries go
+            order_of = (heapq.heappop(keyed)[2] for _ in range(len(keyed)))
         holders = self.round.holders
         may = self._may_consolidate
         one = f if len(fm.sizes) == 1 else None   # the job's fraction on every GPU
@@ -89,8 +97,7 @@ class Consolidate:
         def cands():
             # each candidate with its tenants that may move (acted and the round's
             # movability stay as they are until the tries are over)
-            while keyed:
-                _, _, gid = heapq.heappop(keyed)   # (room short, order, GPU)
+            for gid in order_of:   # (room short, order)
                 hs = [h for h in holders.get(gid, ()) if may(h)]
                 if hs:
                     yield gid, hs
@@ -132,6 +139,25 @@ class Consolidate:
         self.round.actions.append(Start(job.id, to_fragments(placed)))
         self.round.acted.add(job.id)
         self.round.failed.clear()
+
+    @staticmethod
+    def _by_room_short(ranked, f: float, candidates, closed: set[str], chosen: list[str]):
+        """The candidate GPUs by (``f`` - free room, cluster order), from the used GPUs by
+        (most free room, cluster order) (``FreeMap.most_free_used``): the same order as
+        sorting every candidate, read only as far as the tries go (GPUs of equal
+        ``f - free`` but different free room are put back in cluster order)."""
+        run: list[tuple[int, str]] = []   # (order, GPU) of one room short
+        short = None
+        for free, order, gid in ranked:
+            if gid not in candidates or gid in closed or gid in chosen:
+                continue
+            if f - free != short:
+                run.sort()
+                yield from (g for _, g in run)
+                run, short = [], f - free
+            run.append((order, gid))
+        run.sort()
+        yield from (g for _, g in run)
 
     def _clear_by_migration(self, gid: str, f: float, util: float, keep: list[str],
                             movable: list[JobView] | None = None):

@@ -228,7 +228,7 @@ class Fgs(Policy):
             return room_band(room_for(u.tenants, u.util, cap, overhead))
 
         base = FreeMap(cluster, use=use, max_tenants=self.max_cotenants, band=band,
-                       empty_band=BANDS)
+                       empty_band=BANDS, rank_used=True)
         memo.free_map = MemoFreeMap(key, cluster.gpus, base)
         base.total_free()
         base.chooser = memo.fragmentation_chooser() if self.frag_measure else None
