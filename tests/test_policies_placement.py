@@ -349,3 +349,31 @@ def test_the_used_gpus_by_free_room_are_kept_on_the_map_and_read_by_its_copies(b
     assert list(fresh.most_free_used()) == _by_room(copy)
     assert FreeMap(c, [], max_tenants=4).most_free_used() is None   # not asked to rank
 
+
+@given(st.lists(st.tuples(st.integers(0, 5), st.sampled_from([0.1, 0.2, 0.3]),
+                          st.sampled_from([0.1, 0.3, 0.5 + 1e-10, 0.45, 0.7, 1.0])), max_size=20),
+       st.sampled_from([0.0, 0.3, 0.5, 0.55, 0.7, 1.0, 1.2]), st.sampled_from([0.05, 0.2]),
+       st.sets(st.integers(0, 5), max_size=2))
+def test_a_search_skipping_the_bands_below_the_one_under_a_tenants_finds_what_asking_all_does(
+        takes, u, frac, own):
+    # fgs moves a victim to the tightest GPU that stays calm beside it (``MakeRoom.relocate``):
+    # below the band under its search band no GPU is calm (a band is 1/BANDS wide, far
+    # more than EPS), but in that band one within EPS is (room 0.5 - 1e-10 for u = 0.5)
+    from tfgshare.policies.fgs.fit import room_band
+    from tfgshare.policies.fgs.order import BANDS, search_band
+    from tfgshare.policies.placement import EPS
+
+    def band(use):   # utilisation room: what the tenants leave of one GPU's
+        return room_band(1.0 - use.util)
+    c = make_cluster(2, 3)
+    fm = FreeMap(c, [], max_tenants=4, band=band, empty_band=BANDS)
+    for i, f, util in takes:
+        if fm.free(c.gpus[i].id) >= f:
+            fm.take([(c.gpus[i].id, f)], util)
+
+    def calm(gid):
+        use = fm.use.get(gid)
+        return use is None or u <= 1.0 - use.util + EPS
+    own = {c.gpus[i].id for i in own}
+    everywhere = fm.best_fit(frac, own, calm)
+    assert fm.best_fit(frac, own, calm, skip_below=search_band(u) - 1) == everywhere

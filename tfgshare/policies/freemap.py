@@ -258,16 +258,19 @@ class FreeMap:
 
     def best_fit(self, need: float | Need, exclude: Iterable[str] = (),
                  ok: Callable[[str], bool] | None = None,
-                 min_band: int | None = None) -> tuple[str, float] | None:
+                 min_band: int | None = None,
+                 skip_below: int | None = None) -> tuple[str, float] | None:
         """The GPU with the smallest free room that still fits, and the fraction.
 
         Skips GPUs in ``exclude`` and those for which ``ok(gpu_id)`` is false.
         Between GPU sizes the smaller free room in MB wins. None if nothing fits.
+        ``skip_below``: bands below it are not searched (the caller knows ``ok`` is
+        false there); ``ok`` is asked in every other band.
         """
         need = as_need(need)
         exclude = exclude if isinstance(exclude, (set, frozenset, dict)) else set(exclude)
         best = None
-        for mem, band, keys in self._searched(min_band):
+        for mem, band, keys in self._searched(min_band if skip_below is None else skip_below):
             f = need(self._rep[mem])
             check = ok if (min_band is None or band == min_band) else None
             i = bisect_left(keys, (f - EPS,))

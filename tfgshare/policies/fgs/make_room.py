@@ -22,7 +22,7 @@ from ..interference import room_for
 from ..placement import EPS, MIN_FRACTION, exclusive_fraction, reserve_fraction, to_fragments
 from ..queueing import arrival_key
 from .fit import SLACK, RoundState, util_of
-from .order import BANDS
+from .order import BANDS, search_band
 from .records import (ClearClock, ClearCost, ClearJob, ClearLayout, ClearStep, ClearSteps,
                       GpuCost, MinRunTimer, RoomLayout)
 from .room_index import (ClearIndex, RoomIndex, clear_cost_from, finish_in, frac_on,
@@ -370,8 +370,16 @@ class MakeRoom:
         util = util_of(job)
         own = {f.gpu for f in job.fragments}
         frac = job.fragments[0].fraction
-        placed = self.round.free.gang_place(
-            job.num_gpus, frac, lambda gid: gid not in own and self.round.calm(gid, util))
+        fm = self.round.free
+        if job.num_gpus == 1 and (fm.chooser is None or not fm.chooser.active):
+            # calm is false in the bands below the one under the job's search band:
+            # their utilisation room is short of the job's by more than EPS
+            one = fm.best_fit(frac, own, lambda gid: self.round.calm(gid, util),
+                              skip_below=search_band(util) - 1)
+            placed = None if one is None else [one]
+        else:
+            placed = fm.gang_place(job.num_gpus, frac,
+                                   lambda gid: gid not in own and self.round.calm(gid, util))
         if placed is None:
             return Suspend(job.id)
         self.round.take(job.id, util, placed)
