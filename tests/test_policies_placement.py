@@ -323,12 +323,14 @@ def test_the_used_gpus_by_free_room_are_kept_on_the_map_and_read_by_its_copies(b
     c = make_cluster(2, 3)
     base = FreeMap(c, [], max_tenants=4, rank_used=True)
     held: list[tuple[str, float]] = []
-    for i, frac, release in before:
+    for n, (i, frac, release) in enumerate(before):
         if release and held:
             base.release([held.pop(i % len(held))])
         elif base.free(c.gpus[i].id) >= frac:
             base.take([(c.gpus[i].id, frac)])
             held.append((c.gpus[i].id, frac))
+        if n % 3 == 2:   # read between rounds of changes
+            assert list(base.most_free_used()) == _by_room(base)
     assert list(base.most_free_used()) == _by_room(base)
     was = _by_room(base)
     copy = base.copy()

@@ -98,15 +98,17 @@ class FreeMap:
         for mem, b in sorted(self._groups):
             self._bands.setdefault(mem, []).append(b)
         self._mems = sorted(self._bands)
-        # ``rank_used``: the used up GPUs kept sorted by (-free, order, GPU) (``most_free_used``);
-        # a copy reads this map's and keeps apart the GPUs it changed
-        self._ranked: SortedList | None = None
+        # ``rank_used``: the used up GPUs kept sorted by (-free, order, GPU) (``most_free_used``)
+        # by the map that built them (``_rank_owner``), brought up to date when read from
+        # the GPUs changed since (their keys as last sorted); a copy reads its owner's and
+        # keeps apart the GPUs it changed itself
+        self._rank_owner: FreeMap | None = None
         self._changed: set[str] = set()
-        self._ranks = False   # whether set_use keeps ``_ranked`` (the map that built it)
         if rank_used:
-            self._ranks = True
+            self._rank_owner = self
             self._ranked = SortedList((-self.free(gid), lay.order[gid], gid)
                                       for gid in use if gid in gpus)
+            self._unsorted: dict[str, tuple | None] = {}   # GPU -> its key in _ranked
 
     def copy(self) -> "FreeMap":
         """A copy to plan on; this map must not change while the copy is in use (the
@@ -115,20 +117,33 @@ class FreeMap:
         c = object.__new__(FreeMap)
         c.__dict__.update(self.__dict__)
         c._shared = True
-        c._ranks, c._changed = False, set(self._changed)
+        c._changed = set(self._changed)
         return c
 
     def most_free_used(self) -> Iterable[tuple[float, int, str]] | None:
         """The used up GPUs as (free, cluster order, GPU), most free room first, then
         cluster order, as they are now (later changes to this map are not read); None if
         this map does not rank them (``rank_used``)."""
-        if self._ranked is None:
+        owner = self._rank_owner
+        if owner is None:
             return None
+        ranked = owner._sorted()
         changed, use = set(self._changed), self.use   # as now, while the caller changes it
         mine = sorted((-self.free(gid), self.order[gid], gid) for gid in changed
                       if gid in use and gid in self.gpus)
-        kept = (k for k in self._ranked if k[2] not in changed)
+        kept = (k for k in ranked if k[2] not in changed)
         return ((-neg, order, gid) for neg, order, gid in heapq.merge(kept, mine))
+
+    def _sorted(self) -> SortedList:
+        """This (owner) map's ranked used GPUs, brought up to date."""
+        ranked, use, order = self._ranked, self.use, self.order
+        for gid, old in self._unsorted.items():
+            if old is not None:
+                ranked.remove(old)
+            if gid in use:
+                ranked.add((-self.free(gid), order[gid], gid))
+        self._unsorted = {}
+        return ranked
 
     def _own(self) -> None:
         """Make the tables shared with the map copied from this map's own (before a change)."""
@@ -387,9 +402,12 @@ class FreeMap:
         self._own()
         self.version += 1
         self._drop(gid)
-        if self._ranks and gid in self.use:
-            self._ranked.remove((-self.free(gid), self.order[gid], gid))
-        elif self._ranked is not None and not self._ranks:
+        owner = self._rank_owner
+        if owner is self:
+            if gid not in self._unsorted:
+                self._unsorted[gid] = ((-self.free(gid), self.order[gid], gid)
+                                       if gid in self.use else None)
+        elif owner is not None:
             self._changed.add(gid)
         if self._exact is not None and gid not in self._touched:
             self._touched[gid] = self._gain(gid)   # its part of the total as last summed
@@ -401,8 +419,6 @@ class FreeMap:
             self.use[gid] = u
             self._band[gid] = self._bandf(u) if self._bandf is not None else 0
         free = self._free[gid] = free_fraction(g, u, self.reserve_mb)
-        if self._ranks and u is not None:
-            self._ranked.add((-free, self.order[gid], gid))
         if gid not in self.closed and self._open(u, free):
             group = self._group(gid)
             keys = self._group_keys(group)
