@@ -45,7 +45,8 @@ owns and may import in its docstring):
 - ``best_fit``: placing a walk's jobs on the tightest fragments that fit
   (``BestFit``);
 - ``make_room``: making room for a promoted job, or reserving GPUs for it
-  (``MakeRoom``), with the memo-kept indexes in ``room_index``;
+  (``MakeRoom``), with the memo-kept indexes in ``room_index`` (a 1-GPU
+  job's read over every GPU's steps as arrays in ``step_table``);
 - ``consolidate``: migrating single-GPU tenants to clear fragments
   (``Consolidate``, ``MovableIndex``);
 - ``memo``: ``FgsMemo``, what fgs keeps between rounds (the queues,
@@ -64,5 +65,5 @@ from .policy import Fgs
 __all__ = ["Fgs", "FgsMemo", "util_of"]
 
 # fgs's modules, each importing only those before it (at run time)
-LAYERS = ("records", "order", "memo", "fit", "best_fit", "room_index", "make_room",
+LAYERS = ("records", "order", "memo", "fit", "best_fit", "step_table", "room_index", "make_room",
           "consolidate", "policy")

@@ -162,7 +162,7 @@ class RoomIndex:
 
 
 class ClearIndex:
-    """Each up GPU's clear steps and costs (``clear_cost``) for the latest promoted jobs, in the memo.
+    """Each up GPU's clear steps and costs (``clear_cost``) for the latest promoted jobs (memo).
 
     A GPU's cost depends on its tenants' views, the promoted job's gang size,
     fractions and utilisation, and on time only through tenants inside their

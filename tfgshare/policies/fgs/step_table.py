@@ -59,7 +59,8 @@ class StepTable:
             left[0], room[0] = steps.tenants, steps.util_room + EPS
         wait[0] = 0.0
         for i, s in enumerate(moves, 1):
-            free[i], left[i], room[i], wait[i] = s.free, s.tenants_left, s.util_room + EPS, s.wait_s
+            free[i], left[i], wait[i] = s.free, s.tenants_left, s.wait_s
+            room[i] = s.util_room + EPS
 
     def drop(self, row: int) -> None:
         """Forget a GPU's steps (it fits no job)."""
