@@ -67,27 +67,21 @@ class Consolidate:
         candidates = self.round.memo.single_gpu_holders
         if self.round.pol.shortcuts:   # only GPUs where some tenant may move by now
             candidates = MovableIndex.of(self.round).movable_by(self.round.now)
-        ranked = fm.most_free_used() if len(fm.sizes) == 1 else None
-        if ranked is not None:   # one size: most free room first, then cluster order
+        if len(fm.sizes) == 1:   # most free room first, then cluster order (fgs's maps rank)
             f = need(first)
-            order_of = self._by_room_short(ranked, f, candidates, set(closed), chosen)
+            order_of = self._by_room_short(fm.most_free_used(), f, candidates, set(closed),
+                                           chosen)
         else:
-            if len(fm.sizes) == 1:
-                f = need(first)
-                keyed = [(f - free(gid), order[gid], gid) for gid in candidates
-                         if gid in use and gid in gpus and gid not in closed
-                         and gid not in chosen]
-            else:
-                fractions: dict[int, float] = {}   # memory size -> the job's fraction
-                keyed = []
-                for gid in candidates:
-                    gpu = gpus.get(gid)
-                    if gpu is None or gid not in use or gid in closed or gid in chosen:
-                        continue
-                    f = fractions.get(gpu.memory_mb)
-                    if f is None:
-                        f = fractions[gpu.memory_mb] = need(gpu)
-                    keyed.append((f - free(gid), order[gid], gid))
+            fractions: dict[int, float] = {}   # memory size -> the job's fraction
+            keyed = []
+            for gid in candidates:
+                gpu = gpus.get(gid)
+                if gpu is None or gid not in use or gid in closed or gid in chosen:
+                    continue
+                f = fractions.get(gpu.memory_mb)
+                if f is None:
+                    f = fractions[gpu.memory_mb] = need(gpu)
+                keyed.append((f - free(gid), order[gid], gid))
             heapq.heapify(keyed)   # in sorted order, but only as far as the tries go
             order_of = (heapq.heappop(keyed)[2] for _ in range(len(keyed)))
         holders = self.round.holders
@@ -151,10 +145,11 @@ class Consolidate:
         for free, order, gid in ranked:
             if gid not in candidates or gid in closed or gid in chosen:
                 continue
-            if f - free != short:
+            room_short = f - free
+            if room_short != short:
                 run.sort()
                 yield from (g for _, g in run)
-                run, short = [], f - free
+                run, short = [], room_short
             run.append((order, gid))
         run.sort()
         yield from (g for _, g in run)

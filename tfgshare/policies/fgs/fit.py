@@ -68,7 +68,8 @@ class RoundState:
         self.jobs = jobs
         self._holders: dict[str, list[JobView]] | None = None
         self.free = free if free is not None else FreeMap(
-            cluster, jobs, max_tenants=pol.max_cotenants, band=self.band, empty_band=BANDS)
+            cluster, jobs, max_tenants=pol.max_cotenants, band=self.band, empty_band=BANDS,
+            rank_used=True)
         self.up = len(self.free.gpus)
         self.moves_left = pol.max_moves
         # (gang size, sampling) -> sizes that found no room since the last

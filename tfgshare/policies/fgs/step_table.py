@@ -62,10 +62,6 @@ class StepTable:
             free[i], left[i], wait[i] = s.free, s.tenants_left, s.wait_s
             room[i] = s.util_room + EPS
 
-    def drop(self, row: int) -> None:
-        """Forget a GPU's steps (it fits no job)."""
-        self.free[row] = -math.inf
-
     def cheapest(self, fractions: dict[int, float], util: float, cap: int) -> int | None:
         """The row of the GPU a 1-GPU job of these fractions (memory size -> fraction) and
         utilisation picks (see the module), or None if no GPU fits it."""
