@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -48,11 +50,11 @@ def wait_for_step(events_file: Path, step: int, proc: subprocess.Popen,
     pytest.fail(f"runner did not reach step {step} in {timeout}s")
 
 
-@pytest.mark.parametrize("graph", ["imported", "built"])
-def test_suspend_by_max_steps_or_signal_then_resume_in_new_processes(tmp_path, graph):
+def test_suspend_by_max_steps_or_signal_then_resume_in_new_processes(tmp_path):
     # Two interrupted jobs run side by side: one stops at --max_number_of_steps=4
-    # (momentum), one is suspended by SIGUSR1 (adam). Each resumes in a new process,
-    # from the graph the first attempt exported or (without it) from a rebuilt one.
+    # (momentum), one is suspended by SIGUSR1 (adam). Each resumes in a new process twice,
+    # from copies of its train dir: from the graph the first attempt exported, and (the
+    # graph file deleted) from a rebuilt one.
     by_steps = small_config(tmp_path / "steps", optimizer="momentum", max_number_of_steps=4)
     by_signal = small_config(tmp_path / "signal", optimizer="adam", max_number_of_steps=100000,
                              events_file=str(tmp_path / "signal.jsonl"))
@@ -68,36 +70,37 @@ def test_suspend_by_max_steps_or_signal_then_resume_in_new_processes(tmp_path, g
     code, out = finish(first_steps)
     assert code == rp.EXIT_OK, out
 
-    by_steps.max_number_of_steps = 9
-    by_signal.max_number_of_steps = k + 5
-    by_steps.events_file = str(tmp_path / "steps.jsonl")
-    if graph == "built":
-        for config in (by_steps, by_signal):
-            (Path(config.train_dir) / GRAPH_FILE).unlink()
-    second_steps, second_signal = start(by_steps), start(by_signal)
+    resumes = {}
+    for graph in ("imported", "built"):
+        for name, config, steps in (("steps", by_steps, 9), ("signal", by_signal, k + 5)):
+            train_dir = tmp_path / f"{name}-{graph}"
+            shutil.copytree(config.train_dir, train_dir)
+            if graph == "built":
+                (train_dir / GRAPH_FILE).unlink()
+            resumes[graph, name] = replace(config, train_dir=str(train_dir),
+                                           max_number_of_steps=steps,
+                                           events_file=str(tmp_path / f"{name}-{graph}.jsonl"))
     # meanwhile, in new processes too, the same jobs without a stop
-    straight_steps = small_config(tmp_path / "a", optimizer="momentum", max_number_of_steps=9)
-    straight_signal = small_config(tmp_path / "b", optimizer="adam", max_number_of_steps=k + 5)
-    runs = [second_steps, second_signal, start(straight_steps), start(straight_signal)]
+    straight = {"steps": small_config(tmp_path / "a", optimizer="momentum",
+                                      max_number_of_steps=9),
+                "signal": small_config(tmp_path / "b", optimizer="adam",
+                                       max_number_of_steps=k + 5)}
+    runs = [start(c) for c in [*resumes.values(), *straight.values()]]
     for proc in runs:
         code, out = finish(proc)
         assert code == rp.EXIT_OK, out
-    resumed = [e for e in rp.iter_events(by_signal.events_file) if e["event"] == "started"][-1]
-    assert resumed["restored"] is True and resumed["global_step"] == k
-    for config in (by_steps, by_signal):
+    for (graph, name), config in resumes.items():
+        started = [e for e in rp.iter_events(config.events_file) if e["event"] == "started"]
+        assert started[-1]["restored"] is True
+        assert started[-1]["global_step"] == (4 if name == "steps" else k)
         phases = [e for e in rp.iter_events(config.events_file) if e["event"] == "start_phases"]
         assert phases[-1]["graph_source"] == graph and phases[-1]["start_s"] > 0
-
-    resumed_steps = runner_checkpoint_latest(by_steps.train_dir)
-    resumed_signal = runner_checkpoint_latest(by_signal.train_dir)
-    assert resumed_steps.endswith("model.ckpt-9")
-    assert resumed_signal.endswith(f"model.ckpt-{k + 5}")
-    # bit for bit: the same flags and threads give the same arithmetic, built or imported
-    assert_same_state(runner_checkpoint_latest(straight_steps.train_dir), resumed_steps,
-                      exact=True)
-    assert_same_state(runner_checkpoint_latest(straight_signal.train_dir), resumed_signal,
-                      exact=True)
-    values = checkpoint_values(resumed_signal)
+        latest = runner_checkpoint_latest(config.train_dir)
+        assert latest.endswith(f"model.ckpt-{config.max_number_of_steps}")
+        # bit for bit: the same flags and threads give the same arithmetic, built or imported
+        assert_same_state(runner_checkpoint_latest(straight[name].train_dir), latest,
+                          exact=True)
+    values = checkpoint_values(runner_checkpoint_latest(resumes["built", "signal"].train_dir))
     assert any(key.endswith("Adam_1/.ATTRIBUTES/VARIABLE_VALUE") for key in values)
     assert any("beta1_power" in key for key in values)
 
