@@ -26,9 +26,10 @@ def _as_moves(picked):
 @pytest.fixture
 def checked(monkeypatch):
     """Every kept pick is compared with the plain scan of the same round; counts what was kept."""
-    seen = {"picks": 0, "kept": 0, "gangs": 0, "timed": 0, "retimed": 0, "merged": 0}
+    seen = {"picks": 0, "kept": 0, "gangs": 0, "timed": 0, "retimed": 0, "merged": 0,
+            "left_timed": 0}
     kept, start = make_room.MakeRoom.cheapest_from_index, room_index.ClearIndex.start_steps
-    retimed = make_room.retimed
+    retimed, steps_now = make_room.retimed, make_room.MakeRoom.steps_now
 
     def both(self, k, need, util):
         got = kept(self, k, need, util)
@@ -54,7 +55,16 @@ def checked(monkeypatch):
         seen["retimed"] += got is not None   # steps brought to now, not worked out anew
         return got
 
+    def counted_steps_now(self, gang_steps, redo_steps, k, expired_only=False):
+        timed = [g for g in gang_steps.clocks if g not in redo_steps]
+        got = steps_now(self, gang_steps, redo_steps, k, expired_only)
+        # timed GPUs a 1-GPU read left as they were (none of their tenants past its
+        # minimum run), read only if no GPU is cleared now
+        seen["left_timed"] += len(set(timed) - got - redo_steps) if expired_only else 0
+        return got
+
     monkeypatch.setattr(make_room.MakeRoom, "cheapest_from_index", both)
+    monkeypatch.setattr(make_room.MakeRoom, "steps_now", counted_steps_now)
     monkeypatch.setattr(make_room, "retimed", counted_retimed)
     monkeypatch.setattr(room_index.ClearIndex, "start_steps", counted)
     return seen
@@ -99,6 +109,7 @@ def test_the_kept_costs_are_read_and_cover_gangs_and_waits_that_fall(toy_profile
     assert checked["retimed"] > 0, "no timed GPU's steps were brought to a later time"
     assert checked["merged"] > 0, "no gang's pick merged timed GPUs' costs"
     assert checked["kept"] > checked["picks"], "costs were priced again, not kept"
+    assert checked["left_timed"] > 0, "every timed GPU was brought to now for a 1-GPU read"
 
 
 @st.composite
@@ -188,3 +199,18 @@ def test_the_step_table_picks_what_pricing_each_gpu_picks(case):
                 break
     want = make_room._pick_gpus(costs, 1, up, ClusterSnapshot(tuple(up.values())))
     assert table.cheapest(fractions, util, cap) == (want[0].order if want else None)
+
+
+def test_a_one_gpu_read_brings_to_now_the_gpus_whose_tenant_passed_its_minimum_run(
+        toy_profiles, checked):
+    # 1-GPU jobs only, more than the 8 GPUs hold: promoted jobs are read round after round
+    # while tenants pass their minimum run; here a GPU that a tenant has just passed it on
+    # is the first that one move clears now (a read that left it as it was picks another)
+    jobs = [TraceJob(f"j{i}", 10.0 * i, 1, 0.0, model="toy", batch_size=(1, 2, 3)[i % 3],
+                     total_steps=100 + 40 * (i % 5)) for i in range(40)]
+    pol = get_policy("fgs", max_wait_s=300.0, promote_floor_s=20.0, min_run_s=120.0,
+                     reserve_horizon_s=300.0)
+    res = simulate(load_cluster("1x8:16384"), jobs, toy_profiles, pol,
+                   SimConfig(tick_s=10.0, seed=3))
+    assert len(res.records) == len(jobs)
+    assert checked["picks"] > 0 and checked["left_timed"] > 0

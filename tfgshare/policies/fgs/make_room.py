@@ -203,19 +203,33 @@ class MakeRoom:
             gang_steps, redo_steps, redo, new = index.start(
                 k, ClearJob(k, tuple(sorted(by_mem.items())), util))
         steps, clocks = gang_steps.steps, gang_steps.clocks
-        retimed_now = self.steps_now(gang_steps, redo_steps, k)
         cap = pol.max_cotenants
         if k == 1:   # every GPU's first fitting step at once, from the steps as arrays
+            # A timed GPU's steps change with time only in the waits of its tenants
+            # inside their minimum run, which stay above 0 until one of them is past
+            # it: the steps that wait 0 (its tenants movable now, in their fixed order)
+            # are as they were. So a GPU that one move clears now is found with only the
+            # GPUs past a minimum run brought to now; the rest are brought to now, and
+            # the table read again, only when none is cleared now.
             table, order = gang_steps.table, index.order
+            retimed_now = self.steps_now(gang_steps, redo_steps, k, expired_only=True)
             for gid in redo_steps | retimed_now:
                 if gid in gpus:   # else on a down node (not in this layout's up GPUs)
                     table.put(order[gid], steps[gid])
-            row = table.cheapest(by_mem, util, cap)
+            row = table.clears_now(by_mem, util, cap)
+            if row is None:
+                again: set[str] = set()   # GPUs whose tenants' order changed meanwhile
+                retimed_now = self.steps_now(gang_steps, again, k)
+                for gid in again | retimed_now:
+                    if gid in gpus:
+                        table.put(order[gid], steps[gid])
+                row = table.cheapest(by_mem, util, cap)
             if row is None:
                 return None
             g = cluster.gpus[row]
             c = clear_cost_from(steps[g.id], by_mem[g.memory_mb], util, cap)
             return [GpuCost(c.wait_s, c.moves, row, g.id, c.tenants)]
+        self.steps_now(gang_steps, redo_steps, k)
         if not new and clocks:
             redo = redo | clocks.keys()
         index.current.timed = set(clocks)
@@ -229,13 +243,19 @@ class MakeRoom:
                           gid in clocks)
         return index.pick(k, cluster)
 
-    def steps_now(self, gang_steps, redo_steps: set[str], k: int) -> set[str]:
+    def steps_now(self, gang_steps, redo_steps: set[str], k: int,
+                  expired_only: bool = False) -> set[str]:
         """Bring the kept steps (gang size ``k``) to now: those of the ``redo_steps``
         GPUs worked out again (more are added when their tenants' order changed), the
-        timed GPUs' brought to now from their clocks; returns the GPUs retimed."""
+        timed GPUs' brought to now from their clocks (``expired_only``: only those
+        with a tenant past its minimum run by now); returns the GPUs retimed."""
         steps, clocks, now = gang_steps.steps, gang_steps.clocks, self.round.now
         retimed_now = set()
-        for gid in [g for g in clocks if g not in redo_steps]:
+        timed = [g for g in clocks if g not in redo_steps]
+        if expired_only:
+            timed = [g for g in timed if any(now - t.last_start >= t.min_run
+                                             for t in clocks[g].timers)]
+        for gid in timed:
             got = retimed(gid, steps[gid], clocks[gid], now)
             if got is None:   # the tenants' order changed: worked out again
                 redo_steps.add(gid)

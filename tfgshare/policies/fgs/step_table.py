@@ -62,9 +62,8 @@ class StepTable:
             free[i], left[i], wait[i] = s.free, s.tenants_left, s.wait_s
             room[i] = s.util_room + EPS
 
-    def cheapest(self, fractions: dict[int, float], util: float, cap: int) -> int | None:
-        """The row of the GPU a 1-GPU job of these fractions (memory size -> fraction) and
-        utilisation picks (see the module), or None if no GPU fits it."""
+    def _fits(self, fractions: dict[int, float], util: float, cap: int):
+        """Per row: whether some step fits the job, its first such step, and that step's wait."""
         need = np.zeros(self.rows)
         for mem, f in fractions.items():
             need[self.memory == mem] = f - EPS
@@ -73,10 +72,20 @@ class StepTable:
         fits &= self.room >= util
         first = fits.argmax(axis=1)       # each GPU's first step that fits
         rows = np.arange(self.rows)
-        some = fits[rows, first]
+        return fits[rows, first], first, self.wait[rows, first]
+
+    def clears_now(self, fractions: dict[int, float], util: float, cap: int) -> int | None:
+        """The row of the first GPU that one move, now, clears for the job (None: none)."""
+        some, first, wait = self._fits(fractions, util, cap)
+        now = some & (wait == 0) & (first <= 1)
+        return int(now.argmax()) if now.any() else None
+
+    def cheapest(self, fractions: dict[int, float], util: float, cap: int) -> int | None:
+        """The row of the GPU a 1-GPU job of these fractions (memory size -> fraction) and
+        utilisation picks (see the module), or None if no GPU fits it."""
+        some, first, wait = self._fits(fractions, util, cap)
         if not some.any():
             return None
-        wait = self.wait[rows, first]
         now = some & (wait == 0) & (first <= 1)
         if now.any():
             return int(now.argmax())
