@@ -86,11 +86,14 @@ def starvation_scenarios(draw):
     shortest-first alone would keep some GPU busy and the wide job waiting."""
     nodes, per_node = draw(st.integers(1, 2)), draw(st.sampled_from([2, 4]))
     gpus = nodes * per_node
-    gap = draw(st.floats(250, 600)) / gpus
+    sizes = [(draw(st.sampled_from([1, 2])), draw(st.integers(100, 400))) for _ in range(60)]
+    # the arrivals spaced for a drawn offered load: the 1-GPU jobs' steps alone, at
+    # TOY_PROFILES' step times (1 s a step at batch 1, 2 s at batch 2), over the GPUs
+    work = sum(steps * float(batch) for batch, steps in sizes)
+    gap = work / (len(sizes) * gpus * draw(st.floats(0.4, 0.95)))
     jobs = [TraceJob("wide", 10.0, gpus, 0.0, model="toy", batch_size=1, total_steps=200)]
-    jobs += [TraceJob(f"s{i}", i * gap, 1, 0.0, model="toy",
-                      batch_size=draw(st.sampled_from([1, 2])),
-                      total_steps=draw(st.integers(100, 400))) for i in range(60)]
+    jobs += [TraceJob(f"s{i}", i * gap, 1, 0.0, model="toy", batch_size=batch,
+                      total_steps=steps) for i, (batch, steps) in enumerate(sizes)]
     return f"{nodes}x{per_node}:16384", jobs
 
 
