@@ -252,7 +252,7 @@ class MakeRoom:
         steps, clocks, now = gang_steps.steps, gang_steps.clocks, self.round.now
         retimed_now = set()
         timed = [g for g in clocks if g not in redo_steps]
-        if expired_only:
+        if expired_only:   # ``retimed``'s test of a timer past its minimum run
             timed = [g for g in timed if any(now - t.last_start >= t.min_run
                                              for t in clocks[g].timers)]
         for gid in timed:

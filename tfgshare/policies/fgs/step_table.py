@@ -76,9 +76,7 @@ class StepTable:
 
     def clears_now(self, fractions: dict[int, float], util: float, cap: int) -> int | None:
         """The row of the first GPU that one move, now, clears for the job (None: none)."""
-        some, first, wait = self._fits(fractions, util, cap)
-        now = some & (wait == 0) & (first <= 1)
-        return int(now.argmax()) if now.any() else None
+        return _first_now(*self._fits(fractions, util, cap))
 
     def cheapest(self, fractions: dict[int, float], util: float, cap: int) -> int | None:
         """The row of the GPU a 1-GPU job of these fractions (memory size -> fraction) and
@@ -86,11 +84,17 @@ class StepTable:
         some, first, wait = self._fits(fractions, util, cap)
         if not some.any():
             return None
-        now = some & (wait == 0) & (first <= 1)
-        if now.any():
-            return int(now.argmax())
+        row = _first_now(some, first, wait)
+        if row is not None:
+            return row
         at = np.flatnonzero(some)
         waits = wait[at]
         at = at[waits == waits.min()]
         moves = first[at]
         return int(at[moves == moves.min()][0])
+
+
+def _first_now(some, first, wait) -> int | None:
+    """The first row whose first fitting step waits 0 and moves at most one tenant."""
+    now = some & (wait == 0) & (first <= 1)
+    return int(now.argmax()) if now.any() else None
